@@ -1,0 +1,1 @@
+"""The numpy engine: forward pass, KV cache, sampler, step records, cost model. Knows nothing of Textual."""

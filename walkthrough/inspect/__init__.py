@@ -1,0 +1,1 @@
+"""Reading model files: GGUF header, model card, tokenizer, chat template, locating files."""
