@@ -10,10 +10,15 @@ The enums (`GGUFValueType`, `GGMLQuantizationType`), key names and the block
 size table (`GGML_QUANT_SIZES`) come from the `gguf` package.
 
 What is handled: versions 2 and 3, little-endian, split files
-(`NAME-00001-of-00003.gguf`, opened together into one tensor table).
-What is refused, with a `GGUFError` naming the byte offset, key or tensor:
-version 1, big-endian files, and every malformed count, length, type, shape,
-alignment or offset listed in the tests (`tests/test_gguf_hostile.py`).
+(`NAME-00001-of-00003.gguf`, opened together into one tensor table whichever
+shard is named; the metadata is the first shard's, as gguf-split writes it).
+What is refused, with a `GGUFError` naming the byte offset, key or tensor and
+what to do: version 1, big-endian files, and every malformed count, length,
+type, shape, alignment or offset listed in the tests (`tests/test_gguf_hostile.py`).
+Every count is checked against the bytes left before anything is allocated or
+looped over. Not checked: that tensor data is packed without gaps (ggml's own
+loader insists on it; this reader only needs the data in order and in bounds),
+and metadata semantics (that is the model card's job).
 
 Example:
     >>> f = open_gguf("model.gguf")
@@ -31,12 +36,16 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, Keys
+from gguf.gguf_reader import GGUFReader
 
 from walkthrough.errors import WalkthroughError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 MAX_STRING_BYTES = 1 << 30  # a key or string value longer than 1 GiB is refused
 MAX_NAME_BYTES = 64  # ggml's GGML_MAX_NAME: a tensor name must be shorter than this
@@ -45,24 +54,15 @@ INT64_MAX = (1 << 63) - 1
 HEADER_BYTES = 4 + 4 + 8 + 8  # magic, version, n_tensors, n_kv
 MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, one key byte, value type, one value byte
 MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 4 + 8  # name length, one name byte, n_dims, type, offset
+DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT in ggml's gguf.h
+CORRUPT = "the file is damaged or was not written by a GGUF writer; download or convert it again"
+CUT = "the download was probably interrupted; fetch the file again"
 SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
-# Fixed-size metadata value types: struct format (little-endian) per GGUFValueType.
-_SCALAR_FORMATS: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
+# Fixed-size metadata value types -> little-endian numpy dtype, from the gguf package's table.
+_NUMPY_DTYPES: dict[GGUFValueType, np.dtype] = {
+    t: np.dtype(np_type).newbyteorder("<") for t, np_type in GGUFReader.gguf_scalar_to_np.items()
 }
-_SCALAR_STRUCTS = {t: struct.Struct(f) for t, f in _SCALAR_FORMATS.items()}
-_NUMPY_DTYPES = {t: np.dtype(f) for t, f in _SCALAR_FORMATS.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -144,16 +144,18 @@ class _Cursor:
     def __init__(self, buf, size: int, path: Path, offset: int = 0):
         self.buf, self.size, self.path, self.pos = buf, size, path, offset
 
-    def fail(self, what: str, offset: int | None = None) -> GGUFError:
+    def fail(self, what: str, offset: int | None = None, hint: str = CORRUPT) -> GGUFError:
         at = self.pos if offset is None else offset
-        return GGUFError(f"{self.path.name}: {what} (at byte {at})")
+        return GGUFError(f"{self.path.name}: {what} (at byte {at}); {hint}")
 
     def left(self) -> int:
         return self.size - self.pos
 
     def need(self, n: int, what: str) -> None:
         if n > self.left():
-            raise self.fail(f"{what} needs {n} bytes but only {self.left()} are left; the file is cut or corrupt")
+            raise self.fail(
+                f"{what} needs {n} bytes but only {self.left()} are left before the end of the file"
+            )
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -167,13 +169,18 @@ class _Cursor:
         self.pos += 8
         return v
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(
+        self, what: str, limit: int = MAX_STRING_BYTES, why: str = "over the 1 GiB limit"
+    ) -> bytes:
+        """The bytes of a length-prefixed string, refused before copying if over `limit` or the bytes left."""
         start = self.pos
         n = self.u64(f"length of {what}")
-        if n > MAX_STRING_BYTES:
-            raise self.fail(f"{what} claims {n} bytes, over the 1 GiB limit", start)
+        if n > limit:
+            raise self.fail(f"{what} claims {n} bytes, {why}", start)
         if n > self.left():
-            raise self.fail(f"{what} claims {n} bytes but only {self.left()} are left", start)
+            raise self.fail(
+                f"{what} claims {n} bytes but only {self.left()} are left in the file", start
+            )
         data = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return data
@@ -188,7 +195,13 @@ class _Cursor:
             (n,) = unpack(buf, pos)
             pos += 8 + n
             if pos > end or n > MAX_STRING_BYTES:
-                raise self.fail(f"{what}: element {i} claims {n} bytes, more than are left", pos - 8 - n)
+                at = pos - 8 - n
+                why = (
+                    "over the 1 GiB limit"
+                    if n > MAX_STRING_BYTES
+                    else f"but only {end - at - 8} are left in the file"
+                )
+                raise self.fail(f"{what}: element {i} claims {n} bytes, {why}", at)
         self.pos = pos
 
 
@@ -207,7 +220,9 @@ def _read_field(cursor: _Cursor, index: int) -> MetadataField:
     try:
         key = key_bytes.decode("utf-8")
     except UnicodeDecodeError:
-        raise cursor.fail(f"metadata key {index} is not valid UTF-8: {key_bytes[:40]!r}", start) from None
+        raise cursor.fail(
+            f"metadata key {index} is not valid UTF-8: {key_bytes[:40]!r}", start
+        ) from None
     type_offset = cursor.pos
     vtype = _value_type(cursor.u32(f"type of key {key!r}"), cursor, f"key {key!r}", type_offset)
     value_offset = cursor.pos
@@ -215,18 +230,22 @@ def _read_field(cursor: _Cursor, index: int) -> MetadataField:
         value = cursor.raw_string(f"value of {key!r}").decode("utf-8", errors="replace")
         return MetadataField(key, vtype, start, value_offset, cursor.pos, scalar=value)
     if vtype != GGUFValueType.ARRAY:
-        st = _SCALAR_STRUCTS[vtype]
-        cursor.need(st.size, f"value of {key!r}")
-        (value,) = st.unpack_from(cursor.buf, cursor.pos)
-        cursor.pos += st.size
+        dtype = _NUMPY_DTYPES[vtype]
+        cursor.need(dtype.itemsize, f"value of {key!r}")
+        value = np.frombuffer(cursor.buf, dtype, 1, cursor.pos)[0].item()
+        cursor.pos += dtype.itemsize
         return MetadataField(key, vtype, start, value_offset, cursor.pos, scalar=value)
     etype_offset = cursor.pos
-    etype = _value_type(cursor.u32(f"element type of {key!r}"), cursor, f"array {key!r}", etype_offset)
+    etype = _value_type(
+        cursor.u32(f"element type of {key!r}"), cursor, f"array {key!r}", etype_offset
+    )
     if etype == GGUFValueType.ARRAY:
-        raise cursor.fail(f"array {key!r} holds arrays; nested arrays are not supported", etype_offset)
+        raise cursor.fail(
+            f"array {key!r} holds arrays; nested arrays are not supported", etype_offset
+        )
     count_offset = cursor.pos
     count = cursor.u64(f"element count of {key!r}")
-    elem_min = 8 if etype == GGUFValueType.STRING else _SCALAR_STRUCTS[etype].size
+    elem_min = 8 if etype == GGUFValueType.STRING else _NUMPY_DTYPES[etype].itemsize
     if count > cursor.left() // elem_min:
         raise cursor.fail(
             f"array {key!r} claims {count} elements of at least {elem_min} bytes, "
@@ -241,35 +260,54 @@ def _read_field(cursor: _Cursor, index: int) -> MetadataField:
     return MetadataField(key, vtype, start, first, cursor.pos, count=count, element_type=etype)
 
 
-def _read_tensor_info(cursor: _Cursor, index: int) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int, int, int]:
+def _read_tensor_info(
+    cursor: _Cursor, index: int
+) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int, int, int]:
+    """One tensor table row: (name, shape in ggml order, type, relative data offset, nbytes, row offset)."""
     start = cursor.pos
-    name_bytes = cursor.raw_string(f"name of tensor {index}")
+    name_bytes = cursor.raw_string(
+        f"name of tensor {index}",
+        MAX_NAME_BYTES - 1,
+        f"but ggml allows at most {MAX_NAME_BYTES - 1}",
+    )
     try:
         name = name_bytes.decode("utf-8")
     except UnicodeDecodeError:
-        raise cursor.fail(f"tensor {index} name is not valid UTF-8: {name_bytes[:40]!r}", start) from None
+        raise cursor.fail(
+            f"tensor {index} name is not valid UTF-8: {name_bytes!r}", start
+        ) from None
     if not name:
         raise cursor.fail(f"tensor {index} has an empty name", start)
-    if len(name_bytes) >= MAX_NAME_BYTES:
-        raise cursor.fail(f"tensor {index} name is {len(name_bytes)} bytes; ggml allows at most {MAX_NAME_BYTES - 1}", start)
     n_dims = cursor.u32(f"dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
-        raise cursor.fail(f"tensor {name!r} has {n_dims} dimensions; ggml allows at most {MAX_DIMS}", cursor.pos - 4)
+        raise cursor.fail(
+            f"tensor {name!r} has {n_dims} dimensions; ggml allows at most {MAX_DIMS}",
+            cursor.pos - 4,
+        )
     shape = tuple(cursor.u64(f"dimension of tensor {name!r}") for _ in range(n_dims))
     n = 1
     for d in shape:
         if d > INT64_MAX:
-            raise cursor.fail(f"tensor {name!r} has a negative or huge dimension {d}", start)
+            raise cursor.fail(
+                f"tensor {name!r} has a negative dimension ({d - (1 << 64)} as int64)", start
+            )
         n *= d
         if n > INT64_MAX:
-            raise cursor.fail(f"tensor {name!r} shape {list(shape)} has more than 2^63 elements", start)
+            raise cursor.fail(
+                f"tensor {name!r} shape {list(shape)} has more than 2^63 elements (int64 overflow)",
+                start,
+            )
     type_offset = cursor.pos
     raw_type = cursor.u32(f"type of tensor {name!r}")
     try:
         ggml_type = GGMLQuantizationType(raw_type)
         block, type_size = GGML_QUANT_SIZES[ggml_type]
     except (ValueError, KeyError):
-        raise cursor.fail(f"tensor {name!r} has unknown ggml type {raw_type}", type_offset) from None
+        raise cursor.fail(
+            f"tensor {name!r} has unknown ggml type {raw_type}",
+            type_offset,
+            "the file is damaged, or newer than this program's gguf package: try upgrading gguf",
+        ) from None
     row = shape[0] if shape else 1
     if row % block:
         raise cursor.fail(
@@ -277,15 +315,22 @@ def _read_tensor_info(cursor: _Cursor, index: int) -> tuple[str, tuple[int, ...]
             f"not a multiple of the block size {block}",
             start,
         )
-    offset = cursor.u64(f"data offset of tensor {name!r}")
     nbytes = n // block * type_size
+    if nbytes > INT64_MAX:
+        raise cursor.fail(
+            f"tensor {name!r} shape {list(shape)} needs {nbytes} bytes, more than 2^63", start
+        )
+    offset = cursor.u64(f"data offset of tensor {name!r}")
     return name, shape, ggml_type, offset, nbytes, start
 
 
 def _open_buffer(path: Path):
     size = path.stat().st_size
     if size < HEADER_BYTES:
-        raise GGUFError(f"{path.name}: {size} bytes is too short to be a GGUF file (the header alone is {HEADER_BYTES})")
+        raise GGUFError(
+            f"{path.name}: {size} bytes is too short to be a GGUF file (the fixed header alone is "
+            f"{HEADER_BYTES} bytes); {CUT}"
+        )
     with open(path, "rb") as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return buf, size
@@ -295,8 +340,12 @@ def _check_magic_and_version(cursor: _Cursor) -> int:
     magic = bytes(cursor.buf[0:4])
     if magic != struct.pack("<I", GGUF_MAGIC):
         if magic in (b"ggml", b"ggmf", b"ggjt", b"lmgg", b"fmgg", b"tjgg"):
-            raise cursor.fail("this is a pre-GGUF (GGML/GGJT) model file; convert it to GGUF with llama.cpp", 0)
-        raise cursor.fail(f"not a GGUF file: magic is {magic!r}, expected b'GGUF'", 0)
+            raise cursor.fail(
+                "this is a pre-GGUF (GGML/GGJT) model file", 0, "convert it to GGUF with llama.cpp"
+            )
+        raise cursor.fail(
+            f"not a GGUF file: magic is {magic!r}, expected b'GGUF'", 0, "open a .gguf model file"
+        )
     cursor.pos = 4
     version = cursor.u32("version")
     if version not in (2, 3):
@@ -304,11 +353,16 @@ def _check_magic_and_version(cursor: _Cursor) -> int:
         if swapped in (1, 2, 3):
             raise cursor.fail(
                 f"this GGUF is big-endian (version reads as {version}, byte-swapped {swapped}); "
-                "only little-endian files are supported: convert it with gguf's gguf_convert_endian",
+                "only little-endian files are supported",
                 4,
+                "convert it with the gguf package's gguf_convert_endian script",
             )
         if version == 1:
-            raise cursor.fail("GGUF version 1 is not supported (only 2 and 3); re-convert the model with a current llama.cpp", 4)
+            raise cursor.fail(
+                "GGUF version 1 is not supported (only 2 and 3)",
+                4,
+                "re-convert the model with a current llama.cpp",
+            )
         raise cursor.fail(f"GGUF version {version} is not supported (only 2 and 3)", 4)
     return version
 
@@ -316,12 +370,16 @@ def _check_magic_and_version(cursor: _Cursor) -> int:
 def _alignment(fields: dict[str, MetadataField], cursor: _Cursor) -> int:
     field = fields.get(Keys.General.ALIGNMENT)
     if field is None:
-        return 32  # GGUF_DEFAULT_ALIGNMENT
+        return DEFAULT_ALIGNMENT
     if field.type != GGUFValueType.UINT32:
-        raise cursor.fail(f"{Keys.General.ALIGNMENT} must be a uint32, not {field.type_name}", field.offset)
+        raise cursor.fail(
+            f"{Keys.General.ALIGNMENT} must be a uint32, not {field.type_name}", field.offset
+        )
     a = field.scalar
     if a == 0 or a & (a - 1):
-        raise cursor.fail(f"{Keys.General.ALIGNMENT} is {a}; it must be a non-zero power of two", field.offset)
+        raise cursor.fail(
+            f"{Keys.General.ALIGNMENT} is {a}; it must be a non-zero power of two", field.offset
+        )
     return a
 
 
@@ -331,10 +389,19 @@ def _parse_shard(path: Path) -> _Shard:
     version = _check_magic_and_version(cursor)
     n_tensors = cursor.u64("tensor count")
     n_kv = cursor.u64("metadata key count")
-    if n_tensors > cursor.left() // MIN_TENSOR_INFO_BYTES:
-        raise cursor.fail(f"the header claims {n_tensors} tensors, more than the {size} byte file could hold", 8)
-    if n_kv > cursor.left() // MIN_KV_BYTES or n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_INFO_BYTES > cursor.left():
-        raise cursor.fail(f"the header claims {n_kv} metadata keys, more than the {size} byte file could hold", 16)
+    left = cursor.left()
+    if n_tensors > left // MIN_TENSOR_INFO_BYTES:
+        raise cursor.fail(
+            f"the header claims {n_tensors} tensors, more than the {left} bytes after it could hold "
+            f"(each needs at least {MIN_TENSOR_INFO_BYTES})",
+            8,
+        )
+    if n_kv > (left - n_tensors * MIN_TENSOR_INFO_BYTES) // MIN_KV_BYTES:
+        raise cursor.fail(
+            f"the header claims {n_kv} metadata keys (and {n_tensors} tensors), more than the {left} bytes "
+            f"after it could hold (each key needs at least {MIN_KV_BYTES})",
+            16,
+        )
 
     fields: dict[str, MetadataField] = {}
     for i in range(n_kv):
@@ -351,71 +418,160 @@ def _parse_shard(path: Path) -> _Shard:
     return _Shard(path, size, buf, version, alignment, fields, tensors, header_end, data_offset)
 
 
-def _place_tensors(raw_infos, cursor: _Cursor, alignment: int, data_offset: int) -> list[TensorInfo]:
+def _place_tensors(
+    raw_infos, cursor: _Cursor, alignment: int, data_offset: int
+) -> list[TensorInfo]:
     """Check names, alignment, order and bounds of the data; return TensorInfos with absolute offsets."""
     seen: set[str] = set()
     tensors: list[TensorInfo] = []
-    prev_end, prev_name, prev_offset = 0, None, 0
-    cut: list[tuple[str, int]] = []
+    prev: TensorInfo | None = None
     for name, shape, ggml_type, rel_offset, nbytes, info_offset in raw_infos:
         if name in seen:
-            raise cursor.fail(f"tensor name {name!r} appears twice in the tensor table", info_offset)
+            raise cursor.fail(
+                f"tensor name {name!r} appears twice in the tensor table", info_offset
+            )
         seen.add(name)
         if rel_offset % alignment:
-            raise cursor.fail(f"tensor {name!r} data offset {rel_offset} is not a multiple of the alignment {alignment}", info_offset)
-        if prev_name is not None and rel_offset < prev_offset:
-            raise cursor.fail(f"tensor {name!r} data offset {rel_offset} comes before that of {prev_name!r} ({prev_offset}); offsets must increase", info_offset)
-        if rel_offset < prev_end:
-            raise cursor.fail(f"tensor {name!r} data (offset {rel_offset}) overlaps {prev_name!r}, which ends at {prev_end}", info_offset)
-        absolute = data_offset + rel_offset
-        if absolute > cursor.size:
-            raise cursor.fail(f"tensor {name!r} data starts at byte {absolute}, past the end of the file ({cursor.size} bytes); the file is cut", info_offset)
-        if absolute + nbytes > cursor.size:
-            cut.append((name, absolute + nbytes - cursor.size))
-        tensors.append(TensorInfo(name, shape, ggml_type, absolute, nbytes, 0, info_offset))
-        prev_end, prev_name, prev_offset = rel_offset + nbytes, name, rel_offset
-    if cut:
-        name, missing = cut[0]
-        more = f" (and {len(cut) - 1} more tensors after it)" if len(cut) > 1 else ""
-        raise cursor.fail(
-            f"the file is shorter than its tensor table says: tensor {name!r} is cut, "
-            f"{missing} bytes missing{more}; this looks like an interrupted download, fetch the file again",
-            cursor.size,
-        )
+            raise cursor.fail(
+                f"tensor {name!r} data offset {rel_offset} is misaligned: not a multiple of the alignment {alignment}",
+                info_offset,
+            )
+        t = TensorInfo(name, shape, ggml_type, data_offset + rel_offset, nbytes, 0, info_offset)
+        if prev is not None and t.offset < prev.offset:
+            raise cursor.fail(
+                f"tensor {name!r} data offset {rel_offset} is out of order: it comes before that of "
+                f"{prev.name!r} ({prev.offset - data_offset}); offsets must increase",
+                info_offset,
+            )
+        if prev is not None and t.offset < prev.offset + prev.nbytes:
+            raise cursor.fail(
+                f"tensor {name!r} data (offset {rel_offset}) overlaps {prev.name!r}, which ends at "
+                f"{prev.offset + prev.nbytes - data_offset}",
+                info_offset,
+            )
+        tensors.append(t)
+        prev = t
+    _check_data_in_file(tensors, cursor)
     return tensors
+
+
+def _check_data_in_file(tensors: list[TensorInfo], cursor: _Cursor) -> None:
+    """Refuse a file shorter than its (ordered) tensor table says, naming the first tensor not in it."""
+    size = cursor.size
+    for i, t in enumerate(tensors):
+        if t.offset + t.nbytes <= size:
+            continue
+        last = tensors[-1]
+        short = f"the file is {last.offset + last.nbytes - size} bytes shorter than its tensor table says"
+        if t.offset > size:
+            raise cursor.fail(
+                f"tensor {t.name!r} data starts at byte {t.offset}, past the end of the file ({size} bytes); {short}",
+                t.info_offset,
+                "the file is cut or its tensor table is corrupt; download it again",
+            )
+        after = len(tensors) - i - 1
+        more = f"; the {after} tensor(s) after it are missing entirely" if after else ""
+        raise cursor.fail(
+            f"{short}: tensor {t.name!r} is cut, {t.offset + t.nbytes - size} of its {t.nbytes} bytes "
+            f"are missing{more}",
+            size,
+            CUT,
+        )
+
+
+def _decode_strings(buf, field: MetadataField) -> list[str]:
+    """The elements of a string array (bounds were checked on open); invalid UTF-8 is replaced.
+
+    The array's bytes are copied out of the mapping once: slicing `bytes` is
+    several times cheaper per element than slicing an `mmap`.
+    """
+    data = bytes(buf[field.value_offset : field.end])
+    unpack, pos, pieces = _U64.unpack_from, 0, []
+    append = pieces.append
+    for _ in range(field.count):
+        (n,) = unpack(data, pos)
+        pos += 8
+        append(data[pos : pos + n])
+        pos += n
+    return [p.decode("utf-8", errors="replace") for p in pieces]
 
 
 def _decode_array(buf, field: MetadataField):
     """numpy array for numeric arrays, list[str] for string arrays (invalid UTF-8 replaced)."""
     if field.element_type == GGUFValueType.STRING:
-        out, pos, unpack = [], field.value_offset, _U64.unpack_from
-        append = out.append
-        for _ in range(field.count):
-            (n,) = unpack(buf, pos)
-            append(buf[pos + 8 : pos + 8 + n].decode("utf-8", errors="replace"))
-            pos += 8 + n
-        return out
+        return _decode_strings(buf, field)
     dtype = _NUMPY_DTYPES[field.element_type]
     return np.frombuffer(buf, dtype=dtype, count=field.count, offset=field.value_offset)
 
 
-def _shard_paths(path: Path, fields: dict[str, MetadataField]) -> list[Path]:
-    """All shard paths of a split model, or [path] for a single file."""
-    count_field = fields.get(Keys.Split.LLM_KV_SPLIT_COUNT)
+def shard_paths(path: Path) -> list[Path]:
+    """Every shard of the split model `path` belongs to, in order, or `[path]` for a single file.
+
+    Split models are recognised by name, as llama.cpp writes them:
+    `NAME-00002-of-00003.gguf` -> `NAME-00001-of-00003.gguf` ... `NAME-00003-of-00003.gguf`.
+
+    Raises:
+        GGUFError: a shard is missing (the message names every missing shard).
+    """
     match = SPLIT_NAME.match(path.name)
-    count = count_field.scalar if count_field is not None and not count_field.is_array else None
     if match is None:
-        if isinstance(count, int) and count > 1:
-            raise GGUFError(f"{path.name}: the file says it is one of {count} splits, but its name does not follow NAME-00001-of-{count:05d}.gguf")
         return [path]
     n = int(match["count"])
-    if isinstance(count, int) and count != n:
-        raise GGUFError(f"{path.name}: the name says {n} splits but {Keys.Split.LLM_KV_SPLIT_COUNT} says {count}")
     paths = [path.with_name(f"{match['prefix']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
-    missing = [p.name for p in paths if not p.exists()]
+    missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise GGUFError(f"split model {path.name}: shard {', '.join(missing)} is missing from {path.parent}; download every shard into one folder")
+        raise GGUFError(
+            f"split model {path.name}: shard {', '.join(missing)} is missing from {path.parent}; "
+            f"download all {n} shards into one folder"
+        )
     return paths
+
+
+def _int_key(shard: _Shard, key: str) -> int | None:
+    """An integer metadata value of a shard, None if absent; refused if present with another type."""
+    field = shard.fields.get(key)
+    if field is None:
+        return None
+    if field.is_array or isinstance(field.scalar, (str, float, bool)):
+        raise GGUFError(
+            f"{shard.path.name}: {key} must be an integer, not {field.type_name}; {CORRUPT}"
+        )
+    return field.scalar
+
+
+def _check_split(shards: list[_Shard]) -> None:
+    """The split keys (gguf-split writes split.no, split.count, split.tensors.count in every shard) agree."""
+    n = len(shards)
+    first = shards[0]
+    count = _int_key(first, Keys.Split.LLM_KV_SPLIT_COUNT)
+    if n == 1:
+        if count is not None and count > 1:
+            raise GGUFError(
+                f"{first.path.name}: the file says it is one of {count} splits, but its name does not "
+                f"follow NAME-00001-of-{count:05d}.gguf; rename the shards as llama.cpp's gguf-split named them"
+            )
+        return
+    for index, shard in enumerate(shards):
+        name = shard.path.name
+        no = _int_key(shard, Keys.Split.LLM_KV_SPLIT_NO)
+        shard_count = _int_key(shard, Keys.Split.LLM_KV_SPLIT_COUNT)
+        if shard_count != n:
+            raise GGUFError(
+                f"split model {name}: the name says {n} shards but {Keys.Split.LLM_KV_SPLIT_COUNT} "
+                f"says {shard_count}; {CORRUPT}"
+            )
+        if no != index:
+            raise GGUFError(
+                f"split model {name}: {Keys.Split.LLM_KV_SPLIT_NO} is {no}, expected {index} for shard "
+                f"{index + 1} of {n}; the shards come from different models, download them again"
+            )
+    total = _int_key(first, Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT)
+    found = sum(len(s.tensors) for s in shards)
+    if total is not None and total != found:
+        raise GGUFError(
+            f"split model {first.path.name}: {Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT} says {total} tensors "
+            f"but the {n} shards hold {found}; {CORRUPT}"
+        )
 
 
 class GGUFFile:
@@ -433,8 +589,13 @@ class GGUFFile:
         for index, shard in enumerate(shards):
             for t in shard.tensors:
                 if t.name in self.tensors:
-                    raise GGUFError(f"split model {self.path.name}: tensor {t.name!r} appears in two shards")
-                self.tensors[t.name] = TensorInfo(t.name, t.shape, t.ggml_type, t.offset, t.nbytes, index, t.info_offset)
+                    raise GGUFError(
+                        f"split model {self.path.name}: tensor {t.name!r} appears in two shards "
+                        f"({self.paths[self.tensors[t.name].shard].name} and {shard.path.name}); {CORRUPT}"
+                    )
+                self.tensors[t.name] = TensorInfo(
+                    t.name, t.shape, t.ggml_type, t.offset, t.nbytes, index, t.info_offset
+                )
         self._decoded: dict[str, Any] = {}
 
     # ---- sizes and layout -------------------------------------------------
@@ -456,12 +617,13 @@ class GGUFFile:
         """Bytes per region of the first shard: fixed header, metadata, tensor table, padding, data."""
         s = self._shards[0]
         meta_end = max((f.end for f in s.fields.values()), default=HEADER_BYTES)
+        data_start = min(s.data_offset, s.size)  # a file without tensors may end before its padding
         return {
             "header": HEADER_BYTES,
             "metadata": meta_end - HEADER_BYTES,
             "tensor_table": s.header_end - meta_end,
-            "padding": s.data_offset - s.header_end,
-            "data": s.size - s.data_offset,
+            "padding": data_start - s.header_end,
+            "data": s.size - data_start,
         }
 
     # ---- metadata ------------------------------------------------------------
@@ -483,7 +645,9 @@ class GGUFFile:
     def tensor_bytes(self, name: str) -> np.ndarray:
         """The raw stored bytes of a tensor, as a read-only uint8 view of the mapped file."""
         t = self.tensors[name]
-        return np.frombuffer(self._shards[t.shard].buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        return np.frombuffer(
+            self._shards[t.shard].buf, dtype=np.uint8, count=t.nbytes, offset=t.offset
+        )
 
     def close(self) -> None:
         """Drop the mappings (views handed out keep theirs alive until they go)."""
@@ -493,7 +657,7 @@ class GGUFFile:
             except (BufferError, AttributeError):
                 pass
 
-    def __enter__(self) -> GGUFFile:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -503,6 +667,8 @@ class GGUFFile:
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF file (any shard of a split model opens all of them).
 
+    Only the headers are read; tensor data stays on disk until `tensor_bytes` is used.
+
     Raises:
         GGUFError: the file is not a valid GGUF; the message says what and where.
         OSError: the file cannot be read.
@@ -510,9 +676,6 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     path = Path(path)
     if path.is_dir():
         raise GGUFError(f"{path} is a folder; name a .gguf file inside it")
-    first = _parse_shard(path)
-    paths = _shard_paths(path, first.fields)
-    if len(paths) == 1:
-        return GGUFFile([first])
-    shards = [first if p == path else _parse_shard(p) for p in paths]
+    shards = [_parse_shard(p) for p in shard_paths(path)]
+    _check_split(shards)
     return GGUFFile(shards)
