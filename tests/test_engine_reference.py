@@ -1,0 +1,81 @@
+"""The numpy engine against llama.cpp's logits on the reference models in `../shared/fixtures/reference/`.
+
+Every `ref-*.gguf` with a `.logits.json` beside it is a case (new files are
+picked up by the glob). The tolerance comes from the fixtures README and the
+file's stored weight types: the loosest class among the types it holds.
+Architectures the engine does not run yet are skipped, naming the architecture.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES_DIR
+
+from walkthrough.engine.config import UnsupportedArchitecture
+from walkthrough.engine.model import Model
+from walkthrough.engine.session import Session
+
+# From ../shared/fixtures/README.md: (max |logit difference|, greedy ids must be identical).
+# Q8_0/Q4_0 and the k-quants instead need top-1 agreement on >= 95% of positions.
+TOLERANCES = {
+    "F32": (1e-3, True),
+    "F16": (1e-2, True),
+    "Q8_0": (0.15, False),
+    "Q4_0": (0.15, False),
+    "Q3_K": (0.35, False),
+    "Q4_K": (0.35, False),
+    "Q5_K": (0.35, False),
+    "Q6_K": (0.35, False),
+    "Q2_K": (0.7, False),
+}
+TOP1_AGREEMENT = 0.95
+
+
+def _cases() -> list[Path]:
+    folder = FIXTURES_DIR / "reference"
+    return sorted(p for p in folder.glob("ref-*.gguf") if p.with_suffix(".logits.json").exists())
+
+
+def _tolerance(types: dict[str, int]) -> tuple[float, bool]:
+    missing = [t for t in types if t not in TOLERANCES]
+    if missing:
+        pytest.fail(f"the fixtures README states no tolerance for weight type(s) {missing}")
+    tol = max(TOLERANCES[t][0] for t in types)
+    exact = all(TOLERANCES[t][1] for t in types)
+    return tol, exact
+
+
+def test_reference_models_are_there(fixtures_dir):
+    assert len(_cases()) >= 6, f"expected the reference models in {fixtures_dir / 'reference'}"
+
+
+@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
+def test_logits_match_llama_cpp(path: Path):
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    try:
+        model = Model.open(path)
+    except UnsupportedArchitecture as exc:
+        pytest.skip(str(exc))
+    tol, exact = _tolerance(model.card.bytes_by_type)
+    session = Session(model, kv_type="f32")  # the reference ran with an F32 KV cache
+    steps = list(session.prefill(ref["prompt_ids"], all_logits=True))
+    ours = [np.concatenate([s.all_logits for s in steps])]
+    greedy = [int(np.argmax(session.last_logits))]
+    for token in ref["greedy_ids"]:  # feed llama.cpp's tokens so every row compares the same context
+        ours.append(session.feed([token], phase="decode").logits[None, :])
+        greedy.append(int(np.argmax(session.last_logits)))
+    ours = np.concatenate(ours)
+    theirs = np.concatenate([np.asarray(ref["prefill_logits"]), np.asarray(ref["decode_logits"])])
+    assert ours.shape == theirs.shape
+    diff = float(np.max(np.abs(ours - theirs)))
+    assert diff <= tol, f"max logit difference {diff:.3g} > {tol}"
+    if exact:
+        assert greedy[: len(ref["greedy_ids"])] == ref["greedy_ids"]
+    else:
+        agreement = float(np.mean(ours.argmax(axis=1) == theirs.argmax(axis=1)))
+        assert agreement >= TOP1_AGREEMENT, f"top-1 agreement {agreement:.2%}"
+

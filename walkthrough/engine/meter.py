@@ -1,0 +1,78 @@
+"""Counts what one forward pass touches: stored bytes read per tensor group, and FLOPs.
+
+The forward pass fetches every weight through a `Meter`, so the bytes it
+reports are the bytes of the weights actually used, in the file's stored
+format: a matrix once per pass however many tokens the pass holds, a routed
+expert only if some token of the pass chose it, an embedding row per distinct
+token, and the KV cache entries attention read. Groups are the model card's
+(`walkthrough.inspect.card.tensor_group`), so a decode pass that wakes exactly
+`n_experts_used` experts per MoE layer reads the card's `bytes_per_token`.
+
+FLOPs count multiply-adds as 2 per weight per token for matrix products, and
+2 x (key size + value size) per head per visible cached position for attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from walkthrough.engine.weights import Weights, row_nbytes
+
+
+class Meter:
+    """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
+
+    def __init__(self, weights: Weights, group_of: Callable[[str], str]):
+        self.weights = weights
+        self.group_of = group_of
+        self.bytes_by_group: dict[str, int] = {}
+        self.flops = 0
+        self._seen: set[object] = set()
+
+    def _read(self, key: object, group: str, nbytes: int) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self.bytes_by_group[group] = self.bytes_by_group.get(group, 0) + nbytes
+
+    def tensor(self, name: str, group: str | None = None) -> np.ndarray:
+        """A whole tensor (norm weights, biases, small vectors); `group` overrides the name's group."""
+        self._read(name, group or self.group_of(name), self.weights.info(name).nbytes)
+        return self.weights.get(name)
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """A tensor the architecture may or may not have (biases, q/k norms)."""
+        return self.tensor(name) if self.weights.has(name) else None
+
+    def matrix(self, name: str, n_tokens: int, group: str | None = None) -> np.ndarray:
+        """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row."""
+        w = self.tensor(name, group)
+        self.flops += 2 * n_tokens * w.size
+        return w
+
+    def expert(self, name: str, e: int, n_tokens: int) -> np.ndarray:
+        """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""
+        self._read((name, e), self.group_of(name), self.weights.expert_nbytes(name))
+        w = self.weights.expert(name, e)
+        self.flops += 2 * n_tokens * w.size
+        return w
+
+    def rows(self, name: str, ids: np.ndarray, group: str | None = None) -> np.ndarray:
+        """Embedding lookup: one stored row per distinct id."""
+        row = row_nbytes(self.weights.info(name))
+        g = group or self.group_of(name)
+        for i in np.unique(ids).tolist():
+            self._read((name, "row", i), g, row)
+        return self.weights.rows(name, ids)
+
+    def read_cache(self, nbytes: int, flops: int) -> None:
+        """Attention read `nbytes` of cached keys and values and did `flops` with them."""
+        self.bytes_by_group["kv_cache"] = self.bytes_by_group.get("kv_cache", 0) + nbytes
+        self.flops += flops
+
+    def totals(self) -> dict[str, int]:
+        """Bytes by group, plus `total` (weights and KV cache)."""
+        out = dict(self.bytes_by_group)
+        out["total"] = sum(self.bytes_by_group.values())
+        return out

@@ -1,0 +1,127 @@
+"""The numeric operations of a transformer block, one plain numpy function each.
+
+Every function takes and returns float32 arrays; none reads a file or keeps
+state. Shapes are in the comments: n = tokens in this pass, d = model width,
+h = heads, hd = head size, L = positions in the KV cache, E = experts.
+Conventions follow llama.cpp's ggml kernels where the numbers depend on them
+(RMSNorm without mean subtraction, RoPE pairings, GQA head sharing, causal
+mask by position, top-k routing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
+# see `build_moe_ffn` in src/llama-graph.cpp.
+MOE_WEIGHT_SUM_MIN = 6.103515625e-5
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T (+ [d_out]) -> [n, d_out]"""
+    y = x @ w.T
+    return y + b if b is not None else y
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * w"""
+    ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
+    return (x / np.sqrt(ms + np.float32(eps))) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def rope_angles(
+    positions: np.ndarray, n_rot: int, base: float, freq_scale: float = 1.0, freq_factors: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """[n] positions -> (cos, sin), each [n, n_rot/2].
+
+    theta_i = position * freq_scale * base^(-2i / n_rot), divided by freq_factors[i] when the
+    file carries `rope_freqs.weight` (llama 3 long-context factors).
+    """
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
+    if freq_factors is not None:
+        inv = inv / freq_factors.astype(np.float64)
+    theta = np.outer(positions.astype(np.float64) * freq_scale, inv)  # [n, n_rot/2]
+    return np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
+    """[n, h, hd] -> [n, h, hd]: rotate the first n_rot dims of every head, leave the rest.
+
+    neox=False ("normal", llama): pairs are adjacent dims (x0, x1), (x2, x3), ...
+    neox=True (qwen family): pairs are (x_i, x_{i + n_rot/2}).
+    """
+    half = cos.shape[-1]
+    n_rot = 2 * half
+    c, s = cos[:, None, :], sin[:, None, :]  # [n, 1, n_rot/2]
+    out = x.copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = a * c - b * s
+        out[..., half:n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * c - b * s
+        out[..., 1:n_rot:2] = a * s + b * c
+    return out
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Causal softmax attention over the cache, with grouped KV heads.
+
+    Args:
+        q: [n, h, hd] queries of this pass at positions q_pos [n].
+        k: [L, h_kv, hd] every cached key (position j at row j).
+        v: [L, h_kv, hd_v] every cached value.
+        q_pos: [n] absolute positions of the queries; query i sees keys 0..q_pos[i].
+        scale: multiplies q.k before the softmax (1/sqrt(hd)).
+
+    Returns:
+        out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
+        Query head i reads KV head i // (h / h_kv), as ggml's broadcast does.
+    """
+    n, h, _ = q.shape
+    big_l, h_kv, _ = k.shape
+    group = h // h_kv
+    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
+    kt = k.transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L]
+    scores = (qg @ kt) * np.float32(scale)  # [h_kv, group, n, L]
+    masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
+    scores = np.where(masked, -np.inf, scores)
+    weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
+    out = weights @ v.transpose(1, 0, 2)[:, None]  # [h_kv, group, n, hd_v]
+    out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
+    return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
+
+
+def swiglu_ffn(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    """[n, d] -> [n, d]: down(silu(gate(x)) * up(x))"""
+    return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+def route(logits: np.ndarray, k: int, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
+
+    The weights are the softmax probabilities of the chosen experts, renormalised to
+    sum to 1 when `normalize` (qwen3moe, llama) and left as they are otherwise (qwen2moe).
+    """
+    probs = softmax(logits, axis=-1)  # [n, E]
+    top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # [n, k]
+    weights = np.take_along_axis(probs, top, axis=-1)  # [n, k]
+    if normalize:
+        weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MOE_WEIGHT_SUM_MIN)
+    return top, weights

@@ -1,0 +1,112 @@
+"""The record of one forward pass (a prefill chunk or one decoded token), as screens and `trace` show it.
+
+A `Step` says what went in (phase, positions [start, end), input ids), what
+each layer did (experts chosen per token with their router weights, the
+experts woken over the pass, the last token's attention weights per head when
+asked for, KV rows and bytes), what it cost (bytes read per tensor group in
+stored formats, FLOPs, seconds), and what came out (the last position's logits,
+every position's logits when asked for, the sampler's stages and the chosen
+token). `to_json()` is the JSON Lines record of `walkthrough trace --json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from walkthrough.engine.ops import softmax
+from walkthrough.engine.sampler import SampleResult
+
+TOP_CANDIDATES = 5  # candidates listed in `Step.top()` and the JSON record
+
+
+@dataclass
+class LayerTrace:
+    """What one layer did in one pass."""
+
+    index: int
+    mixer: str  # "full" (attention with KV cache) or "linear" (fixed recurrent state)
+    ffn: str  # "dense" or "moe"
+    experts: np.ndarray | None = None  # [n_tokens, k] chosen expert ids, best first (MoE layers)
+    expert_weights: np.ndarray | None = None  # [n_tokens, k] router weights applied to them
+    attention: np.ndarray | None = None  # [n_head, kv_len] last token's attention weights (opt-in)
+    kv_len: int = 0  # positions cached after this pass (attention layers)
+    kv_bytes: int = 0  # bytes of this layer's cache after this pass
+    state_bytes: int = 0  # fixed recurrent state (linear layers)
+
+    @property
+    def woken(self) -> tuple[int, ...]:
+        """Distinct experts any token of the pass chose, ascending."""
+        return () if self.experts is None else tuple(np.unique(self.experts).tolist())
+
+
+@dataclass
+class Step:
+    """One forward pass."""
+
+    phase: str  # "prefill" or "decode"
+    start: int  # first position of this pass
+    end: int  # one past the last position
+    input_ids: list[int]
+    layers: list[LayerTrace]
+    bytes_read: dict[str, int]  # stored bytes read per group, plus "kv_cache" and "total"
+    flops: int
+    kv_len: int  # positions in the cache after this pass
+    kv_bytes: int  # bytes of the KV cache after this pass
+    state_bytes: int  # fixed recurrent states (hybrid models), 0 otherwise
+    logits: np.ndarray  # [n_vocab] last position
+    seconds: float = 0.0  # wall time of the forward pass
+    all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
+    sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
+    stopped: bool = False  # the chosen token ends the generation
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def positions(self) -> tuple[int, int]:
+        return (self.start, self.end)
+
+    @property
+    def chosen(self) -> int | None:
+        return None if self.sample is None else self.sample.chosen
+
+    @property
+    def is_moe(self) -> bool:
+        return any(layer.experts is not None for layer in self.layers)
+
+    def top(self, n: int = TOP_CANDIDATES) -> list[tuple[int, float]]:
+        """The n most likely next tokens of the model's distribution (softmax of the raw logits)."""
+        probs = softmax(self.logits.astype(np.float64))
+        ids = np.argsort(-probs, kind="stable")[:n]
+        return [(int(i), float(probs[i])) for i in ids]
+
+    def to_json(self, *, logits: bool = False) -> dict[str, Any]:
+        """The JSON Lines record of this pass (`walkthrough trace --json`)."""
+        out: dict[str, Any] = {
+            "phase": self.phase,
+            "positions": [self.start, self.end],
+            "input_ids": list(self.input_ids),
+            "chosen": self.chosen,
+            "bytes_read": dict(self.bytes_read),
+            "kv_len": self.kv_len,
+            "kv_bytes": self.kv_bytes,
+            "flops": self.flops,
+            "top": [{"id": i, "p": round(p, 6)} for i, p in self.top()],
+        }
+        if self.state_bytes:
+            out["state_bytes"] = self.state_bytes
+        if self.is_moe:
+            out["experts"] = [None if t.experts is None else t.experts.tolist() for t in self.layers]
+            out["expert_weights"] = [
+                None if t.expert_weights is None else np.round(t.expert_weights, 6).tolist() for t in self.layers
+            ]
+            out["experts_woken"] = [None if t.experts is None else list(t.woken) for t in self.layers]
+        if self.sample is not None:
+            out["sampling"] = self.sample.summary()
+        if self.stopped:
+            out["stopped"] = True
+        if logits:
+            rows = self.all_logits if self.all_logits is not None else self.logits[None, :]
+            out["logits"] = [[round(float(v), 5) for v in row] for row in rows]
+        return out

@@ -1,0 +1,133 @@
+"""Tensors of an opened GGUF as float32 numpy arrays, dequantized lazily and cached.
+
+Nothing is read when a model opens: a tensor's bytes are dequantized (with
+`gguf.quants.dequantize`) the first time the forward pass asks for it and kept
+in a cache bounded by `max_cache_bytes`, so the same weight is never
+dequantized twice per token while it fits. Routed-expert tensors
+(`blk.N.ffn_{gate,up,down}_exps.weight`, ggml shape [ne0, ne1, n_expert]) are
+sliced per expert from the raw bytes, so only experts a token actually chose
+are ever dequantized. Embedding rows are dequantized one row at a time.
+
+Shapes are numpy order (the reverse of ggml's): a matrix stored with ggml shape
+[n_in, n_out] comes back as [n_out, n_in], so `x @ w.T` applies it.
+
+Every type `gguf.quants` can dequantize works (F32, F16, BF16, Q4_0, Q4_1,
+Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
+`WalkthroughError` naming the tensor.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.gguf import GGUFFile, TensorInfo
+
+DEFAULT_CACHE_BYTES = 4 << 30  # dequantized float32 weights kept in memory (4 GiB)
+
+
+def row_nbytes(t: TensorInfo) -> int:
+    """Stored bytes of one row (ne0 values) of a tensor."""
+    block, size = GGML_QUANT_SIZES[t.ggml_type]
+    return t.shape[0] // block * size
+
+
+def dequantize_rows(raw: np.ndarray, ggml_type: GGMLQuantizationType, row_len: int, name: str) -> np.ndarray:
+    """Stored bytes of whole rows -> float32 values.
+
+    Args:
+        raw: uint8 bytes of n whole rows, contiguous.
+        ggml_type: how they are stored.
+        row_len: values per row (ne0).
+        name: tensor name, for the error message.
+
+    Returns:
+        [n_rows, row_len] float32.
+    """
+    if ggml_type == GGMLQuantizationType.F32:
+        return raw.view(np.float32).reshape(-1, row_len)
+    block, size = GGML_QUANT_SIZES[ggml_type]
+    rows = raw.reshape(-1, row_len // block * size)
+    try:
+        out = quants.dequantize(rows, ggml_type)
+    except NotImplementedError:
+        raise WalkthroughError(
+            f"tensor {name} is stored as {ggml_type.name}, which gguf.quants cannot dequantize; "
+            "the engine cannot run this file (inspect still works)"
+        ) from None
+    return np.ascontiguousarray(out, dtype=np.float32).reshape(-1, row_len)
+
+
+class Weights:
+    """Lazy float32 views of a file's tensors, with a bounded least-recently-used cache."""
+
+    def __init__(self, f: GGUFFile, *, max_cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.file = f
+        self.max_cache_bytes = max_cache_bytes
+        self._cache: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._cached_bytes = 0
+        self.dequantized_bytes = 0  # float32 bytes produced so far (a measure of work, for benchmarks)
+
+    def has(self, name: str) -> bool:
+        return name in self.file.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        return self.file.tensors[name]
+
+    # ---- cache -------------------------------------------------------------------
+    def _cached(self, key: object) -> np.ndarray | None:
+        value = self._cache.get(key)
+        if value is not None:
+            self._cache.move_to_end(key)
+        return value
+
+    def _remember(self, key: object, value: np.ndarray) -> np.ndarray:
+        self.dequantized_bytes += value.nbytes
+        if value.nbytes > self.max_cache_bytes:
+            return value
+        self._cache[key] = value
+        self._cached_bytes += value.nbytes
+        while self._cached_bytes > self.max_cache_bytes:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
+        return value
+
+    # ---- access ------------------------------------------------------------------
+    def get(self, name: str) -> np.ndarray:
+        """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in])."""
+        value = self._cached(name)
+        if value is None:
+            t = self.file.tensors[name]
+            flat = dequantize_rows(self.file.tensor_bytes(name), t.ggml_type, t.shape[0], name)
+            value = self._remember(name, flat.reshape(t.np_shape))
+        return value
+
+    def expert(self, name: str, e: int) -> np.ndarray:
+        """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in]."""
+        key = (name, e)
+        value = self._cached(key)
+        if value is None:
+            t = self.file.tensors[name]
+            per = t.nbytes // t.shape[2]
+            raw = self.file.tensor_bytes(name)[e * per : (e + 1) * per]
+            flat = dequantize_rows(raw, t.ggml_type, t.shape[0], name)
+            value = self._remember(key, flat.reshape(t.shape[1], t.shape[0]))
+        return value
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a matrix (an embedding lookup): [len(ids), ne0]."""
+        whole = self._cached(name)
+        if whole is not None:
+            return whole[ids]
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))
+        return dequantize_rows(np.ascontiguousarray(raw[ids]), t.ggml_type, t.shape[0], name)
+
+    def expert_nbytes(self, name: str) -> int:
+        """Stored bytes of one expert's slice of a stacked expert tensor."""
+        t = self.file.tensors[name]
+        return t.nbytes // t.shape[2]
