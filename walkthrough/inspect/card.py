@@ -4,85 +4,54 @@
 `{arch}.attention.head_count`, ...) and the tensor table, and derives what the
 later stages need: parameters total and active per token, bytes by tensor group
 and by ggml type (the quant mix), bits per weight, bytes read per decoded token,
-KV cache bytes per token at F16/Q8_0/Q4_0, and the kind of every layer (full
-attention, linear attention with a fixed state, MoE or dense FFN).
+KV cache bytes per token at F16/Q8_0/Q4_0, and the kind of every layer (full,
+sliding-window or linear attention with a fixed state; MoE or dense FFN).
+No tensor data is read: a header-only file gives the same card.
 
 What is not known is left as None and its name listed in `card.unknown`, so an
-unfamiliar architecture still gets every number its tensor table allows.
+unfamiliar architecture still gets every number its tensor table allows: the
+layer count from `blk.N.*` names, the width and vocabulary from the embedding's
+shape, the expert count from the expert tensors' last dimension, and the KV
+width of a layer from its `attn_k`/`attn_v` output sizes.
 
 Counting rules (worked example, a qwen2moe layer with 8 experts, 2 used): the
 routed expert tensors `blk.N.ffn_{gate,up,down}_exps.weight` count 2/8 of their
 parameters and bytes as active; the token embedding counts one row (a lookup,
-not a matmul); everything else (attention, norms, router, shared expert, output
-head) counts fully. Layers that only serve multi-token prediction
-(`{arch}.nextn_predict_layers`) are listed but not counted as read per token.
+not a matmul) unless the output head reuses it (tied embeddings: the head reads
+all of it, so it counts fully, once); everything else (attention, norms, router,
+shared expert, output head) counts fully. Layers that only serve multi-token
+prediction (`{arch}.nextn_predict_layers`) are listed but neither counted as
+active nor given a KV cache.
+
+Not handled: KV caches shared between layers (`attention.shared_kv_layers`),
+MLA's compressed cache beyond what `key_length`/`value_length` declare, and the
+recurrent states of layer types other than Mamba-style SSM / Gated DeltaNet,
+RWKV and short convolutions (their state is listed as unknown).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
-
-# Tensor groups, in display order. `tensor_group` maps a tensor name onto one.
-GROUPS = (
-    "embedding",
-    "attention",
-    "linear_attention",
-    "norm",
-    "router",
-    "experts",
-    "shared_expert",
-    "ffn",
-    "output",
-    "other",
+from walkthrough.inspect.hparams import Hparams, recurrent_state_values, swa_flags
+from walkthrough.inspect.tensors import (
+    GROUPS,
+    embedding_rows,
+    layer_parts,
+    tensor_group,
+    tensor_layer,
 )
+
+__all__ = ["GROUPS", "KV_CACHE_TYPES", "LayerInfo", "ModelCard", "build_card", "tensor_group", "tensor_layer",
+           "type_bytes_per_value"]
+
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
-RECURRENT_STATE_BYTES_PER_VALUE = 4  # llama.cpp keeps conv and delta-net states in F32
-
-_LAYER_NAME = re.compile(r"^blk\.(\d+)\.(.+)$")
-
-
-def tensor_group(name: str) -> str:
-    """The group a tensor belongs to, from its llama.cpp name.
-
-    Example: `blk.3.ffn_up_exps.weight` -> "experts", `blk.0.ssm_a` -> "linear_attention".
-    """
-    m = _LAYER_NAME.match(name)
-    if m is None:
-        if name.startswith("token_embd") and "norm" not in name:
-            return "embedding"
-        if name.startswith("output_norm") or name.endswith("_norm.weight"):
-            return "norm"
-        if name.startswith("output"):
-            return "output"
-        return "other"
-    part = m.group(2)
-    if part.startswith("ffn_gate_inp"):
-        return "router"
-    if "norm" in part:
-        return "norm"
-    if "_exps" in part:
-        return "experts"
-    if "_shexp" in part:
-        return "shared_expert"
-    if part.startswith("ssm_"):
-        return "linear_attention"
-    if part.startswith("attn_"):
-        return "attention"
-    if part.startswith("ffn_"):
-        return "ffn"
-    return "other"
-
-
-def tensor_layer(name: str) -> int | None:
-    """Layer index of a `blk.N.*` tensor, None for the others."""
-    m = _LAYER_NAME.match(name)
-    return int(m.group(1)) if m else None
+RECURRENT_STATE_BYTES_PER_VALUE = 4  # llama.cpp keeps conv and recurrent states in F32 (llama-model.cpp, type_r/type_s)
+MAX_LAYERS = 16384  # far above any published model; a larger count is corrupt metadata
 
 
 def type_bytes_per_value(type_name: str) -> float:
@@ -93,17 +62,21 @@ def type_bytes_per_value(type_name: str) -> float:
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """What one block does."""
+    """What one block does, and what it costs."""
 
     index: int
-    attention: str  # "full", "linear" (fixed recurrent state), "sliding", "none", "unknown"
+    attention: str  # "full", "sliding", "linear" (fixed recurrent state), "none", "unknown"
     ffn: str  # "moe", "dense", "none"
     n_head_kv: int | None
     keeps_kv: bool  # adds K and V rows per token
-    state_bytes: int  # fixed recurrent state (conv + delta-net), 0 for attention layers
-    sliding_window: int | None = None
+    state_bytes: int | None  # fixed recurrent state (conv + recurrent), 0 for other layers, None if unknown
+    sliding_window: int | None = None  # positions kept by a sliding-window layer
     mtp: bool = False  # multi-token-prediction block, not run for ordinary decoding
     shared_expert: bool = False
+    n_ff: int | None = None  # dense FFN width of this layer (per-layer arrays differ); None for MoE layers
+    kv_values_per_token: int | None = 0  # K plus V values added per token; None if unknown
+    n_params: int = 0  # parameters in this layer's tensors
+    nbytes: int = 0  # bytes of this layer's tensors in the file
 
 
 @dataclass(frozen=True)
@@ -116,32 +89,34 @@ class ModelCard:
     n_tensors: int
     n_layers: int | None  # trunk layers (without multi-token-prediction blocks)
     n_embd: int | None
-    n_head: int | None
-    n_head_kv: int | None
+    n_head: int | None  # largest over layers when given per layer
+    n_head_kv: int | None  # largest over layers when given per layer (see LayerInfo.n_head_kv)
     head_dim_k: int | None
     head_dim_v: int | None
     context_length: int | None
     rope_base: float | None
     rope_dims: int | None
     vocab_size: int | None
-    n_ff: int | None
+    n_ff: int | None  # largest over layers when given per layer (see LayerInfo.n_ff)
     n_experts: int
-    n_experts_used: int
+    n_experts_used: int | None
     n_shared_experts: int
     expert_ff: int | None
     shared_expert_ff: int | None
     norm_eps: float | None
     layers: tuple[LayerInfo, ...]
     n_params: int
-    n_params_active: int
+    n_params_active: int | None
     params_by_group: dict[str, int]
     bytes_by_group: dict[str, int]
     bytes_by_type: dict[str, int]  # the quant mix: ggml type name -> bytes
     params_by_type: dict[str, int]
-    bytes_per_token: int  # weight bytes read to decode one token, in stored formats
+    bytes_per_token: int | None  # weight bytes read to decode one token, in stored formats
     bytes_per_token_by_group: dict[str, int]
-    kv_bytes_per_token: dict[str, int]  # cache type -> bytes per token over layers that keep KV
-    state_bytes: int  # fixed recurrent state over all linear-attention layers
+    kv_bytes_per_token: dict[str, int | None]  # cache type -> bytes per token over layers that keep KV
+    state_bytes: int | None  # fixed recurrent state over all linear-attention layers
+    n_mtp_layers: int = 0
+    tied_embeddings: bool = False  # no output.weight: the head reuses the token embedding
     unknown: tuple[str, ...] = field(default=())
 
     @property
@@ -161,122 +136,112 @@ class ModelCard:
 
     @property
     def linear_layers(self) -> list[int]:
-        return [layer.index for layer in self.layers if layer.attention == "linear"]
+        return [layer.index for layer in self.layers if layer.attention == "linear" and not layer.mtp]
 
-    def kv_bytes(self, n_tokens: int, cache_type: str = "f16") -> int:
-        """KV cache bytes for n_tokens positions at a cache type."""
-        return self.kv_bytes_per_token[cache_type] * n_tokens
+    def kv_bytes(self, n_tokens: int, cache_type: str = "f16") -> int | None:
+        """KV cache bytes for n_tokens positions at a cache type (sliding layers keep at most their window)."""
+        per_value = type_bytes_per_value(cache_type)
+        total = 0.0
+        for layer in self.layers:
+            if not layer.keeps_kv:
+                continue
+            if layer.kv_values_per_token is None:
+                return None
+            kept = min(n_tokens, layer.sliding_window) if layer.sliding_window else n_tokens
+            total += layer.kv_values_per_token * per_value * kept
+        return round(total)
 
 
-class _Hparams:
-    """Typed access to `{arch}.*` keys, remembering which were missing."""
+class CardError(WalkthroughError):
+    """The metadata describes a model no file could hold (a corrupt or hostile header)."""
 
-    def __init__(self, f: GGUFFile, arch: str):
-        self.f, self.arch, self.missing = f, arch, []
 
-    def raw(self, suffix: str) -> Any:
-        return self.f.get(f"{self.arch}.{suffix}")
+def _layer_count(f: GGUFFile, hp: Hparams) -> int | None:
+    """`block_count`, or one more than the largest `blk.N` index; refused when implausibly large."""
+    n = hp.int("block_count")
+    source = f"{hp.arch}.block_count = {n}"
+    if n is None:
+        n = 1 + max((i for i in map(tensor_layer, f.tensors) if i is not None), default=-1)
+        source = f"tensor blk.{n - 1}.*"
+        n = n or None
+    if n is not None and n > MAX_LAYERS:
+        raise CardError(f"{f.path.name}: {source} means {n} layers, more than any model has "
+                        f"(limit {MAX_LAYERS}); the file's metadata is corrupt")
+    return n
 
-    def int(self, suffix: str, *, note: bool = True) -> int | None:
-        value = self.raw(suffix)
-        if value is None:
-            if note:
-                self.missing.append(suffix)
-            return None
-        if hasattr(value, "__len__"):  # a per-layer array: report the largest
-            return int(max(value)) if len(value) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return int(value)
+
+def _kv_from_tensors(parts: dict[str, TensorInfo]) -> int | None:
+    """K plus V output width of a layer from its projection shapes (ggml order: out is shape[1])."""
+    k, v = parts.get("attn_k.weight"), parts.get("attn_v.weight")
+    if k is None or v is None or len(k.shape) < 2 or len(v.shape) < 2:
         return None
-
-    def per_layer(self, suffix: str, n_layers: int) -> list[int | None]:
-        """A key that may be one number or one per layer."""
-        value = self.raw(suffix)
-        if value is None:
-            return [None] * n_layers
-        if hasattr(value, "__len__") and not isinstance(value, str):
-            values = [int(v) for v in value]
-            return (values + [None] * n_layers)[:n_layers]
-        return [int(value)] * n_layers
-
-    def float(self, suffix: str) -> float | None:
-        value = self.raw(suffix)
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return k.shape[1] + v.shape[1]
 
 
-def _layer_parts(tensors: dict[str, TensorInfo]) -> dict[int, set[str]]:
-    parts: dict[int, set[str]] = {}
-    for name in tensors:
-        m = _LAYER_NAME.match(name)
-        if m:
-            parts.setdefault(int(m.group(1)), set()).add(m.group(2).rsplit(".", 1)[0])
-    return parts
-
-
-def _recurrent_flags(hp: _Hparams, n_all: int, n_trunk: int, parts: dict[int, set[str]]) -> list[bool]:
-    """Which layers are linear attention: an explicit per-layer array, the interval, or the tensors."""
-    explicit = hp.raw("attention.recurrent_layers")
-    if explicit is not None and hasattr(explicit, "__len__") and len(explicit) >= n_all:
-        return [bool(explicit[i]) for i in range(n_all)]
-    interval = hp.int("full_attention_interval", note=False)
-    if interval:
-        return [i < n_trunk and (i + 1) % interval != 0 for i in range(n_all)]
-    return [any(p.startswith("ssm_") for p in parts.get(i, ())) for i in range(n_all)]
-
-
-def _state_bytes(hp: _Hparams) -> int:
-    """Conv state plus delta-net/SSM state of one linear-attention layer (F32), as llama.cpp sizes them."""
-    d_conv = hp.int("ssm.conv_kernel", note=False) or 0
-    d_inner = hp.int("ssm.inner_size", note=False) or 0
-    d_state = hp.int("ssm.state_size", note=False) or 0
-    n_group = hp.int("ssm.group_count", note=False) or 0
-    conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
-    ssm = d_state * d_inner
-    return (conv + ssm) * RECURRENT_STATE_BYTES_PER_VALUE
-
-
-def _layers(hp: _Hparams, f: GGUFFile, n_all: int, n_trunk: int, head_k: int | None, head_v: int | None):
-    parts = _layer_parts(f.tensors)
-    recurrent = _recurrent_flags(hp, n_all, n_trunk, parts)
+def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> tuple[LayerInfo, ...]:
+    parts = layer_parts(f.tensors, n_all)
     kv_heads = hp.per_layer("attention.head_count_kv", n_all)
+    n_ff = hp.per_layer("feed_forward_length", n_all)
+    recurrent = hp.recurrent_flags(n_all, n_trunk, parts, kv_heads)
+    sliding = swa_flags(hp, n_all, n_trunk)
     windows = hp.per_layer("attention.sliding_window", n_all)
-    swa_pattern = hp.raw("attention.sliding_window_pattern")
-    state = _state_bytes(hp)
+    state_values = recurrent_state_values(hp, dims["n_embd"])
+    leading_dense = hp.int("leading_dense_block_count") or 0
     layers = []
     for i in range(n_all):
-        p = parts.get(i, set())
+        p = parts[i]
+        names = {n.rsplit(".", 1)[0] for n in p}
         mtp = i >= n_trunk
-        has_attn = any(x.startswith(("attn_q", "attn_k", "attn_v", "attn_qkv")) for x in p)
+        heads = kv_heads[i] if kv_heads[i] is not None else dims["n_head_kv"]
+        has_attn = any(x.startswith(("attn_q", "attn_k", "attn_v", "attn_qkv")) for x in names)
         if recurrent[i]:
             attention = "linear"
         elif kv_heads[i] == 0:
             attention = "none"
         elif has_attn or (not p and hp.raw("attention.head_count") is not None):
-            attention = "full"  # a header without this layer's tensors: the metadata describes attention
+            attention = "full"  # a layer without tensors in the file: the metadata describes attention
         else:
-            attention = "unknown" if not p else "none"
+            attention = "none" if p else "unknown"
         window = None
-        if attention == "full" and windows[i]:
-            sliding = True
-            if hasattr(swa_pattern, "__len__"):
-                sliding = i < len(swa_pattern) and bool(swa_pattern[i])
-            elif isinstance(swa_pattern, int) and swa_pattern > 0:
-                sliding = (i + 1) % swa_pattern != 0  # llama.cpp: every n-th layer is dense
-            if sliding:
-                attention, window = "sliding", windows[i]
-        ffn = "moe" if any("_exps" in x for x in p) else "dense" if any(x.startswith("ffn_up") for x in p) else "none"
-        keeps_kv = attention in ("full", "sliding") and not mtp and head_k is not None
+        if attention == "full" and sliding[i] and windows[i]:
+            attention, window = "sliding", windows[i]
+        if any("_exps" in x for x in names):
+            ffn = "moe"
+        elif any(x.startswith(("ffn_up", "ffn_gate", "ffn_down", "channel_mix")) and "_shexp" not in x
+                 and not x.startswith("ffn_gate_inp") for x in names):
+            ffn = "dense"
+        elif not p and dims["n_experts"] and i >= leading_dense:
+            ffn = "moe"
+        elif not p and n_ff[i]:
+            ffn = "dense"
+        else:
+            ffn = "none"
+        keeps_kv = attention in ("full", "sliding") and not mtp
+        kv_values = 0
+        if keeps_kv:
+            kv_values = None
+            if heads is not None and dims["head_k"] is not None and dims["head_v"] is not None:
+                kv_values = heads * (dims["head_k"] + dims["head_v"])
+            else:
+                kv_values = _kv_from_tensors(p)
+        state = 0
+        if attention == "linear":
+            state = None if state_values is None else state_values * RECURRENT_STATE_BYTES_PER_VALUE
         layers.append(
             LayerInfo(
                 index=i,
                 attention=attention,
                 ffn=ffn,
-                n_head_kv=kv_heads[i],
+                n_head_kv=heads if attention in ("full", "sliding") else None,
                 keeps_kv=keeps_kv,
-                state_bytes=state if attention == "linear" else 0,
+                state_bytes=state,
                 sliding_window=window,
                 mtp=mtp,
-                shared_expert=any("_shexp" in x and not x.startswith("ffn_gate_inp") for x in p),
+                shared_expert=any("_shexp" in x and not x.startswith("ffn_gate_inp") for x in names),
+                n_ff=n_ff[i] if ffn == "dense" else None,
+                kv_values_per_token=kv_values,
+                n_params=sum(t.n_elements for t in p.values()),
+                nbytes=sum(t.nbytes for t in p.values()),
             )
         )
     return tuple(layers)
@@ -290,38 +255,64 @@ def _group_of(t: TensorInfo, layers: tuple[LayerInfo, ...]) -> str:
     return group
 
 
-def _active_fraction(t: TensorInfo, group: str, layers, n_experts: int, n_used: int) -> float:
-    """Share of a tensor's weights read to decode one token."""
+def _active_share(t: TensorInfo, group: str, layers, n_experts: int, n_used: int | None, tied: bool):
+    """Share of a tensor's weights read to decode one token; None when it cannot be known."""
     layer = tensor_layer(t.name)
     if layer is not None and layer < len(layers) and layers[layer].mtp:
         return 0.0
-    if group == "experts" and n_experts:
+    if group == "experts":
+        if not n_experts or n_used is None:
+            return None
         return min(n_used, n_experts) / n_experts
-    if group == "embedding":
-        rows = t.n_elements // t.shape[0] if t.shape and t.shape[0] else 1
+    if group == "embedding" and not (tied and t.name == "token_embd.weight"):
+        rows = embedding_rows(t)
         return 1 / rows if rows else 0.0
     return 1.0
 
 
-def build_card(f: GGUFFile) -> ModelCard:
-    """Compute the card of an opened GGUF (metadata and tensor table only; no tensor data is read)."""
-    arch = str(f.get("general.architecture") or "unknown")
-    hp = _Hparams(f, arch)
-    n_all = hp.int("block_count")
-    n_nextn = hp.int("nextn_predict_layers", note=False) or 0
-    n_all = n_all if n_all is not None else 1 + max((tensor_layer(n) for n in f.tensors if tensor_layer(n) is not None), default=-1)
-    n_trunk = max(n_all - n_nextn, 0)
-    n_embd = hp.int("embedding_length")
+def _n_experts(f: GGUFFile, hp: Hparams) -> int:
+    """`expert_count`, else the last dimension of the routed expert tensors."""
+    n = hp.int("expert_count")
+    if n:
+        return n
+    shapes = [t.shape for t in f.tensors.values() if tensor_group(t.name) == "experts" and len(t.shape) >= 2]
+    return max((s[-1] for s in shapes), default=0)
+
+
+def _dims(f: GGUFFile, hp: Hparams) -> dict:
+    emb = f.tensors.get("token_embd.weight")
+    n_embd = hp.int("embedding_length") or (emb.shape[0] if emb is not None else None)
     n_head = hp.int("attention.head_count")
-    n_head_kv = hp.int("attention.head_count_kv", note=False) or n_head
-    head_k = hp.int("attention.key_length", note=False)
-    head_v = hp.int("attention.value_length", note=False)
+    head_k = hp.int("attention.key_length")
+    head_v = hp.int("attention.value_length")
     if head_k is None and n_embd and n_head:
         head_k = n_embd // n_head
-    head_v = head_v if head_v is not None else head_k
-    n_experts = hp.int("expert_count", note=False) or 0
-    n_used = hp.int("expert_used_count", note=False) or 0
-    layers = _layers(hp, f, n_all, n_trunk, head_k, head_v) if n_all else ()
+    return {
+        "n_embd": n_embd,
+        "n_head": n_head,
+        "n_head_kv": hp.int("attention.head_count_kv") or n_head,
+        "head_k": head_k,
+        "head_v": head_v if head_v is not None else head_k,
+        "n_experts": _n_experts(f, hp),
+    }
+
+
+def build_card(f: GGUFFile) -> ModelCard:
+    """Compute the card of an opened GGUF (metadata and tensor table only; no tensor data is read).
+
+    Raises:
+        CardError: the metadata claims an implausible number of layers.
+    """
+    arch = str(f.get("general.architecture") or "unknown")
+    hp = Hparams(f, arch)
+    n_all = _layer_count(f, hp)
+    n_nextn = min(hp.int("nextn_predict_layers") or 0, n_all or 0)
+    n_trunk = n_all - n_nextn if n_all is not None else None
+    dims = _dims(f, hp)
+    n_experts = dims["n_experts"]
+    n_used = hp.int("expert_used_count") if n_experts else 0
+    layers = _layers(f, hp, n_all, n_trunk, dims) if n_all else ()
+    tied = "output.weight" not in f.tensors and "token_embd.weight" in f.tensors
 
     params_by_group = dict.fromkeys(GROUPS, 0)
     bytes_by_group = dict.fromkeys(GROUPS, 0)
@@ -329,7 +320,7 @@ def build_card(f: GGUFFile) -> ModelCard:
     bytes_by_type: dict[str, int] = {}
     params_by_type: dict[str, int] = {}
     n_params = 0
-    active = 0.0
+    active: float | None = 0.0
     for t in f.tensors.values():
         group = _group_of(t, layers)
         n = t.n_elements
@@ -338,63 +329,94 @@ def build_card(f: GGUFFile) -> ModelCard:
         bytes_by_group[group] += t.nbytes
         bytes_by_type[t.type_name] = bytes_by_type.get(t.type_name, 0) + t.nbytes
         params_by_type[t.type_name] = params_by_type.get(t.type_name, 0) + n
-        share = _active_fraction(t, group, layers, n_experts, n_used)
-        active += n * share
-        read_by_group[group] += round(t.nbytes * share)
-    if "output.weight" not in f.tensors and "token_embd.weight" in f.tensors:
-        # Tied embeddings: the output head reads the whole embedding matrix each token.
-        emb = f.tensors["token_embd.weight"]
-        read_by_group["output"] += emb.nbytes
-        active += emb.n_elements
+        share = _active_share(t, group, layers, n_experts, n_used, tied)
+        if share is None:
+            active = None
+            continue
+        if active is not None:
+            active += n * share
+        if tied and t.name == "token_embd.weight":
+            # The lookup reads one row; the output head reads the whole matrix (the same bytes).
+            row = t.nbytes // (embedding_rows(t) or 1)
+            read_by_group["embedding"] += row
+            read_by_group["output"] += t.nbytes - row
+        else:
+            read_by_group[group] += round(t.nbytes * share)
 
-    kv_per_value = sum(
-        (layer.n_head_kv or n_head_kv or 0) * ((head_k or 0) + (head_v or 0)) for layer in layers if layer.keeps_kv
-    )
-    kv_bytes_per_token = {t: round(kv_per_value * type_bytes_per_value(t)) for t in KV_CACHE_TYPES}
+    kv_layers = [layer for layer in layers if layer.keeps_kv]
+    kv_values = None if any(x.kv_values_per_token is None for x in kv_layers) else sum(
+        x.kv_values_per_token for x in kv_layers)
+    kv_bytes_per_token = {
+        c: None if kv_values is None else round(kv_values * type_bytes_per_value(c)) for c in KV_CACHE_TYPES
+    }
+    trunk_states = [layer.state_bytes for layer in layers if layer.attention == "linear" and not layer.mtp]
+    state_bytes = None if None in trunk_states else sum(trunk_states)
     vocab = _vocab_size(f, hp)
-    unknown = tuple(dict.fromkeys(hp.missing + ([] if vocab else ["vocab_size"])))
-    return ModelCard(
+    card = ModelCard(
         architecture=arch,
         name=f.get("general.name") if isinstance(f.get("general.name"), str) else None,
         file_size=f.file_size,
         n_tensors=len(f.tensors),
         n_layers=n_trunk,
-        n_embd=n_embd,
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        head_dim_k=head_k,
-        head_dim_v=head_v,
+        n_embd=dims["n_embd"],
+        n_head=dims["n_head"],
+        n_head_kv=dims["n_head_kv"],
+        head_dim_k=dims["head_k"],
+        head_dim_v=dims["head_v"],
         context_length=hp.int("context_length"),
         rope_base=hp.float("rope.freq_base"),
-        rope_dims=hp.int("rope.dimension_count", note=False) or head_k,
+        rope_dims=hp.int("rope.dimension_count") or dims["head_k"],
         vocab_size=vocab,
-        n_ff=hp.int("feed_forward_length", note=False),
+        n_ff=hp.int("feed_forward_length"),
         n_experts=n_experts,
         n_experts_used=n_used,
-        n_shared_experts=hp.int("expert_shared_count", note=False) or int(any(layer.shared_expert for layer in layers)),
-        expert_ff=hp.int("expert_feed_forward_length", note=False),
-        shared_expert_ff=hp.int("expert_shared_feed_forward_length", note=False),
+        n_shared_experts=hp.int("expert_shared_count") or int(any(x.shared_expert for x in layers)),
+        expert_ff=hp.int("expert_feed_forward_length"),
+        shared_expert_ff=hp.int("expert_shared_feed_forward_length"),
         norm_eps=hp.float("attention.layer_norm_rms_epsilon") or hp.float("attention.layer_norm_epsilon"),
         layers=layers,
         n_params=n_params,
-        n_params_active=round(active),
+        n_params_active=None if active is None else round(active),
         params_by_group={g: v for g, v in params_by_group.items() if v},
         bytes_by_group={g: v for g, v in bytes_by_group.items() if v},
         bytes_by_type=bytes_by_type,
         params_by_type=params_by_type,
-        bytes_per_token=sum(read_by_group.values()),
+        bytes_per_token=None if active is None else sum(read_by_group.values()),
         bytes_per_token_by_group={g: v for g, v in read_by_group.items() if v},
         kv_bytes_per_token=kv_bytes_per_token,
-        state_bytes=sum(layer.state_bytes for layer in layers if not layer.mtp),
-        unknown=unknown,
+        state_bytes=state_bytes,
+        n_mtp_layers=n_nextn,
+        tied_embeddings=tied,
+        unknown=(),
     )
+    return _with_unknowns(card, hp)
 
 
-def _vocab_size(f: GGUFFile, hp: _Hparams) -> int | None:
-    field = f.fields.get("tokenizer.ggml.tokens")
-    if field is not None and field.is_array:
-        return field.count
-    v = hp.int("vocab_size", note=False)
+# Card fields every language model has; None for one of these means the file does not say.
+# (rope_base is not among them: llama.cpp assumes 10000 when it is absent, and some models have no RoPE.)
+_EXPECTED = ("n_layers", "n_embd", "n_head", "head_dim_k", "context_length", "vocab_size")
+
+
+def _with_unknowns(card: ModelCard, hp: Hparams) -> ModelCard:
+    """The card with `unknown` listing each number the file does not determine."""
+    names = [name for name in _EXPECTED if getattr(card, name) is None]
+    if card.is_moe and card.n_experts_used is None:
+        names += ["n_experts_used", "n_params_active", "bytes_per_token"]
+    if card.kv_bytes_per_token["f16"] is None:
+        names.append("kv_bytes_per_token")
+    if card.state_bytes is None:
+        names.append("state_bytes")
+    if any(layer.attention == "unknown" for layer in card.layers):
+        names.append("layer_kinds")
+    names += hp.notes
+    return ModelCard(**{**card.__dict__, "unknown": tuple(dict.fromkeys(names))})
+
+
+def _vocab_size(f: GGUFFile, hp: Hparams) -> int | None:
+    field_ = f.fields.get("tokenizer.ggml.tokens")
+    if field_ is not None and field_.is_array:
+        return field_.count
+    v = hp.int("vocab_size")
     if v:
         return v
     emb = f.tensors.get("token_embd.weight")
