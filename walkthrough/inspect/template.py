@@ -1,0 +1,275 @@
+"""Chat templates: find them in a GGUF, read a messages file, and render both the way transformers does.
+
+Rendering follows Hugging Face transformers' `render_jinja_template` (which wrote
+the reference texts in `../shared/fixtures/templates/`): an immutable jinja sandbox
+with `trim_blocks`, `lstrip_blocks` and the loop-controls extension; a `tojson`
+filter that does not HTML-escape (`ensure_ascii=False`, `indent=None`,
+`separators=None`, `sort_keys=False` by default, all overridable from the
+template); the globals `raise_exception(message)` and `strftime_now(format)`;
+and the variables `messages`, `tools=None`, `documents=None`,
+`add_generation_prompt`, `bos_token`, `eos_token` plus any extra keyword (e.g.
+`enable_thinking=False`). On top of transformers, the template runs under the
+time and size limits of `walkthrough.inspect.sandbox`.
+
+`strftime_now` reads the clock, or `SOURCE_DATE_EPOCH` (seconds since 1970, read
+as UTC) when it is set, so screencasts and tests render the same date every run.
+
+Example:
+    >>> render("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}",
+    ...        [{"role": "user", "content": "hi"}], bos_token="<s>")
+    '<s>[user] hi'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2.ext
+from gguf.constants import Keys
+
+from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.sandbox import (
+    DEFAULT_LIMITS,
+    BoundedSandbox,
+    Limits,
+    TemplateError,
+    compile_source,
+    run,
+)
+from walkthrough.textsafe import visible
+
+__all__ = [
+    "DEFAULT_NAME",
+    "Limits",
+    "MessagesError",
+    "TemplateError",
+    "chat_templates",
+    "check_messages",
+    "load_messages",
+    "load_template_file",
+    "render",
+    "select_template",
+]
+
+DEFAULT_NAME = "default"  # the name `chat_templates` gives `tokenizer.chat_template`
+_NAMED_PREFIX = Keys.Tokenizer.CHAT_TEMPLATE_N.split("{", 1)[0]  # "tokenizer.chat_template."
+
+
+class MessagesError(WalkthroughError):
+    """A messages file is not a JSON list of {"role", "content"} objects; the message says where."""
+
+
+# ---- templates in a file --------------------------------------------------------
+def chat_templates(f: Any) -> dict[str, str]:
+    """Every chat template stored in an opened GGUF: `tokenizer.chat_template` as "default",
+    `tokenizer.chat_template.NAME` as NAME (llama.cpp's named templates, e.g. "tool_use").
+
+    Args:
+        f: a `GGUFFile` (anything with `.fields` and `.get(key)`).
+
+    Raises:
+        TemplateError: a template key holds something other than text.
+    """
+    found: dict[str, str] = {}
+    keys = [Keys.Tokenizer.CHAT_TEMPLATE] + sorted(k for k in f.fields if k.startswith(_NAMED_PREFIX))
+    for key in keys:
+        if key not in f.fields:
+            continue
+        value = f.get(key)
+        if not isinstance(value, str):
+            raise TemplateError(f"metadata key {visible(key)} holds a {type(value).__name__}, not template text")
+        found[DEFAULT_NAME if key == Keys.Tokenizer.CHAT_TEMPLATE else key[len(_NAMED_PREFIX):]] = value
+    return found
+
+
+def select_template(f: Any, name: str | None = None, *, where: str = "the model") -> str:
+    """The template called `name` (default: "default") among `chat_templates(f)`.
+
+    Raises:
+        TemplateError: no such template; the message lists the ones there are.
+    """
+    templates = chat_templates(f)
+    name = name or DEFAULT_NAME
+    if name in templates:
+        return templates[name]
+    if not templates:
+        raise TemplateError(f"{where} has no chat template ({Keys.Tokenizer.CHAT_TEMPLATE}); pass --template FILE")
+    names = ", ".join(visible(n) for n in templates)
+    raise TemplateError(f"{where} has no chat template named {visible(name)!r}; it has: {names}")
+
+
+def load_template_file(path: str | os.PathLike) -> str:
+    """The text of a template file (UTF-8).
+
+    Raises:
+        TemplateError: the file cannot be read or is not UTF-8 text.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TemplateError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise TemplateError(f"{path}: cannot read the template ({exc.strerror or exc})") from None
+
+
+# ---- messages ------------------------------------------------------------------------
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if value is None:
+        return "null"
+    kinds = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def check_messages(data: Any, origin: str = "messages") -> list[dict]:
+    """`data` if it is a list of {"role": str, "content": str | list of parts | null} objects.
+
+    Other keys (tool_calls, reasoning_content, name, ...) pass through untouched.
+
+    Raises:
+        MessagesError: naming the first item (counting from 1) that is wrong and how.
+    """
+    if not isinstance(data, list):
+        raise MessagesError(
+            f'{origin}: expected a JSON list of {{"role", "content"}} objects, found {_json_kind(data)}'
+        )
+    if not data:
+        raise MessagesError(f"{origin}: the list of messages is empty; give at least one message")
+    for n, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            raise MessagesError(f"{origin}: item {n} is {_json_kind(item)}, not an object with 'role' and 'content'")
+        if "role" not in item:
+            raise MessagesError(f"{origin}: item {n} has no 'role'")
+        if not isinstance(item["role"], str) or not item["role"]:
+            raise MessagesError(f"{origin}: item {n} has a 'role' that is {_json_kind(item['role'])}, not a name")
+        if "content" not in item:
+            raise MessagesError(f"{origin}: item {n} has no 'content'")
+        content = item["content"]
+        if isinstance(content, list):
+            for k, part in enumerate(content, 1):
+                if not isinstance(part, dict):
+                    raise MessagesError(
+                        f"{origin}: item {n}, content part {k} is {_json_kind(part)}, not an object"
+                    )
+        elif content is not None and not isinstance(content, str):
+            raise MessagesError(
+                f"{origin}: item {n} has a 'content' that is {_json_kind(content)}; "
+                "give text, a list of parts, or null"
+            )
+    return data
+
+
+def load_messages(path: str | os.PathLike) -> list[dict]:
+    """Read and check a messages file (a JSON list of {"role", "content"} objects).
+
+    Raises:
+        MessagesError: unreadable, not JSON, or not shaped like messages (the message says where).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise MessagesError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise MessagesError(f"{path}: cannot read the messages ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MessagesError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise MessagesError(f"{path}: JSON nested too deeply") from None
+    return check_messages(data, str(path))
+
+
+# ---- rendering -------------------------------------------------------------------------
+def _raise_exception(message: Any) -> None:
+    raise TemplateError(f"refused the messages: {visible(str(message))}")
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # transformers' replacement for jinja's tojson: no HTML escaping, json.dumps options exposed.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+@lru_cache(maxsize=1)
+def _environment() -> BoundedSandbox:
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.set_filter("tojson", _tojson)
+    return env
+
+
+@lru_cache(maxsize=32)
+def _compiled(source: str, origin: str):
+    return compile_source(_environment(), source, origin)
+
+
+def pinned_now() -> datetime | None:
+    """The time `SOURCE_DATE_EPOCH` pins (UTC), or None when it is not set.
+
+    Raises:
+        TemplateError: SOURCE_DATE_EPOCH is set but is not a whole number of seconds.
+    """
+    raw = os.environ.get("SOURCE_DATE_EPOCH")
+    if raw is None or raw == "":
+        return None
+    try:
+        return datetime.fromtimestamp(int(raw), tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise TemplateError(
+            f"SOURCE_DATE_EPOCH={visible(raw)!r} is not a whole number of seconds since 1970; fix or unset it"
+        ) from None
+
+
+def render(
+    source: str,
+    messages: list[dict],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    origin: str = "chat template",
+    limits: Limits = DEFAULT_LIMITS,
+    cancel: threading.Event | None = None,
+    now: datetime | None = None,
+    **extra: Any,
+) -> str:
+    """Render a chat template for `messages`, exactly as transformers would.
+
+    Args:
+        source: the template text.
+        messages: checked messages (see `check_messages`).
+        origin: how errors name the template ("chat template of model.gguf").
+        limits: time and size bounds (the sandbox's defaults: 1.5 s, 16 Mi characters).
+        cancel: set it from another thread to stop the render.
+        now: the time `strftime_now` shows; default `SOURCE_DATE_EPOCH` if set, else the clock.
+        extra: more template variables (`tools`, `documents`, `enable_thinking`, ...).
+
+    Raises:
+        TemplateError: the template is not valid Jinja, raised (e.g. "System role not supported"),
+            broke a sandbox rule, or ran out of time or room.
+    """
+    template = _compiled(source, origin)
+    clock = now or pinned_now()
+
+    def strftime_now(fmt: str) -> str:
+        return (clock or datetime.now()).strftime(fmt)
+
+    variables: dict[str, Any] = {
+        "raise_exception": _raise_exception,
+        "strftime_now": strftime_now,
+        "tools": None,
+        "documents": None,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        **extra,
+        "messages": messages,
+        "add_generation_prompt": add_generation_prompt,
+    }
+    return run(template, variables, limits=limits, cancel=cancel, origin=origin)
