@@ -1,0 +1,43 @@
+"""Helpers for the app's Pilot tests: build the app on a file, wait for its workers, read the screen as text."""
+
+from __future__ import annotations
+
+import io
+import re
+from html import unescape
+
+from rich.console import Console
+
+from walkthrough.app import WalkthroughApp, make_app
+
+SIZES = {"small": (80, 24), "large": (120, 40)}
+
+
+def app_for(path, messages=None, **options) -> WalkthroughApp:
+    """The app on a model file, with a message list (default: one user message)."""
+    chat = messages if messages is not None else [{"role": "user", "content": "hello"}]
+    return make_app(str(path), chat, **options)
+
+
+async def settle(pilot) -> None:
+    """Wait until every worker is done and the screen has caught up."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def screen_text(app: WalkthroughApp) -> str:
+    """What the terminal shows now, as plain text (one line per row)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                      color_system=None, legacy_windows=False, force_terminal=False)
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    console.print(update)
+    return console.export_text(styles=False)
+
+
+def svg_text(svg: str) -> str:
+    """The visible characters of an SVG screenshot (Textual writes one <text> per run of cells)."""
+    runs = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    return unescape("".join(runs)).replace("\xa0", " ")

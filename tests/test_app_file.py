@@ -1,0 +1,95 @@
+"""Pilot tests of the File stage: overview figures from the card, the tensor filter, odd and hostile files."""
+
+from __future__ import annotations
+
+from app_support import app_for, screen_text, settle
+from gguf.constants import GGMLQuantizationType as Q
+from gguf.constants import GGUFValueType as V
+from gguf_builder import Tensor, write_gguf
+from textual.widgets import DataTable
+
+from walkthrough.inspect.card import build_card, tensor_group
+from walkthrough.inspect.gguf import open_gguf
+from walkthrough.textsafe import visible
+
+
+async def test_overview_shows_the_cards_figures(fixtures_dir):
+    path = fixtures_dir / "reference" / "ref-qwen3moe-q8_0.gguf"
+    with open_gguf(path) as f:
+        card = build_card(f)
+        n_tensors, n_keys = len(f.tensors), len(f.fields)
+    app = app_for(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+    assert f"{n_keys} metadata keys, {n_tensors} tensors" in text
+    assert card.architecture in text
+    assert f"{card.bits_per_weight:.2f} bits per weight" in text
+    assert f"{card.n_experts} routed, {card.n_experts_used} used per token" in text
+    assert "The engine can run this file" in text
+
+
+async def test_tensor_filter_keeps_matching_rows(fixtures_dir):
+    path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
+    with open_gguf(path) as f:
+        names = list(f.tensors)
+        expected = sum(1 for n in names if "exps" in n or "exps" in tensor_group(n))
+    app = app_for(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one("#tensor-table", DataTable)
+        assert table.row_count == len(names)
+        await pilot.press("slash", *"exps", "enter")
+        await pilot.pause()
+        assert 0 < expected < len(names)
+        assert table.row_count == expected
+        assert app.screen.focused is table  # enter leaves the filter, so n/p move stages again
+
+
+async def test_views_cycle_with_v(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-llama-q4_0.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        assert "attn_q.weight" in screen_text(app)
+        await pilot.press("v")
+        await pilot.pause()
+        assert "general.architecture" in screen_text(app)
+
+
+async def test_vocabulary_only_file_opens_and_says_it_cannot_run(fixtures_dir):
+    path = fixtures_dir / "vocab" / "ggml-vocab-llama-spm.gguf"
+    with open_gguf(path) as f:
+        n_keys = len(f.fields)
+    app = app_for(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+    assert f"{n_keys} metadata keys, 0 tensors" in text
+    assert "The engine cannot run this file" in text
+
+
+async def test_hostile_metadata_is_shown_literally(tmp_path):
+    name = "[bold red]boom[/] \x1b]0;pwned\x07"
+    path = tmp_path / "hostile.gguf"
+    write_gguf(
+        path,
+        {"general.architecture": (V.STRING, "llama"), "general.name": (V.STRING, name)},
+        [Tensor("token_embd.weight", (32, 4), Q.F32)],
+    )
+    app = app_for(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+    assert visible(name) in text  # markup kept as characters, the escape made visible
+    assert "\x1b]0;" not in text
+
+
+async def test_a_file_that_is_not_gguf_ends_the_app_with_one_line(tmp_path):
+    path = tmp_path / "notes.gguf"
+    path.write_bytes(b"this is not a model file at all" * 4)
+    app = app_for(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+    assert app.return_code == 2
+    assert app.error and "notes.gguf" in app.error and "\n" not in app.error

@@ -1,0 +1,96 @@
+"""Pilot tests of what every stage shares: moving between stages, help, glossary, the palette, the CLI."""
+
+from __future__ import annotations
+
+from app_support import app_for, screen_text, settle
+
+from walkthrough import cli
+from walkthrough.screens.base import STAGE_IDS
+from walkthrough.screens.glossary import GlossaryScreen, load_terms
+from walkthrough.screens.help import HelpScreen
+
+
+async def test_n_p_tab_and_numbers_move_between_stages(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.current_mode == STAGE_IDS[0]
+        await pilot.press("n")
+        assert app.current_mode == STAGE_IDS[1]
+        await pilot.press("tab")
+        assert app.current_mode == STAGE_IDS[2]
+        await pilot.press("p", "shift+tab")
+        assert app.current_mode == STAGE_IDS[0]
+        await pilot.press("p")
+        assert app.current_mode == STAGE_IDS[0]  # the first stage stays put
+        await pilot.press(str(len(STAGE_IDS)))
+        assert app.current_mode == STAGE_IDS[-1]
+        await pilot.press("n")
+        assert app.current_mode == STAGE_IDS[-1]
+
+
+async def test_help_shows_the_stage_and_its_keys(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        stage = app.screen
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert stage.TITLE in text and "Glossary" in text
+        await pilot.press("escape")
+        assert app.screen is stage
+
+
+async def test_glossary_lists_the_stage_terms_first(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        terms = app.screen.TERMS
+        await pilot.press("g")
+        await pilot.pause()
+        assert isinstance(app.screen, GlossaryScreen)
+        first = load_terms()[terms[0]]
+        assert app.screen.current == first
+        assert first.text.split()[0] in screen_text(app)
+        await pilot.press("down")
+        assert app.screen.current == load_terms()[terms[1]]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, GlossaryScreen)
+
+
+def test_every_screen_term_is_in_the_glossary():
+    from walkthrough.screens.registry import stage_screens
+
+    terms = load_terms()
+    for stage, screen in stage_screens().items():
+        missing = [t for t in screen.TERMS if t not in terms]
+        assert not missing, f"{stage} uses terms the glossary lacks: {missing}"
+        for t in terms.values():
+            assert all(s in terms for s in t.see), f"{t.key} points to a missing term"
+
+
+async def test_palette_lists_the_stages(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+    assert sum(t.startswith("Stage ") for t in titles) == len(STAGE_IDS)
+    assert "Glossary" in titles and "Help" in titles
+
+
+def test_missing_model_is_one_line_and_exit_2(tmp_path, capsys):
+    missing = tmp_path / "nope.gguf"
+    assert cli.main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.gguf" in err
+
+
+def test_malformed_messages_file_is_one_line_and_exit_2(tmp_path, capsys, fixtures_dir):
+    bad = tmp_path / "m.json"
+    bad.write_text('[{"role": "user"}]')
+    model = fixtures_dir / "reference" / "ref-qwen2-f32.gguf"
+    assert cli.main([str(model), "--messages", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "content" in err

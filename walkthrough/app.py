@@ -1,0 +1,180 @@
+"""The Textual app: registers one mode per stage, owns the request state and the workers that fill it.
+
+`make_app(...)` builds it for the CLI (`walkthrough [MODEL]`) and for tests alike.
+Workers run in threads and only post messages (`walkthrough.screens.messages`);
+the handlers here update `self.state` and bump `revision`, which every stage
+screen watches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.worker import get_current_worker
+
+from walkthrough.errors import WalkthroughError
+from walkthrough.screens import messages as msg
+from walkthrough.screens.base import STAGE_IDS, STAGES
+from walkthrough.screens.registry import stage_screens
+from walkthrough.screens.state import RequestState, load_messages
+
+AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves
+
+
+class WalkthroughApp(App):
+    """One request, stage by stage."""
+
+    TITLE = "walkthrough"
+    CSS_PATH = "screens/app.tcss"
+    MODES = stage_screens()
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (110, "-wide")]
+
+    revision: reactive[int] = reactive(0)  # bumped whenever `state` changes
+    status: reactive[str] = reactive("")  # what is loading, shown in the stage bar
+
+    def __init__(
+        self,
+        state: RequestState,
+        *,
+        autoplay: bool = False,
+        exit_at_end: bool = False,
+        screenshots: Path | None = None,
+        pace: float = AUTOPLAY_SECONDS,
+    ) -> None:
+        super().__init__()
+        self.state = state
+        self.autoplay = autoplay or screenshots is not None
+        self.exit_at_end = exit_at_end
+        self.screenshots = screenshots
+        self.pace = pace
+        self.error: str | None = None
+        self.loaded: set[str] = set()
+
+    # ---- lifecycle ----------------------------------------------------------
+    def on_mount(self) -> None:
+        self.switch_mode(STAGE_IDS[0])
+        self.load_request()
+        if self.autoplay:
+            self.set_interval(self.pace, self._autoplay_tick, name="autoplay")
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_all()
+        self.state.close()
+
+    @work(thread=True, exclusive=True, group="load", name="load request")
+    def load_request(self) -> None:
+        """Open the file, then build what the later stages need; each part reports when ready."""
+        worker = get_current_worker()
+        self.post_message(msg.Progress("opening the file"))
+        try:
+            self.state.open_file()
+        except WalkthroughError as exc:
+            self.post_message(msg.LoadFailed(str(exc)))
+            return
+        except OSError as exc:
+            self.post_message(msg.LoadFailed(f"{exc.filename or self.state.spec}: {exc.strerror or exc}"))
+            return
+        self.post_message(msg.StageLoaded("file"))
+        for part, build in self.state.builders():
+            if worker.is_cancelled:
+                return
+            self.post_message(msg.Progress(f"preparing {part}"))
+            try:
+                build()
+            except WalkthroughError as exc:
+                self.post_message(msg.StageUnavailable(part, str(exc)))
+                continue
+            self.post_message(msg.StageLoaded(part))
+        self.post_message(msg.Progress(""))
+
+    # ---- worker reports -----------------------------------------------------
+    def on_progress(self, message: msg.Progress) -> None:
+        self.status = f"{message.what}…" if message.what else ""
+
+    def on_stage_loaded(self, message: msg.StageLoaded) -> None:
+        self.loaded.add(message.part)
+        self.revision += 1
+        if message.part == "file" and self.exit_at_end and not self.autoplay:
+            self.exit(0)
+
+    def on_stage_unavailable(self, message: msg.StageUnavailable) -> None:
+        self.state.unavailable[message.part] = message.reason
+        self.revision += 1
+
+    def on_load_failed(self, message: msg.LoadFailed) -> None:
+        self.error = message.error
+        self.exit(return_code=2)
+
+    # ---- moving between stages ----------------------------------------------
+    def _stage_index(self) -> int:
+        return STAGE_IDS.index(self.current_mode) if self.current_mode in STAGE_IDS else 0
+
+    def action_next_stage(self) -> None:
+        self.switch_mode(STAGE_IDS[min(self._stage_index() + 1, len(STAGE_IDS) - 1)])
+
+    def action_previous_stage(self) -> None:
+        self.switch_mode(STAGE_IDS[max(self._stage_index() - 1, 0)])
+
+    def action_goto_stage(self, stage: str) -> None:
+        if stage in STAGE_IDS:
+            self.switch_mode(stage)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for number, (stage, label) in enumerate(STAGES, start=1):
+            yield SystemCommand(f"Stage {number}: {label}", f"Go to the {label} stage",
+                                lambda stage=stage: self.action_goto_stage(stage))
+        if hasattr(screen, "action_glossary"):
+            yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
+            yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
+
+    # ---- autoplay and screenshots ---------------------------------------------
+    def _autoplay_tick(self) -> None:
+        """Advance the walk: let the stage step if it wants to, else save its picture and move on."""
+        if "file" not in self.loaded or self.status:
+            return  # still loading
+        screen = self.screen
+        if getattr(screen, "autoplay_step", None) and screen.autoplay_step():
+            return
+        if self.screenshots is not None:
+            self.screenshots.mkdir(parents=True, exist_ok=True)
+            number = self._stage_index() + 1
+            self.save_screenshot(f"{number}-{self.current_mode}.svg", str(self.screenshots))
+        if self._stage_index() == len(STAGE_IDS) - 1:
+            if self.exit_at_end:
+                self.exit(0)
+            return
+        self.action_next_stage()
+
+
+def make_app(
+    model: str | None = None,
+    messages: str | Path | list[dict[str, str]] | None = None,
+    *,
+    seed: int = 0,
+    hardware: str | None = None,
+    autoplay: bool = False,
+    exit_at_end: bool = False,
+    screenshots: str | Path | None = None,
+    pace: float = AUTOPLAY_SECONDS,
+) -> WalkthroughApp:
+    """The app for a model spec (None: the bundled tiny model) and a messages file or list.
+
+    Raises:
+        WalkthroughError: the messages file is malformed.
+    """
+    chat = messages if isinstance(messages, list) else load_messages(messages)
+    state = RequestState(spec=model, messages=chat, seed=seed, hardware=hardware)
+    return WalkthroughApp(
+        state,
+        autoplay=autoplay,
+        exit_at_end=exit_at_end,
+        screenshots=Path(screenshots) if screenshots is not None else None,
+        pace=pace,
+    )

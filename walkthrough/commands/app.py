@@ -1,0 +1,54 @@
+"""`walkthrough [MODEL] [options]`: open the app on a model (the bundled tiny model by default).
+
+`cli.py` calls `add_arguments` and `run` when no subcommand is given. Bad input
+(a missing model, a malformed messages file) is reported before the terminal is
+taken over, as one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_LOAD_FAILED = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The app's own options."""
+    parser.description = "Follow one request to a language model, stage by stage, in the terminal."
+    parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                        help="a .gguf file (default: the bundled tiny model)")
+    parser.add_argument("--messages", metavar="F.json",
+                        help='chat messages: a JSON list of {"role", "content"} (default: the bundled request)')
+    parser.add_argument("--seed", type=int, default=0, help="seed for sampling (default 0)")
+    parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
+    parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
+    parser.add_argument("--pace", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between autoplay moves (default 2)")
+    parser.add_argument("--exit", action="store_true", dest="exit_at_end",
+                        help="exit at the end of the autoplay (alone: once the file is shown)")
+    parser.add_argument("--screenshots", metavar="DIR",
+                        help="walk every stage and save an SVG picture of each into DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the inputs, run the app, and return its exit status."""
+    from walkthrough.app import make_app
+    from walkthrough.screens.state import resolve_model
+
+    resolve_model(args.model)  # a missing file is a one-line error before the screen is taken
+    app = make_app(
+        args.model,
+        args.messages,
+        seed=args.seed,
+        hardware=args.hardware,
+        autoplay=args.autoplay,
+        exit_at_end=args.exit_at_end,
+        screenshots=args.screenshots,
+        pace=args.pace,
+    )
+    app.run()
+    if app.error:
+        print(f"walkthrough: error: {app.error}", file=sys.stderr)
+        return EXIT_LOAD_FAILED
+    return app.return_code or 0

@@ -1,0 +1,144 @@
+"""The base screen every stage shares: stage bar, glossary terms line, common bindings, refresh on new state.
+
+A stage subclasses `StageScreen`, sets `STAGE` (its id in `STAGES`), `HELP`
+(what the stage shows and how to read it) and `TERMS` (glossary keys it uses),
+composes its body in `compose_body`, and redraws from `self.state` in
+`refresh_view`, which runs on mount, when the stage comes back into view, and
+whenever the app's request state changes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+# Stage ids in order, with the short label shown in the stage bar.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("file", "File"),
+    ("template", "Chat"),
+    ("tokens", "Tokens"),
+    ("prefill", "Prefill"),
+    ("decode", "Decode"),
+    ("sampling", "Sampling"),
+    ("costs", "Costs"),
+    ("summary", "Summary"),
+)
+STAGE_IDS = tuple(stage for stage, _ in STAGES)
+
+
+class StageBar(Static):
+    """One line: every stage numbered, the current one highlighted, plus what is loading."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__(id="stage-bar")
+        self.current = current
+
+    def show(self, status: str = "") -> None:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for number, (stage, label) in enumerate(STAGES, start=1):
+            style = "reverse bold" if stage == self.current else ""
+            line.append(f" {number} {label} ", style=style)
+        if status:
+            line.append(f"  {status}", style="italic")
+        self.update(line)
+
+
+class TermsLine(Static):
+    """One line naming the glossary terms the stage uses (press g to read them)."""
+
+    def __init__(self, terms: tuple[str, ...]) -> None:
+        super().__init__(id="terms-line")
+        self.terms = terms
+
+    def on_mount(self) -> None:
+        line = Text("Terms (g): ", style="bold", no_wrap=True, overflow="ellipsis")
+        line.append(" · ".join(self.terms))
+        self.update(line)
+
+
+class StageScreen(Screen):
+    """Common layout and bindings of the eight stages."""
+
+    STAGE: ClassVar[str] = ""
+    HELP: ClassVar[str] = ""
+    TERMS: ClassVar[tuple[str, ...]] = ()
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "app.next_stage", "Next", id="stage.next"),
+        Binding("p", "app.previous_stage", "Prev", id="stage.previous"),
+        Binding("tab", "app.next_stage", "Next stage", show=False),
+        Binding("shift+tab", "app.previous_stage", "Previous stage", show=False),
+        *(
+            Binding(str(i), f"app.goto_stage('{stage}')", f"Stage {i}", show=False)
+            for i, stage in enumerate(STAGE_IDS, start=1)
+        ),
+        Binding("question_mark", "stage_help", "Help", id="stage.help"),
+        Binding("g", "glossary", "Glossary", id="stage.glossary"),
+        Binding("q", "app.quit", "Quit", id="app.quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id=f"stage-{self.STAGE}")
+        self._stale = True
+
+    @property
+    def state(self):
+        """The app's `RequestState`."""
+        return self.app.state
+
+    def compose(self) -> ComposeResult:
+        yield StageBar(self.STAGE)
+        yield from self.compose_body()
+        if self.TERMS:
+            yield TermsLine(self.TERMS)
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "revision", self._state_changed, init=False)
+        self.watch(self.app, "status", self._status_changed)
+        self._redraw()
+
+    def on_screen_resume(self) -> None:
+        if self._stale:
+            self._redraw()
+
+    def _state_changed(self, _revision: int) -> None:
+        if self.app.screen is self:
+            self._redraw()
+        else:
+            self._stale = True
+
+    def _status_changed(self, status: str) -> None:
+        self.query_one(StageBar).show(status)
+
+    def _redraw(self) -> None:
+        self._stale = False
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        """Redraw the stage from `self.state` (override)."""
+
+    def unavailable_reason(self, *parts: str) -> str | None:
+        """Why this stage cannot be shown yet (or at all), or None when its parts are ready."""
+        for part in parts:
+            if part in self.state.unavailable:
+                return self.state.unavailable[part]
+        return None
+
+    def action_stage_help(self) -> None:
+        from walkthrough.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen(self))
+
+    def action_glossary(self) -> None:
+        from walkthrough.screens.glossary import GlossaryScreen
+
+        self.app.push_screen(GlossaryScreen(self.TERMS))

@@ -1,0 +1,157 @@
+"""Stage 1, File: what is on disk, from the header alone (works for any GGUF, runnable or not).
+
+Three views: the overview (layout, architecture, parameters, quant mix, whether
+the engine can run the file and why not), the tensor table by layer (filterable
+with `/`), and the metadata keys with their types and values shown literally.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.file_view import overview
+from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.textsafe import safe_text, visible
+
+VIEWS = ("overview", "tensors", "metadata")
+MAX_VALUE_CHARS = 80  # metadata values longer than this are cut in the table
+
+
+def metadata_value(f, key: str) -> Text:
+    """A metadata value as literal text: scalars whole (cut if long), arrays by count and a few items."""
+    field = f.fields[key]
+    if not field.is_array:
+        value = field.scalar
+        text = value if isinstance(value, str) else repr(value)
+        cut = len(text) > MAX_VALUE_CHARS
+        return safe_text(text[:MAX_VALUE_CHARS] + ("…" if cut else ""))
+    head = f"[{field.count} items]"
+    if field.count <= 8:
+        return safe_text(f"{head} {visible(repr(list(f.get(key))))}")
+    return Text(head)
+
+
+class FileScreen(StageScreen):
+    """The GGUF file: layout, architecture, parameters, quant mix, tensors and metadata."""
+
+    STAGE = "file"
+    TITLE = "Stage 1: the file"
+    CSS_PATH = "file.tcss"
+    TERMS = ("GGUF", "metadata", "tensor", "parameter", "quantization", "bits per weight",
+             "quant mix", "MoE", "active parameters", "GQA", "KV cache")
+    HELP = """
+What is on disk before anything runs. A GGUF file is a fixed header, typed
+metadata (hyperparameters, tokenizer, chat template), a table of tensors (name,
+shape, type, offset) and the tensor bytes. Everything here comes from the
+header: nothing is loaded yet, so even a very large file opens at once.
+
+Overview: the bytes per region, the architecture in plain words, parameters in
+total and active per token (for a mixture of experts, only the experts a token
+uses count), bits per weight, and the quant mix (how many bytes each storage
+type holds). It also says whether the engine can run this file, and if not, why.
+
+Tensors: every tensor by layer, with its group (attention, experts, norm...),
+storage type, shape (GGUF order: row length first), parameters and bytes.
+Press / to filter (by name, group or type), escape to leave the filter.
+
+Metadata: every key with its type and value, shown literally.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "next_view", "View", id="file.view"),
+        Binding("slash", "filter", "Filter", id="file.filter"),
+        Binding("escape", "leave_filter", "Leave filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown = None  # the GGUFFile on display
+
+    def compose_body(self) -> ComposeResult:
+        with TabbedContent(id="file-views"):
+            with TabPane("Overview", id="overview"), VerticalScroll(id="overview-box"):
+                yield Static(Text("Opening the file…"), id="overview-text")
+            with TabPane("Tensors", id="tensors"):
+                yield Input(placeholder="filter: name, group or type (press / )", id="tensor-filter")
+                yield DataTable(id="tensor-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Metadata", id="metadata"):
+                yield DataTable(id="metadata-table", cursor_type="row", zebra_stripes=True)
+
+    def refresh_view(self) -> None:
+        f, card = self.state.file, self.state.card
+        if f is None or card is None:
+            return
+        self.query_one("#overview-text", Static).update(overview(f, card, self._engine_note()))
+        if self._shown is not f:
+            self._shown = f
+            self._fill_tensors("")
+            self._fill_metadata()
+
+    def _engine_note(self) -> Text:
+        reason = self.state.unavailable.get("engine")
+        if reason:
+            return Text.assemble(("The engine cannot run this file: ", "bold"), safe_text(reason))
+        if self.state.engine_ready:
+            return Text("The engine can run this file: stages 4 to 6 step through it.", style="bold")
+        return Text("Checking whether the engine can run this file…", style="italic")
+
+    def _fill_tensors(self, needle: str) -> None:
+        from walkthrough.inspect.card import tensor_group, tensor_layer
+
+        table = self.query_one("#tensor-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns("layer", "name", "group", "type", "shape", "params", "bytes")
+        needle = needle.lower().strip()
+        rows = []
+        for t in self.state.file.tensors.values():
+            layer, group = tensor_layer(t.name), tensor_group(t.name)
+            if needle and not any(needle in s.lower() for s in (t.name, group, t.type_name)):
+                continue
+            rows.append((
+                -1 if layer is None else layer,
+                "" if layer is None else str(layer),
+                safe_text(t.name if layer is None else t.name.split(".", 2)[2]),
+                group,
+                t.type_name,
+                " x ".join(str(d) for d in t.shape),
+                Text(human_count(t.n_elements), justify="right"),
+                Text(human_bytes(t.nbytes), justify="right"),
+            ))
+        rows.sort(key=lambda r: r[0])
+        for row in rows:
+            table.add_row(*row[1:])
+
+    def _fill_metadata(self) -> None:
+        f = self.state.file
+        table = self.query_one("#metadata-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns("key", "type", "value", "bytes")
+        for key, field in f.fields.items():
+            table.add_row(safe_text(key), field.type_name, metadata_value(f, key),
+                          Text(human_bytes(field.end - field.offset), justify="right"))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self.state.file is not None:
+            self._fill_tensors(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#tensor-table").focus()
+
+    def action_next_view(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = VIEWS[(VIEWS.index(tabs.active) + 1) % len(VIEWS)]
+
+    def action_filter(self) -> None:
+        self.query_one(TabbedContent).active = "tensors"
+        self.query_one("#tensor-filter", Input).focus()
+
+    def action_leave_filter(self) -> None:
+        if self.query_one(TabbedContent).active == "tensors":
+            self.query_one("#tensor-table").focus()

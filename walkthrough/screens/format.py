@@ -1,0 +1,50 @@
+"""Display formatting for the screens: byte sizes, counts and proportions as short strings.
+
+Only presentation lives here (how a number is written); every number shown is
+computed elsewhere, from the file or the run.
+
+Example: human_bytes(1536) -> "1.5 KiB", human_count(294080) -> "294.1 K"
+"""
+
+from __future__ import annotations
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_COUNT_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
+
+
+def human_bytes(n: float | None) -> str:
+    """Bytes in binary units, one decimal above 1 KiB; "?" for unknown."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in _BYTE_UNITS:
+        if abs(value) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} {_BYTE_UNITS[-1]}"
+
+
+def human_count(n: float | None) -> str:
+    """A count with a K/M/B/T suffix above a thousand; "?" for unknown."""
+    if n is None:
+        return "?"
+    for scale, suffix in _COUNT_UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {suffix}"
+    return f"{int(n)}" if float(n).is_integer() else f"{n:.3g}"
+
+
+def show(value: object) -> str:
+    """A hyperparameter or None as text: None becomes "?"."""
+    if value is None:
+        return "?"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def bar(fraction: float, width: int) -> str:
+    """A horizontal bar of `width` cells filled to `fraction` (0..1) with block characters."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    full = int(fraction * width)
+    return "█" * full + "░" * (width - full)

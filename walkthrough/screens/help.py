@@ -1,0 +1,57 @@
+"""Help for the current stage: what it shows, how to read it, and every key it answers to."""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Static
+
+
+def _key_label(key: str) -> str:
+    return {"question_mark": "?", "space": "space", "enter": "enter"}.get(key, key)
+
+
+def unwrap(text: str) -> str:
+    """Join hard-wrapped lines into paragraphs (blank lines separate paragraphs)."""
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", text.strip())
+
+
+class HelpScreen(ModalScreen):
+    """The stage's help text and its key table, over the stage."""
+
+    CSS_PATH = "help.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss", "Close", id="help.close")]
+
+    def __init__(self, stage: Screen) -> None:
+        super().__init__()
+        self.stage = stage
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(id="help-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        title = getattr(self.stage, "TITLE", "") or type(self.stage).__name__
+        text = Text("\n" + unwrap(getattr(self.stage, "HELP", "")))
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold")
+        keys.add_column()
+        seen: set[str] = set()
+        for key, active in self.stage.active_bindings.items():
+            binding = active.binding
+            if binding.description and binding.description not in seen:
+                seen.add(binding.description)
+                keys.add_row(_key_label(key), binding.description)
+        box = Table.grid()
+        box.add_row(Text(f"{title}", style="bold"))
+        box.add_row(keys)
+        box.add_row(text)
+        self.query_one("#help-text", Static).update(box)

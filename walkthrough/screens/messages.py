@@ -1,0 +1,53 @@
+"""Messages shared by the app and its screens: what the background workers report.
+
+Workers never touch widgets; they post one of these to the app, which updates
+the request state and bumps `WalkthroughApp.revision` so screens refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+
+@dataclass
+class Progress(Message):
+    """A worker moved on: `what` is being done, `done` of `total` units."""
+
+    what: str
+    done: int = 0
+    total: int = 0
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Progress) and message.what == self.what
+
+
+@dataclass
+class StageLoaded(Message):
+    """Part of the request state is ready (`part`: "file", "tokens", "engine"...)."""
+
+    part: str
+
+
+@dataclass
+class StageUnavailable(Message):
+    """A part cannot be built for this file; `reason` says why, in one line."""
+
+    part: str
+    reason: str
+
+
+@dataclass
+class LoadFailed(Message):
+    """The model file itself could not be opened: the app cannot continue."""
+
+    error: str
+
+
+@dataclass
+class StepDone(Message):
+    """The engine finished one pass (a prefill chunk or a decoded token)."""
+
+    step: Any
