@@ -22,9 +22,10 @@ so the same seed gives the same tokens. `SampleResult.resample(settings)`
 recomputes every stage for the same logits and the same u, which is what the
 sampling screen shows when a knob moves.
 
-Example: logits [2, 1, 0, -3], top_k=3, top_p=0.9, min_p=0.1, T=0.7:
-top-k keeps [0, 1, 2]; top-p (p = .67, .24, .09) keeps [0, 1, 2] (cumsum reaches .9 at the third);
-min-p keeps logits >= 2 + ln 0.1 = -0.30: [0, 1, 2]; T=0.7 gives p = .77, .18, .04.
+Example: logits [2, 1, 0, -3], top_k=3, top_p=0.95, min_p=0.2, T=0.7:
+top-k keeps ids [0, 1, 2]; top-p (p = .67, .24, .09, running sum .67, .91, 1.0) keeps [0, 1, 2];
+min-p keeps logits >= 2 + ln 0.2 = 0.39: [0, 1]; T=0.7 spreads them as .81, .19 (.73, .27 at T=1);
+u=0.5 picks id 0.
 """
 
 from __future__ import annotations
@@ -143,8 +144,11 @@ def sample_stages(logits: np.ndarray, settings: SamplerSettings, u: float) -> Sa
         probs = np.zeros(len(kept_m))
         probs[0] = 1.0
     else:
-        scaled = logits[kept_m].astype(np.float64) / settings.temperature
-        probs = _softmax64(scaled)
+        kept_logits = logits[kept_m].astype(np.float64)
+        with np.errstate(over="ignore"):  # a tiny T sends logits to +-inf; the shifted form stays finite at 0
+            scaled = kept_logits / settings.temperature
+            shifted = (kept_logits - kept_logits[0]) / settings.temperature  # <= 0
+        probs = np.exp(shifted) / np.exp(shifted).sum()
     index = int(np.searchsorted(np.cumsum(probs), u * probs.sum(), side="left"))
     chosen = int(kept_m[min(index, len(kept_m) - 1)])
     return SampleResult(settings, logits, kept_k, kept_p, kept_m, scaled, probs, float(u), chosen)
