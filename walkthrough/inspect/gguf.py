@@ -504,6 +504,11 @@ def _decode_array(buf, field: MetadataField):
     return np.frombuffer(buf, dtype=dtype, count=field.count, offset=field.value_offset)
 
 
+def shard_name(prefix: str, number: int, count: int) -> str:
+    """File name of shard `number` (1-based) of `count`, as llama.cpp's llama_split_path writes it."""
+    return f"{prefix}-{number:05d}-of-{count:05d}.gguf"
+
+
 def shard_paths(path: Path) -> list[Path]:
     """Every shard of the split model `path` belongs to, in order, or `[path]` for a single file.
 
@@ -517,7 +522,7 @@ def shard_paths(path: Path) -> list[Path]:
     if match is None:
         return [path]
     n = int(match["count"])
-    paths = [path.with_name(f"{match['prefix']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
+    paths = [path.with_name(shard_name(match["prefix"], i, n)) for i in range(1, n + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise GGUFError(
