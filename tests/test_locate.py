@@ -299,7 +299,10 @@ def test_hf_repo_with_one_model(hf_cache):
 
 def test_hf_repo_with_several_models_lists_them(hf_cache):
     not_found(
-        "hf:org/Tiny-GGUF", "2 GGUF models", "tiny-Q8_0.gguf", "Q4/tiny-Q4-00001-of-00002.gguf"
+        "hf:org/Tiny-GGUF",
+        "2 GGUF models",
+        "tiny-Q8_0.gguf",
+        "e.g. hf:org/Tiny-GGUF/Q4/tiny-Q4-00001-of-00002.gguf",
     )
 
 
@@ -320,7 +323,12 @@ def test_hf_missing_repo_lists_cached(hf_cache):
 
 
 def test_hf_missing_file_lists_gguf_files(hf_cache):
-    message = not_found("hf:org/Tiny-GGUF/tiny-Q2_K.gguf", "tiny-Q2_K.gguf", "tiny-Q8_0.gguf")
+    message = not_found(
+        "hf:org/Tiny-GGUF/tiny-Q2_K.gguf",
+        "tiny-Q2_K.gguf",
+        "tiny-Q8_0.gguf",
+        "hf download org/Tiny-GGUF tiny-Q2_K.gguf",
+    )
     assert "README.md" not in message
 
 
