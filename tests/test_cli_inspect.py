@@ -1,0 +1,185 @@
+"""`walkthrough inspect`: JSON fields on every fixture, the human tables, hostile text, and one-line errors.
+
+The JSON tensor table is checked against `gguf.GGUFReader` (an independent
+reader); card numbers are checked in test_card.py, so here the human output
+only has to show the card's numbers, and file text has to come out literally.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES_DIR
+from gguf import GGUFReader
+from gguf.constants import GGMLQuantizationType as Q
+from gguf.constants import GGUFValueType as V
+from gguf_builder import Tensor, write_gguf
+
+from walkthrough.cli import main
+from walkthrough.inspect.card import build_card
+from walkthrough.inspect.gguf import open_gguf
+from walkthrough.screens.format import human_bytes, human_count
+
+REFERENCE = sorted((FIXTURES_DIR / "reference").glob("*.gguf"))
+VOCAB = sorted((FIXTURES_DIR / "vocab").glob("*.gguf"))
+REQUIRED = (
+    "file", "file_size", "gguf_version", "architecture", "name", "n_tensors", "n_params", "n_params_active",
+    "bits_per_weight", "bytes_per_token", "kv_bytes_per_token", "context_length", "n_layers", "layer_kinds",
+    "n_experts", "n_experts_used", "quant_mix", "metadata", "tensors",
+)
+HOSTILE_NAME = "\x1b]0;x\x07[bold]pwned[/bold] :smile: \u202e"
+
+
+def inspect(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["inspect", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def inspect_json(capsys, path: Path) -> dict:
+    code, out, err = inspect(capsys, path, "--json")
+    assert code == 0 and err == ""
+    return json.loads(out)
+
+
+def test_fixture_models_are_present(fixtures_dir: Path) -> None:
+    assert len(REFERENCE) >= 7 and len(VOCAB) >= 5
+
+
+@pytest.mark.parametrize("path", REFERENCE + VOCAB, ids=lambda p: p.name)
+def test_json_fields_on_every_fixture(path: Path, capsys) -> None:
+    data = inspect_json(capsys, path)
+    assert set(REQUIRED) <= set(data)
+    with open_gguf(path) as f:
+        card = build_card(f)
+        keys = list(f.fields)
+        version = f.version
+    assert data["file_size"] == path.stat().st_size and data["gguf_version"] == version
+    assert data["n_params"] == card.n_params and data["n_params_active"] == card.n_params_active
+    assert data["kv_bytes_per_token"] == card.kv_bytes_per_token
+    assert len(data["layer_kinds"]) == len(card.layers)
+    assert list(data["metadata"]) == keys
+    assert data["n_tensors"] == len(data["tensors"])
+    assert sum(data["quant_mix"].values()) == sum(t["nbytes"] for t in data["tensors"])
+    for value in data["metadata"].values():  # long arrays are summarised, never dumped whole
+        assert not isinstance(value, list) or len(value) <= 16
+
+
+@pytest.mark.parametrize("path", REFERENCE, ids=lambda p: p.name)
+def test_json_tensor_table_matches_gguf_reader(path: Path, capsys) -> None:
+    data = inspect_json(capsys, path)
+    reader = GGUFReader(path)
+    expected = [
+        {"name": t.name, "shape": [int(d) for d in t.shape], "type": t.tensor_type.name,
+         "offset": int(t.data_offset), "nbytes": int(t.n_bytes)}
+        for t in reader.tensors
+    ]
+    assert [{k: t[k] for k in ("name", "shape", "type", "offset", "nbytes")} for t in data["tensors"]] == expected
+
+
+def test_json_summarises_long_arrays_as_count_and_first_items(capsys, fixtures_dir: Path) -> None:
+    path = fixtures_dir / "vocab/ggml-vocab-llama-spm.gguf"
+    data = inspect_json(capsys, path)
+    reader_tokens = open_gguf(path).get("tokenizer.ggml.tokens")
+    tokens = data["metadata"]["tokenizer.ggml.tokens"]
+    assert tokens["count"] == len(reader_tokens) and tokens["type"] == "array[string]"
+    assert tokens["first"] == reader_tokens[: len(tokens["first"])] and len(tokens["first"]) > 0
+    scores = data["metadata"]["tokenizer.ggml.scores"]
+    assert scores["first"] == [float(x) for x in open_gguf(path).get("tokenizer.ggml.scores")[: len(scores["first"])]]
+
+
+@pytest.mark.parametrize("name", ["ref-qwen2moe-f32.gguf", "ref-qwen35moe-f32.gguf", "ref-llama-q4_0.gguf"])
+def test_human_output_shows_the_card_numbers(name: str, capsys, fixtures_dir: Path) -> None:
+    path = fixtures_dir / "reference" / name
+    code, out, err = inspect(capsys, path)
+    assert code == 0 and err == ""
+    with open_gguf(path) as f:
+        card = build_card(f)
+    for expected in (
+        card.architecture,
+        f"{card.n_params:,}",
+        human_count(card.n_params_active),
+        f"{card.bits_per_weight:.2f}",
+        human_bytes(card.bytes_per_token),
+        human_bytes(card.kv_bytes_per_token["f16"]),
+        f"{card.context_length} tokens",
+        *card.bytes_by_type,
+    ):
+        assert expected in out
+    if card.linear_layers:
+        assert human_bytes(card.state_bytes) in out
+    assert "\x1b" not in out
+
+
+def test_tensors_and_metadata_listings(capsys, fixtures_dir: Path) -> None:
+    path = fixtures_dir / "reference/ref-qwen35moe-f32.gguf"
+    code, out, _ = inspect(capsys, path, "--tensors", "--metadata")
+    assert code == 0
+    f = open_gguf(path)
+    assert all(t.name.split(".", 2)[-1] in out for t in f.tensors.values())
+    assert "layer 3" in out and "model-wide" in out
+    assert all(key in out for key in f.fields if len(key) <= 36)
+    template_first_line = f.get("tokenizer.chat_template").splitlines()[0]
+    assert template_first_line in out
+
+
+def hostile_file(tmp_path: Path) -> Path:
+    metadata = {
+        "general.architecture": (V.STRING, "llama"),
+        "general.name": (V.STRING, HOSTILE_NAME),
+        "llama.block_count": (V.UINT32, 1),
+        "note.[red]key\x1b[2J": (V.STRING, "[link=http://x]click[/link]\r\n"),
+        "tokenizer.chat_template": (V.STRING, "{{ bos }}\x1b[31m[b]red[/b]\n"),
+        "tokenizer.ggml.tokens": (V.ARRAY, V.STRING, [f"\x1b[{i}m" for i in range(40)]),
+    }
+    tensors = [Tensor("token_embd.weight", (32, 40), Q.F32), Tensor("blk.0.[i]x\x07.weight", (32,), Q.F32)]
+    return write_gguf(tmp_path / "hostile.gguf", metadata, tensors)
+
+
+def test_hostile_text_is_shown_literally(tmp_path: Path, capsys) -> None:
+    code, out, err = inspect(capsys, hostile_file(tmp_path), "--tensors", "--metadata")
+    assert code == 0 and err == ""
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
+    assert "\\x1b]0;x\\x07[bold]pwned[/bold] :smile: \\u202e" in out  # markup and emoji codes stay text
+    assert "[link=http://x]click[/link]\\r\\n" in out
+    assert "note.[red]key\\x1b[2J" in out
+    assert "[i]x\\x07.weight" in out
+    assert "{{ bos }}\\x1b[31m[b]red[/b]" in out
+
+
+def test_hostile_text_in_json_is_escaped(tmp_path: Path, capsys) -> None:
+    code, out, _ = inspect(capsys, hostile_file(tmp_path), "--json")
+    assert code == 0 and "\x1b" not in out and "\u202e" not in out
+    data = json.loads(out)
+    assert data["name"] == HOSTILE_NAME
+    assert data["metadata"]["tokenizer.ggml.tokens"]["count"] == 40
+
+
+@pytest.mark.parametrize("make", ["missing", "not_gguf", "cut", "folder", "implausible"])
+def test_errors_are_one_line_and_exit_2(make: str, tmp_path: Path, capsys, fixtures_dir: Path) -> None:
+    path = tmp_path / "model.gguf"
+    if make == "not_gguf":
+        path.write_bytes(b"PK\x03\x04 not a gguf at all" * 4)
+    elif make == "cut":
+        path.write_bytes((fixtures_dir / "reference/ref-llama-f32.gguf").read_bytes()[:-1000])
+    elif make == "folder":
+        path = tmp_path
+    elif make == "implausible":
+        write_gguf(path, {"general.architecture": (V.STRING, "llama"), "llama.block_count": (V.UINT32, 2**32 - 1)})
+    for extra in ([], ["--json"]):
+        code, out, err = inspect(capsys, path, *extra)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and err.startswith("walkthrough: error:")
+
+
+def test_no_file_means_the_bundled_model(monkeypatch, tmp_path: Path, capsys, fixtures_dir: Path) -> None:
+    from walkthrough.screens import state
+
+    monkeypatch.setattr(state, "DEFAULT_MODEL", tmp_path / "tiny-clinical-moe.gguf")
+    code, out, err = inspect(capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "bundled model" in err
+    monkeypatch.setattr(state, "DEFAULT_MODEL", fixtures_dir / "reference/ref-qwen2moe-f32.gguf")
+    code, out, err = inspect(capsys, "--json")
+    assert code == 0 and json.loads(out)["name"] == "ref-qwen2moe"

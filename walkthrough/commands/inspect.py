@@ -1,0 +1,124 @@
+"""`walkthrough inspect [FILE] [--json] [--tensors] [--metadata]`: the model card of a GGUF, from its header.
+
+FILE is a path, `ollama:NAME[:TAG]`, `hf:REPO/FILE` or a folder (resolved by
+`walkthrough.inspect.locate`); without it, the bundled tiny model. Nothing but
+the header is read, so a 20 GB file inspects as fast as a small one.
+
+Human output is Rich tables (`inspect_view`); `--json` prints one JSON object
+whose fields are documented in the README. Every number comes from the model
+card (`walkthrough.inspect.card`); text from the file is shown literally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers) -> None:
+    """Register `inspect` and its options."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="show a GGUF file's model card: architecture, parameters, quant mix, KV cache, layers",
+        description="Show a GGUF file's model card from its header: architecture, parameters total and "
+        "active, size and bits per weight, KV cache per token, per-layer structure.",
+    )
+    p.add_argument("file", nargs="?", default=None, metavar="FILE",
+                   help="a .gguf file, ollama:NAME[:TAG], hf:REPO/FILE or a folder (default: the bundled tiny model)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (fields listed in the README)")
+    p.add_argument("--tensors", action="store_true", help="also list every tensor, grouped by layer")
+    p.add_argument("--metadata", action="store_true", help="also list every metadata key and the chat template")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the file, build its card, print it; user errors propagate to the CLI as one line."""
+    from walkthrough.inspect.card import build_card
+    from walkthrough.inspect.gguf import open_gguf
+
+    path = resolve(args.file)
+    with open_gguf(path) as f:
+        card = build_card(f)
+        if args.json:
+            print(json.dumps(inspect_json(f, card), indent=2, allow_nan=False))
+            return 0
+        from walkthrough.commands.inspect_view import render
+
+        render(f, card, tensors=args.tensors, metadata=args.metadata, out=sys.stdout)
+    return 0
+
+
+def resolve(spec: str | None) -> Path:
+    """The GGUF file to open for FILE (see the module docstring); the app resolves MODEL the same way."""
+    from walkthrough.screens.state import resolve_model
+
+    return resolve_model(spec)
+
+
+def inspect_json(f, card) -> dict[str, Any]:
+    """The `--json` object: the card's numbers, the layers, the quant mix, metadata and tensor table."""
+    from walkthrough.inspect.metadata import json_scalar, summarize_metadata
+
+    return {
+        "file": str(f.path),
+        "files": [str(p) for p in f.paths],
+        "file_size": f.file_size,
+        "gguf_version": f.version,
+        "architecture": card.architecture,
+        "name": card.name,
+        "n_tensors": card.n_tensors,
+        "n_params": card.n_params,
+        "n_params_active": card.n_params_active,
+        "bits_per_weight": card.bits_per_weight if card.n_params else None,
+        "bytes_per_token": card.bytes_per_token,
+        "kv_bytes_per_token": card.kv_bytes_per_token,
+        "state_bytes": card.state_bytes,
+        "context_length": card.context_length,
+        "n_layers": card.n_layers,
+        "n_mtp_layers": card.n_mtp_layers,
+        "n_embd": card.n_embd,
+        "n_head": card.n_head,
+        "n_head_kv": card.n_head_kv,
+        "head_dim_k": card.head_dim_k,
+        "head_dim_v": card.head_dim_v,
+        "rope_base": json_scalar(card.rope_base),
+        "rope_dims": card.rope_dims,
+        "vocab_size": card.vocab_size,
+        "n_ff": card.n_ff,
+        "n_experts": card.n_experts,
+        "n_experts_used": card.n_experts_used,
+        "n_shared_experts": card.n_shared_experts,
+        "expert_ff": card.expert_ff,
+        "shared_expert_ff": card.shared_expert_ff,
+        "tied_embeddings": card.tied_embeddings,
+        "layer_kinds": [
+            {
+                "layer": layer.index,
+                "attention": layer.attention,
+                "ffn": layer.ffn,
+                "kv_heads": layer.n_head_kv,
+                "keeps_kv": layer.keeps_kv,
+                "kv_values_per_token": layer.kv_values_per_token,
+                "sliding_window": layer.sliding_window,
+                "state_bytes": layer.state_bytes,
+                "mtp": layer.mtp,
+                "n_params": layer.n_params,
+                "nbytes": layer.nbytes,
+            }
+            for layer in card.layers
+        ],
+        "quant_mix": card.bytes_by_type,
+        "params_by_type": card.params_by_type,
+        "params_by_group": card.params_by_group,
+        "bytes_by_group": card.bytes_by_group,
+        "bytes_per_token_by_group": card.bytes_per_token_by_group,
+        "unknown": list(card.unknown),
+        "metadata": summarize_metadata(f),
+        "tensors": [
+            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "nbytes": t.nbytes,
+             "shard": t.shard}
+            for t in f.tensors.values()
+        ],
+    }

@@ -1,0 +1,172 @@
+"""Rich tables for `walkthrough inspect`: summary, quant mix, groups, layers, and optionally tensors and metadata.
+
+Presentation only: every figure comes from the model card or the reader. Text
+from the file (names, keys, values, the chat template) goes through
+`walkthrough.textsafe.safe_text`, and the console interprets no markup, emoji
+codes or highlighting, so a `general.name` of "\\x1b]0;x\\x07[bold]" prints as
+those visible characters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from walkthrough.inspect.card import ModelCard, type_bytes_per_value
+from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.metadata import describe, summarize_value
+from walkthrough.inspect.tensors import tensor_layer
+from walkthrough.screens.file_view import params_table, quant_mix_table
+from walkthrough.screens.format import human_bytes, human_count, show
+from walkthrough.textsafe import safe_text
+
+MAX_VALUE_CHARS = 120  # metadata values are cut to this in the table (chat templates are printed whole)
+MAX_KEY_WIDTH = 36  # metadata keys and tensor names up to this long stay on one line
+
+
+def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: TextIO) -> None:
+    """Print the card of an opened file, plus the tensor table and the metadata when asked."""
+    console = Console(file=out, markup=False, emoji=False, highlight=False)
+    console.print(summary_table(f, card))
+    console.print(_heading("Quant mix (bytes per stored type)"))
+    console.print(quant_mix_table(card))
+    console.print(_heading("Parameters and bytes by tensor group"))
+    console.print(params_table(card))
+    console.print(layers_table(card))
+    if tensors:
+        console.print(tensors_table(f))
+    if metadata:
+        console.print(metadata_table(f))
+        for key, text in chat_templates(f):
+            console.print(_heading(Text.assemble(safe_text(key), f" ({len(text):,} characters)")))
+            console.print(safe_text(text, keep_newlines=True), soft_wrap=True)
+
+
+def _heading(title: str | Text) -> Text:
+    """A bold heading after a blank line (a Text part keeps its own escaping)."""
+    return Text.assemble("\n", title, style="bold")
+
+
+def _layer_mix(card: ModelCard) -> str:
+    """ "3 x linear attention + MoE, 1 x full attention + MoE" over the trunk layers."""
+    kinds = Counter(
+        f"{x.attention} attention + " + ("MoE" if x.ffn == "moe" else f"{x.ffn} FFN") for x in card.layers if not x.mtp
+    )
+    return ", ".join(f"{n} x {kind}" for kind, n in kinds.items())
+
+
+def _kv_line(card: ModelCard) -> str:
+    per_type = [f"{human_bytes(b)} at {t.upper()}" for t, b in card.kv_bytes_per_token.items()]
+    line = f"{', '.join(per_type)} per token ({len(card.kv_layers)} of {card.n_layers or 0} layers keep K and V)"
+    if card.context_length and card.kv_bytes_per_token["f16"] is not None:
+        line += f"; {human_bytes(card.kv_bytes(card.context_length))} at F16 for {card.context_length:,} tokens"
+    return line
+
+
+def summary_table(f: GGUFFile, card: ModelCard) -> Table:
+    """Architecture, parameters total/active, size, bits per weight, KV per token, context, shapes."""
+    table = Table(title="Model card", title_justify="left", show_header=False, padding=(0, 1))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    shards = f" in {len(f.paths)} shards" if len(f.paths) > 1 else ""
+    table.add_row("file", safe_text(str(f.path)))
+    table.add_row("size", f"{human_bytes(f.file_size)} ({f.file_size:,} bytes){shards}, GGUF v{f.version}, "
+                          f"{len(f.fields)} metadata keys, {card.n_tensors} tensors")
+    table.add_row("architecture", safe_text(card.architecture))
+    table.add_row("name", safe_text(card.name) if card.name is not None else "?")
+    share = f" ({card.n_params_active / card.n_params:.1%})" if card.n_params and card.n_params_active else ""
+    table.add_row("parameters", f"{human_count(card.n_params)} total ({card.n_params:,}), "
+                                f"{human_count(card.n_params_active)} active per token{share}")
+    table.add_row("bits per weight", f"{card.bits_per_weight:.2f}" if card.n_params else "- (no tensors)")
+    table.add_row("read per token", f"{human_bytes(card.bytes_per_token)} of weights in their stored types")
+    table.add_row("KV cache", _kv_line(card))
+    if card.linear_layers:
+        per_layer = {x.state_bytes for x in card.layers if x.attention == "linear" and not x.mtp}
+        each = human_bytes(per_layer.pop()) if len(per_layer) == 1 else "varies"
+        table.add_row("fixed state", f"{human_bytes(card.state_bytes)} ({len(card.linear_layers)} linear-attention "
+                                     f"layers x {each}, F32), whatever the context length")
+    table.add_row("context", f"{show(card.context_length)} tokens")
+    mtp = f" + {card.n_mtp_layers} multi-token-prediction" if card.n_mtp_layers else ""
+    table.add_row("layers", f"{show(card.n_layers)}{mtp}: {_layer_mix(card)}")
+    table.add_row("width, heads", f"{show(card.n_embd)} wide; {show(card.n_head)} query heads, "
+                                  f"{show(card.n_head_kv)} KV heads; head size {show(card.head_dim_k)}")
+    if card.is_moe:
+        table.add_row("experts", f"{card.n_experts} routed, {show(card.n_experts_used)} used per token, "
+                                 f"{card.n_shared_experts} shared; expert FFN {show(card.expert_ff)}")
+    else:
+        table.add_row("FFN width", show(card.n_ff))
+    table.add_row("RoPE", f"base {show(card.rope_base)}, {show(card.rope_dims)} dims")
+    table.add_row("vocabulary", f"{show(card.vocab_size)} tokens" + (", tied to the output head"
+                                                                     if card.tied_embeddings else ""))
+    if card.unknown:
+        table.add_row("not in the file", safe_text(", ".join(card.unknown)))
+    return table
+
+
+def layers_table(card: ModelCard) -> Table:
+    """One row per layer: what it does, what it keeps per token (F16 KV) or in fixed state, and its size."""
+    table = Table(title="\nLayers", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    for name in ("layer", "attention", "FFN", "KV heads", "KV/token", "state", "bytes"):
+        table.add_column(name, justify="left" if name in ("attention", "FFN") else "right", no_wrap=True)
+    f16 = type_bytes_per_value("f16")
+    for x in card.layers:
+        kv = "-" if not x.keeps_kv else human_bytes(None if x.kv_values_per_token is None
+                                                    else x.kv_values_per_token * f16)
+        attention = x.attention + (f" ({x.sliding_window})" if x.sliding_window else "")
+        table.add_row(
+            f"{x.index}" + (" MTP" if x.mtp else ""),
+            attention,
+            x.ffn + ("+shared" if x.shared_expert else ""),
+            show(x.n_head_kv) if x.keeps_kv else "-",
+            kv,
+            human_bytes(x.state_bytes) if x.attention == "linear" else "-",
+            human_bytes(x.nbytes),
+        )
+    return table
+
+
+def tensors_table(f: GGUFFile) -> Table:
+    """Every tensor, model-wide ones first, then layer by layer (ggml shape order: row length first)."""
+    table = Table(title="\nTensors", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    rows = sorted(((tensor_layer(t.name), t) for t in f.tensors.values()), key=lambda r: -1 if r[0] is None else r[0])
+    shorts = [t.name if layer is None else t.name.split(".", 2)[2] for layer, t in rows]  # "blk.3." is the section
+    longest = max(map(len, shorts), default=4)
+    table.add_column("name", overflow="fold", min_width=min(longest, MAX_KEY_WIDTH))
+    for name in ("shape", "type", "params", "bytes", "offset"):
+        table.add_column(name, justify="left" if name in ("shape", "type") else "right", no_wrap=True)
+    previous = object()
+    for (layer, t), short in zip(rows, shorts):
+        if layer != previous:
+            table.add_section()
+            table.add_row(Text("model-wide" if layer is None else f"layer {layer}", style="bold"))
+            previous = layer
+        table.add_row(safe_text(short), " x ".join(map(str, t.shape)), t.type_name, human_count(t.n_elements),
+                      human_bytes(t.nbytes), f"{t.offset:,}")
+    return table
+
+
+def chat_templates(f: GGUFFile) -> list[tuple[str, str]]:
+    """(key, template) for each string key holding a chat template."""
+    return [(k, f.get(k)) for k in f.fields if "chat_template" in k and isinstance(f.get(k), str)]
+
+
+def metadata_table(f: GGUFFile) -> Table:
+    """Every key with its type and value; long arrays as count and first items, templates printed below."""
+    table = Table(title="\nMetadata", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    longest_key = max((len(k) for k in f.fields), default=3)
+    table.add_column("key", overflow="fold", min_width=min(longest_key, MAX_KEY_WIDTH))
+    table.add_column("type", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    templates = dict(chat_templates(f))
+    for key, field in f.fields.items():
+        if key in templates:
+            value = Text(f"(chat template, {len(templates[key]):,} characters, printed below)", style="italic")
+        else:
+            value = safe_text(describe(summarize_value(f, key), MAX_VALUE_CHARS))
+        table.add_row(safe_text(key), field.type_name, value)
+    return table
