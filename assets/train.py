@@ -1,0 +1,138 @@
+"""Train the tiny qwen2moe model on the synthetic corpus (PyTorch, CPU, fixed seeds).
+
+Usage: python assets/train.py [--steps N] [--examples N] [--out-dir DIR]
+Writes DIR/tokenizer.json and DIR/model.pt (config + weights); `export_gguf.py` turns them into the
+GGUF. The loss is next-token cross-entropy on the answer (weight 1) and on the prompt (weight
+PROMPT_WEIGHT, which teaches record structure and line counting), plus the load-balancing loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+from corpus import END_OF_TEXT, TRAIN_SEED, make_examples, render_chat
+from tiny_moe import Config, TinyMoE, balance_loss
+from train_tokenizer import train_tokenizer
+
+TORCH_SEED = 1234
+VOCAB_SIZE = 2048
+PROMPT_WEIGHT = 0.2
+BALANCE_WEIGHT = 0.02
+DEFAULT_OUT = Path(__file__).parent / "build"
+DEFAULT_EXAMPLES = 20000
+DEFAULT_STEPS = 1200
+DEFAULT_BATCH = 16
+DEFAULT_LR = 3e-3
+
+
+def encode_examples(tok, examples) -> list[tuple[list[int], list[float]]]:
+    """Token ids of prompt + answer and per-token loss weights for the *next*-token targets."""
+    prompts = tok.encode_batch([render_chat(e.messages) for e in examples])
+    answers = tok.encode_batch([e.answer for e in examples])
+    out = []
+    for p, a in zip(prompts, answers):
+        ids = p.ids + a.ids
+        weights = [PROMPT_WEIGHT] * (len(p.ids) - 1) + [1.0] * len(a.ids)  # target i+1 of input i
+        out.append((ids, weights))
+    return out
+
+
+def make_batch(rows, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pad rows to one length: inputs [B, T], targets [B, T], weights [B, T]."""
+    t = max(len(ids) for ids, _ in rows) - 1
+    inp = torch.full((len(rows), t), pad_id, dtype=torch.long)
+    tgt = torch.full((len(rows), t), pad_id, dtype=torch.long)
+    wts = torch.zeros((len(rows), t))
+    for i, (ids, w) in enumerate(rows):
+        n = len(ids) - 1
+        inp[i, :n] = torch.tensor(ids[:-1])
+        tgt[i, :n] = torch.tensor(ids[1:])
+        wts[i, :n] = torch.tensor(w)
+    return inp, tgt, wts
+
+
+def train(out_dir: Path, n_examples: int, steps: int, batch: int, lr: float, threads: int,
+          config_overrides: dict | None = None, log_every: int = 50) -> dict:
+    """Build tokenizer and model from fixed seeds and train; returns a summary dict."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(TORCH_SEED)
+    rng = random.Random(TORCH_SEED)
+    t0 = time.time()
+    examples = make_examples(TRAIN_SEED, n_examples)
+    tok = train_tokenizer([render_chat(e.messages) + e.answer for e in examples], VOCAB_SIZE,
+                          out_dir / "tokenizer.json")
+    data = encode_examples(tok, examples)
+    pad_id = tok.token_to_id(END_OF_TEXT)
+    config = Config(n_vocab=tok.get_vocab_size(), **(config_overrides or {}))
+    model = TinyMoE(config)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98))
+    warmup = max(1, min(200, steps // 10))
+    print(f"{len(data)} examples, vocab {config.n_vocab}, "
+          f"{sum(p.numel() for p in model.parameters())} parameters, setup {time.time() - t0:.1f}s",
+          flush=True)
+    order: list[int] = []
+    ce_avg = bal_avg = None
+    t_train = time.time()
+    for step in range(1, steps + 1):
+        if len(order) < batch:
+            order = list(range(len(data)))
+            rng.shuffle(order)
+        rows = [data[order.pop()] for _ in range(batch)]
+        inp, tgt, wts = make_batch(rows, pad_id)
+        scale = step / warmup if step <= warmup else 0.5 * (
+            1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+        for g in opt.param_groups:
+            g["lr"] = lr * (0.05 + 0.95 * scale)
+        logits, routes = model(inp)
+        ce = F.cross_entropy(logits.reshape(-1, config.n_vocab), tgt.reshape(-1), reduction="none")
+        ce = (ce * wts.reshape(-1)).sum() / wts.sum()
+        mask = (wts.reshape(-1) > 0).float()
+        bal = sum(balance_loss(p, i, mask, config.n_expert) for p, i in routes) / len(routes)
+        loss = ce + BALANCE_WEIGHT * bal
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ce_avg = ce.item() if ce_avg is None else 0.95 * ce_avg + 0.05 * ce.item()
+        bal_avg = bal.item() if bal_avg is None else 0.95 * bal_avg + 0.05 * bal.item()
+        if step % log_every == 0 or step == steps:
+            print(f"step {step}/{steps} loss {ce_avg:.4f} balance {bal_avg:.3f} "
+                  f"{time.time() - t_train:.0f}s", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"steps": steps, "batch": batch, "examples": n_examples, "final_loss": ce_avg,
+               "balance": bal_avg, "train_seconds": time.time() - t_train}
+    torch.save({"config": config.to_dict(), "state": model.state_dict(), "summary": summary},
+               out_dir / "model.pt")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES)
+    ap.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    ap.add_argument("--lr", type=float, default=DEFAULT_LR)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--log-every", type=int, default=50)
+    args = ap.parse_args(argv)
+    summary = train(args.out_dir, args.examples, args.steps, args.batch, args.lr, args.threads,
+                    log_every=args.log_every)
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
