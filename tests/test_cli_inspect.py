@@ -174,6 +174,32 @@ def test_errors_are_one_line_and_exit_2(make: str, tmp_path: Path, capsys, fixtu
         assert err.count("\n") == 1 and err.startswith("walkthrough: error:")
 
 
+def test_folder_ollama_and_hf_specs_are_located(monkeypatch, tmp_path: Path, capsys, fixtures_dir: Path) -> None:
+    model = (fixtures_dir / "reference/ref-qwen3-f16.gguf").read_bytes()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "only.gguf").write_bytes(model)
+    digest = "ab" * 32  # a fake Ollama store: manifest -> model layer -> blob
+    store = tmp_path / "ollama"
+    manifest = store / "manifests/registry.ollama.ai/library/tiny/latest"
+    manifest.parent.mkdir(parents=True)
+    layer = {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"}
+    manifest.write_text(json.dumps({"layers": [layer]}))
+    (store / "blobs").mkdir()
+    (store / "blobs" / f"sha256-{digest}").write_bytes(model)
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    snapshot = tmp_path / "hub/models--org--repo/snapshots/0123abc"  # a fake Hugging Face cache
+    snapshot.mkdir(parents=True)
+    (snapshot / "m.gguf").write_bytes(model)
+    (tmp_path / "hub/models--org--repo/refs").mkdir()
+    (tmp_path / "hub/models--org--repo/refs/main").write_text("0123abc")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    for spec in (folder, "ollama:tiny", "hf:org/repo/m.gguf"):
+        assert inspect_json(capsys, spec)["name"] == "ref-qwen3"
+    code, out, err = inspect(capsys, "ollama:absent")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "tiny" in err  # lists what is installed
+
+
 def test_no_file_means_the_bundled_model(monkeypatch, tmp_path: Path, capsys, fixtures_dir: Path) -> None:
     from walkthrough.screens import state
 

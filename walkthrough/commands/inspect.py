@@ -51,10 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def resolve(spec: str | None) -> Path:
-    """The GGUF file to open for FILE (see the module docstring); the app resolves MODEL the same way."""
-    from walkthrough.screens.state import resolve_model
+    """The GGUF file to open for FILE (first shard of a split model; `open_gguf` opens the rest)."""
+    if spec is None:
+        from walkthrough.screens.state import resolve_model as bundled_model  # the app's default, same error
 
-    return resolve_model(spec)
+        return bundled_model(None)
+    from walkthrough.inspect.locate import resolve_model
+
+    return resolve_model(spec)[0]
 
 
 def inspect_json(f, card) -> dict[str, Any]:
