@@ -24,7 +24,9 @@ from walkthrough.screens.base import STAGE_IDS, STAGES
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.state import RequestState, load_messages
 
-AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves
+AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves from one stage to the next
+AUTOPLAY_TICKS = 8  # autoplay steps a stage this many times per AUTOPLAY_SECONDS
+PLAY_SECONDS = 0.15  # pause between passes while playing
 
 
 class WalkthroughApp(App):
@@ -37,6 +39,7 @@ class WalkthroughApp(App):
 
     revision: reactive[int] = reactive(0)  # bumped whenever `state` changes
     status: reactive[str] = reactive("")  # what is loading, shown in the stage bar
+    playing: reactive[bool] = reactive(False)  # run passes one after another
 
     def __init__(
         self,
@@ -55,13 +58,16 @@ class WalkthroughApp(App):
         self.pace = pace
         self.error: str | None = None
         self.loaded: set[str] = set()
+        self.stepping = False  # a pass is running in a worker
+        self._dwell = 0  # autoplay ticks spent on the current stage
 
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
         self.switch_mode(STAGE_IDS[0])
         self.load_request()
+        self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
         if self.autoplay:
-            self.set_interval(self.pace, self._autoplay_tick, name="autoplay")
+            self.set_interval(self.pace / AUTOPLAY_TICKS, self._autoplay_tick, name="autoplay")
 
     def on_unmount(self) -> None:
         self.workers.cancel_all()
@@ -91,6 +97,8 @@ class WalkthroughApp(App):
                 self.post_message(msg.StageUnavailable(part, str(exc)))
                 continue
             self.post_message(msg.StageLoaded(part))
+        self.state.start_run()
+        self.post_message(msg.StageLoaded("run"))
         self.post_message(msg.Progress(""))
 
     # ---- worker reports -----------------------------------------------------
@@ -99,6 +107,8 @@ class WalkthroughApp(App):
 
     def on_stage_loaded(self, message: msg.StageLoaded) -> None:
         self.loaded.add(message.part)
+        if message.part == "run":
+            self.stepping = False
         self.revision += 1
         if message.part == "file" and self.exit_at_end and not self.autoplay:
             self.exit(0)
@@ -110,6 +120,70 @@ class WalkthroughApp(App):
     def on_load_failed(self, message: msg.LoadFailed) -> None:
         self.error = message.error
         self.exit(return_code=2)
+
+    # ---- running the request ----------------------------------------------------
+    def action_step(self) -> None:
+        """Run one pass (a prefill chunk or one decoded token)."""
+        blocker = self.state.run_blocker()
+        if blocker:
+            self.notify(blocker, title="Cannot run", severity="warning", markup=False)
+            return
+        if self.stepping or self.state.finished:
+            return
+        self.stepping = True
+        self.run_pass()
+
+    def action_play(self) -> None:
+        self.playing = not self.playing and not self.state.finished
+
+    def action_restart(self) -> None:
+        self.playing = False
+        self.restart_run()
+
+    @work(thread=True, group="step", name="run one pass")
+    def run_pass(self) -> None:
+        try:
+            run_id, step = self.state.run_pass()
+        except WalkthroughError as exc:
+            self.post_message(msg.RunFailed(str(exc)))
+            return
+        self.post_message(msg.StepDone(run_id, step))
+
+    @work(thread=True, group="step", name="restart the request")
+    def restart_run(self) -> None:
+        self.state.start_run()
+        self.post_message(msg.StageLoaded("run"))
+
+    def rebuild_prompt(self) -> None:
+        """After an edit of the messages: re-render, re-tokenize and restart, in a worker."""
+        self.playing = False
+        self._rebuild_prompt()
+
+    @work(thread=True, group="step", name="rebuild the prompt")
+    def _rebuild_prompt(self) -> None:
+        self.post_message(msg.Progress("rendering and tokenizing"))
+        self.state.rebuild_prompt()
+        self.post_message(msg.StageLoaded("run"))
+        self.post_message(msg.Progress(""))
+
+    def on_step_done(self, message: msg.StepDone) -> None:
+        self.stepping = False
+        if message.run_id != self.state.run_id:
+            return  # a pass of a run that was restarted meanwhile
+        if message.step is None:
+            self.state.finished = True
+            self.playing = False
+        else:
+            self.state.steps.append(message.step)
+        self.revision += 1
+
+    def on_run_failed(self, message: msg.RunFailed) -> None:
+        self.stepping = self.playing = False
+        self.notify(message.error, title="The pass failed", severity="error", markup=False)
+
+    def _play_tick(self) -> None:
+        if self.playing and not self.stepping:
+            self.action_step()
 
     # ---- moving between stages ----------------------------------------------
     def _stage_index(self) -> int:
@@ -136,22 +210,23 @@ class WalkthroughApp(App):
 
     # ---- autoplay and screenshots ---------------------------------------------
     def _autoplay_tick(self) -> None:
-        """Advance the walk: let the stage step if it wants to, else save its picture and move on."""
-        if "file" not in self.loaded or self.status:
-            return  # still loading
-        screen = self.screen
-        if getattr(screen, "autoplay_step", None) and screen.autoplay_step():
+        """Advance the walk: let the stage step if it wants to, else dwell, save its picture and move on."""
+        if "run" not in self.loaded or self.stepping:
+            return  # still loading, or a pass is running
+        if self.screen.autoplay_step():
             return
+        self._dwell += 1
+        if self._dwell < AUTOPLAY_TICKS:
+            return
+        self._dwell = 0
         if self.screenshots is not None:
             self.screenshots.mkdir(parents=True, exist_ok=True)
-            number = self._stage_index() + 1
-            self.save_screenshot(f"{number}-{self.current_mode}.svg", str(self.screenshots))
+            self.save_screenshot(f"{self._stage_index() + 1}-{self.current_mode}.svg", str(self.screenshots))
         if self._stage_index() == len(STAGE_IDS) - 1:
             if self.exit_at_end:
                 self.exit(0)
             return
         self.action_next_stage()
-
 
 def make_app(
     model: str | None = None,

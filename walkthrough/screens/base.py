@@ -126,6 +126,10 @@ class StageScreen(Screen):
     def refresh_view(self) -> None:
         """Redraw the stage from `self.state` (override)."""
 
+    def autoplay_step(self) -> bool:
+        """One autoplay tick: do something and return True, or return False when the stage is done."""
+        return False
+
     def unavailable_reason(self, *parts: str) -> str | None:
         """Why this stage cannot be shown yet (or at all), or None when its parts are ready."""
         for part in parts:

@@ -48,6 +48,14 @@ class LoadFailed(Message):
 
 @dataclass
 class StepDone(Message):
-    """The engine finished one pass (a prefill chunk or a decoded token)."""
+    """The engine finished one pass of run `run_id` (`step` None: the answer is finished)."""
 
+    run_id: int
     step: Any
+
+
+@dataclass
+class RunFailed(Message):
+    """A pass raised a WalkthroughError (say, a token outside the vocabulary)."""
+
+    error: str

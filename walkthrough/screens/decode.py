@@ -1,0 +1,138 @@
+"""Stage 5, Decode: one token per pass; what each pass chose, lit, read and attended to.
+
+Per pass: the token fed and the token chosen, the experts lit per layer for it,
+bytes read this pass by group and over the run, the KV cache per layer, one
+attention head's weights over the earlier tokens (layer and head selectable),
+and the reply so far.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from walkthrough.screens.format import bar
+from walkthrough.screens.stepping import SteppingScreen
+from walkthrough.screens.views import bytes_table, experts_grid, kv_table
+from walkthrough.textsafe import safe_text
+
+ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
+
+
+class DecodeScreen(SteppingScreen):
+    """The answer, token by token."""
+
+    STAGE = "decode"
+    TITLE = "Stage 5: decode"
+    CSS_PATH = "decode.tcss"
+    TERMS = ("decode", "step", "token", "expert", "active parameters", "bytes read", "memory bandwidth",
+             "KV cache", "attention", "head", "GQA")
+    HELP = """
+Decode writes the answer one token per pass: the token chosen by the previous
+pass goes in, every layer runs on that one position, and the sampler picks the
+next token. Press space for one token, enter to play.
+
+Each pass reads all the weights it uses (for a mixture of experts, only the
+experts this token was routed to) but does little arithmetic with them, so its
+speed is set by memory bandwidth: bytes read per token is the number to watch.
+The KV cache grows by one position per token and is read in full every pass.
+
+The attention view lists, for one layer and head, the earlier tokens the new
+token attended to most, with their weights. [ and ] change the layer, , and .
+change the head.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left_square_bracket", "layer(-1)", "Layer-", show=False),
+        Binding("right_square_bracket", "layer(1)", "Layer+", id="decode.layer"),
+        Binding("comma", "head(-1)", "Head-", show=False),
+        Binding("full_stop", "head(1)", "Head+", id="decode.head"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn_layer = 0
+        self.attn_head = 0
+
+    def compose_main(self) -> ComposeResult:
+        yield Static(id="decode-token")
+        yield Static(id="decode-reply")
+        yield Static(id="decode-detail")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        blocker = state.run_blocker()
+        token_view = self.query_one("#decode-token", Static)
+        if blocker:
+            token_view.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+            return
+        steps = state.decode_steps
+        reply = state.tokenizer.decode(state.answer_ids()) if state.tokenizer else ""
+        self.query_one("#decode-reply", Static).update(
+            Group(Text("the reply so far", style="bold"), safe_text(reply, keep_newlines=True))
+        )
+        if not steps:
+            note = "Press space to run prefill first." if not state.prefill_done else "Press space to decode a token."
+            token_view.update(Text(note))
+            self.query_one("#decode-detail", Static).update("")
+            return
+        step = steps[-1]
+        fed = step.input_ids[0]
+        line = Text.assemble(("token ", "bold"), f"{len(steps)} at position {step.start}: fed ",
+                             safe_text(state.piece(fed), "reverse"), " -> chose ")
+        if step.chosen is not None:
+            line.append_text(safe_text(state.piece(step.chosen), "bold reverse"))
+        if state.finished or step.stopped:
+            line.append("  (end of the answer)", style="italic")
+        token_view.update(line)
+        parts = []
+        if state.card.is_moe:
+            parts.append(Group(Text("experts lit for this token", style="bold"),
+                               experts_grid(step, state.card.n_experts, last_token_only=True)))
+        parts.append(Group(Text("bytes read", style="bold"), bytes_table(step, state.cumulative_bytes())))
+        parts.append(Group(Text("KV cache", style="bold"), kv_table(step)))
+        parts.append(self._attention(step))
+        self.query_one("#decode-detail", Static).update(Group(*parts))
+
+    def _attention(self, step) -> Group:
+        state = self.state
+        layers = [layer for layer in step.layers if layer.attention is not None]
+        if not layers:
+            return Group(Text("attention: not recorded for this pass", style="dim"))
+        layer = layers[self.attn_layer % len(layers)]
+        weights = layer.attention  # [n_head, kv_len]
+        head = self.attn_head % weights.shape[0]
+        row = weights[head]
+        title = Text.assemble(("attention ", "bold"),
+                              f"layer {layer.index}, head {head + 1}/{weights.shape[0]}: most attended earlier tokens")
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        table.add_column("pos", justify="right")
+        table.add_column("token")
+        table.add_column("weight", justify="right")
+        table.add_column("")
+        tokens = state.session_tokens(len(row))
+        for pos in np.argsort(-row, kind="stable")[:ATTENTION_SHOWN]:
+            piece = state.piece(tokens[pos]) if pos < len(tokens) else "?"
+            table.add_row(str(pos), safe_text(piece), f"{row[pos]:.3f}", bar(float(row[pos]), 12))
+        return Group(title, table)
+
+    def action_layer(self, delta: int) -> None:
+        self.attn_layer += delta
+        self.refresh_view()
+
+    def action_head(self, delta: int) -> None:
+        self.attn_head += delta
+        self.refresh_view()
+
+    def autoplay_step(self) -> bool:
+        if self.state.can_run and not self.state.finished:
+            self.app.action_step()
+            return True
+        return False

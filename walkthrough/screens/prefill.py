@@ -1,0 +1,98 @@
+"""Stage 4, Prefill: the prompt goes through the model in chunks, filling the KV cache.
+
+For the current chunk: which experts each layer woke (a layer x expert grid,
+digits counting the tokens that chose an expert), FLOPs, bytes read and their
+ratio against the chosen machine's balance point; the prompt with the chunk
+highlighted; progress through the chunks.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from walkthrough.screens.format import bar, human_bytes
+from walkthrough.screens.stepping import SteppingScreen
+from walkthrough.screens.views import experts_grid, flops_line, token_strip
+from walkthrough.textsafe import safe_text
+
+
+class PrefillScreen(SteppingScreen):
+    """The prompt, chunk by chunk."""
+
+    STAGE = "prefill"
+    TITLE = "Stage 4: prefill"
+    CSS_PATH = "prefill.tcss"
+    TERMS = ("prefill", "chunk", "step", "KV cache", "MoE", "router", "expert", "FLOPs",
+             "bytes read", "arithmetic intensity", "roofline")
+    HELP = """
+Prefill runs the whole prompt through the model before the first new token can
+be chosen. The prompt is cut into chunks; each chunk is one pass through every
+layer. Press space for the next chunk, enter to play.
+
+The grid shows, per layer, which experts the chunk's tokens were routed to (a
+digit counts the tokens that chose that expert). FLOPs over bytes read is the
+pass's arithmetic intensity: a chunk of many tokens reuses every weight it
+reads, so its intensity is high; compare it with the machine's balance point
+(compute / bandwidth, from the hardware profile): above it, the pass is limited
+by compute, below it by memory.
+
+The prompt strip shows the chunk just run highlighted, the tokens still to run
+dimmed. The KV cache fills by one row per token per attention layer.
+"""
+
+    def compose_main(self) -> ComposeResult:
+        yield Static(id="prefill-figures")
+        yield Static(id="prefill-experts")
+        yield Static(id="prefill-prompt")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        figures = self.query_one("#prefill-figures", Static)
+        steps = state.prefill_steps
+        total = len(state.prompt_ids)
+        blocker = state.run_blocker()
+        if blocker:
+            figures.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+            return
+        n_chunks = -(-total // state.chunk) if total else 0
+        if not steps:
+            figures.update(Text(f"{total} prompt tokens in {n_chunks} chunks of up to {state.chunk}. "
+                                "Press space to run the first chunk."))
+            self.query_one("#prefill-experts", Static).update("")
+            self.query_one("#prefill-prompt", Static).update(self._prompt(None, 0))
+            return
+        step = steps[-1]
+        done = step.end
+        lines = [
+            Text.assemble(("chunk ", "bold"), f"{len(steps)} of {n_chunks}: positions {step.start}-{step.end - 1}",
+                          f"  {bar(done / total, 20)} {done}/{total} tokens"),
+            flops_line(step),
+        ]
+        balance = state.balance_point()
+        if balance:
+            lines.append(Text(f"balance point of {state.profile.name}: {balance:.0f} FLOPs/byte", style="dim"))
+        lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))
+        if state.prefill_done and step.chosen is not None:
+            lines.append(Text.assemble(("first token chosen: ", "bold"), safe_text(state.piece(step.chosen))))
+        figures.update(Group(*lines))
+        if state.card.is_moe:
+            self.query_one("#prefill-experts", Static).update(Group(
+                Text("\nexperts woken by this chunk (digits: tokens per expert)", style="bold"),
+                experts_grid(step, state.card.n_experts, last_token_only=False),
+            ))
+        self.query_one("#prefill-prompt", Static).update(self._prompt((step.start, step.end), done))
+
+    def _prompt(self, current: tuple[int, int] | None, done: int) -> Group:
+        state = self.state
+        specials = frozenset(t.id for t in state.chat.tokens if t.special) if state.chat else frozenset()
+        strip = token_strip(state, state.prompt_ids, specials=specials, current=current, done=done)
+        return Group(Text("\nthe prompt", style="bold"), strip)
+
+    def autoplay_step(self) -> bool:
+        if self.state.can_run and not self.state.prefill_done:
+            self.app.action_step()
+            return True
+        return False

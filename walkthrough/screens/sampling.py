@@ -1,0 +1,163 @@
+"""Stage 6, Sampling: the last pass's candidates through each stage of the sampler, with keys to turn the knobs.
+
+The engine keeps every stage of a sampling decision (raw logits, top-k, top-p,
+min-p, temperature, final probabilities, the draw). Turning a knob re-runs the
+stages on the same logits (`SampleResult.resample`), so the table shows how the
+distribution changes; the new knobs also apply to the passes still to run.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from walkthrough.screens.stepping import SteppingScreen
+from walkthrough.textsafe import safe_text
+
+# The values the keys step through (lower case: down, upper case: up).
+TEMPERATURES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
+TOP_KS = (1, 2, 5, 10, 20, 40, 100, 0)  # 0: keep all
+TOP_PS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+MIN_PS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+CANDIDATES_SHOWN = 10
+
+
+def _step_value(values: tuple, current: float, delta: int):
+    """The next value up or down from `current` in `values` (the nearest one first if current is off the list)."""
+    index = int(np.argmin([abs(v - current) for v in values]))
+    return values[min(max(index + delta, 0), len(values) - 1)]
+
+
+class SamplingScreen(SteppingScreen):
+    """From logits to the chosen token."""
+
+    STAGE = "sampling"
+    TITLE = "Stage 6: sampling"
+    CSS_PATH = "sampling.tcss"
+    TERMS = ("logits", "sampling", "temperature", "greedy", "top-k", "top-p", "min-p", "seed")
+    HELP = """
+The last pass ends with one score (logit) per vocabulary token. The sampler
+turns them into a choice, in llama.cpp's order: top-k keeps the k best, top-p
+keeps the shortest run of best tokens whose probabilities reach p, min-p drops
+tokens less likely than min-p times the best one, temperature sharpens (below 1)
+or flattens (above 1) what is left, and a seeded random draw picks one.
+Temperature 0 is greedy: always the best token.
+
+Keys: t / T temperature down / up, k / K top-k, o / O top-p, m / M min-p, s a new
+seed. The table re-runs the stages on the same logits and the same draw, so you
+see what each knob does; the passes still to run use the new knobs too.
+Columns: p(T=1) is the plain softmax of the logits; p(T) the softmax at the
+temperature over the whole vocabulary; the marks say which stages kept the
+token; final is the probability the draw used.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("t", "knob('temperature', -1)", "Temp-", id="sampling.temperature"),
+        Binding("T", "knob('temperature', 1)", "Temp+", show=False),
+        Binding("k", "knob('top_k', -1)", "Top-k", id="sampling.top_k"),
+        Binding("K", "knob('top_k', 1)", "Top-k+", show=False),
+        Binding("o", "knob('top_p', -1)", "Top-p", id="sampling.top_p"),
+        Binding("O", "knob('top_p', 1)", "Top-p+", show=False),
+        Binding("m", "knob('min_p', -1)", "Min-p", show=False),
+        Binding("M", "knob('min_p', 1)", "Min-p+", show=False),
+        Binding("s", "new_seed", "Seed", id="sampling.seed"),
+    ]
+    _KNOBS: ClassVar[dict[str, tuple]] = {
+        "temperature": TEMPERATURES, "top_k": TOP_KS, "top_p": TOP_PS, "min_p": MIN_PS,
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._autoplay_moves = ["T", "T", "T", "k", "t", "t", "t", "K"]
+
+    def compose_main(self) -> ComposeResult:
+        yield Static(id="sampling-knobs")
+        yield Static(id="sampling-table")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        knobs = self.query_one("#sampling-knobs", Static)
+        if state.settings is None:
+            knobs.update(Text(state.run_blocker() or "waiting for the engine"))
+            return
+        s = state.settings
+        top_k = "all" if s.top_k <= 0 else str(s.top_k)
+        knobs.update(Text.assemble(
+            ("temperature ", "bold"), f"{s.temperature:g}", ("  top-k ", "bold"), top_k,
+            ("  top-p ", "bold"), f"{s.top_p:g}", ("  min-p ", "bold"), f"{s.min_p:g}",
+            ("  seed ", "bold"), str(s.seed), ("  (greedy)" if s.greedy else "", "italic"),
+        ))
+        step = next((st for st in reversed(state.steps) if st.sample is not None), None)
+        result = state.preview_sample(step)
+        table_view = self.query_one("#sampling-table", Static)
+        if result is None:
+            table_view.update(Text("No token sampled yet: run prefill to its end (space, or enter to play)."))
+            return
+        table_view.update(self._table(step, result))
+
+    def _table(self, step, result) -> Group:
+        state = self.state
+        order = np.argsort(-result.logits, kind="stable")[:CANDIDATES_SHOWN]  # best raw logits, for display
+        plain = result.resample(result.settings.with_(temperature=1.0)).probs_at_temperature()
+        at_t = result.probs_at_temperature()
+        final = dict(zip(result.candidates.tolist(), result.probs.tolist()))
+        kept = [set(result.after_top_k.tolist()), set(result.after_top_p.tolist()), set(result.after_min_p.tolist())]
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        for name, justify in (("", "left"), ("token", "left"), ("logit", "right"), ("p(T=1)", "right"),
+                              ("p(T)", "right"), ("k", "center"), ("p", "center"), ("min", "center"),
+                              ("final", "right")):
+            table.add_column(name, justify=justify)
+        for token_id in order.tolist():
+            marks = ["✓" if token_id in stage else "·" for stage in kept]
+            chosen = token_id == result.chosen
+            table.add_row(
+                "▶" if chosen else "",
+                safe_text(state.piece(token_id), "bold" if chosen else ""),
+                f"{result.logits[token_id]:.2f}",
+                f"{plain[token_id]:.3f}",
+                f"{at_t[token_id]:.3f}",
+                *marks,
+                f"{final[token_id]:.3f}" if token_id in final else "",
+            )
+        greedy = int(order[0])
+        verdict = Text.assemble(
+            ("kept: ", "bold"), f"top-k {len(result.after_top_k)}, top-p {len(result.after_top_p)}, ",
+            f"min-p {len(result.after_min_p)} of {len(result.logits)}",
+            ("  draw u=", "bold"), f"{result.u:.3f}",
+        )
+        choice = Text.assemble(("greedy would pick ", "bold"), safe_text(state.piece(greedy)),
+                               ("; this draw picks ", "bold"), safe_text(state.piece(result.chosen)))
+        where = Text(f"after the pass at positions {step.start}-{step.end - 1} ({step.phase})", style="dim")
+        return Group(where, verdict, choice, table)
+
+    def action_knob(self, name: str, delta: int) -> None:
+        state = self.state
+        if state.settings is None:
+            return
+        value = _step_value(self._KNOBS[name], getattr(state.settings, name), delta)
+        state.set_settings(state.settings.with_(**{name: value}))
+        self.app.revision += 1
+
+    def action_new_seed(self) -> None:
+        state = self.state
+        if state.settings is not None:
+            state.set_settings(state.settings.with_(seed=state.settings.seed + 1))
+            self.app.revision += 1
+
+    def autoplay_step(self) -> bool:
+        if self.state.can_run and not self.state.prefill_done:
+            self.app.action_step()
+            return True
+        if self._autoplay_moves and self.state.settings is not None:
+            key = self._autoplay_moves.pop(0)
+            name = {"t": "temperature", "k": "top_k"}[key.lower()]
+            self.action_knob(name, 1 if key.isupper() else -1)
+            return True
+        return False

@@ -1,0 +1,36 @@
+"""The base of the stages that step through the run (prefill, decode, sampling): keys and the live panel.
+
+space runs one pass, enter plays or pauses, r restarts the request. The stage's
+own view goes in `compose_main`; the live panel sits beside it (wide screens)
+or under it (narrow ones, through the `-narrow` class the app's breakpoints set).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Container, VerticalScroll
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.live import LivePanel
+
+
+class SteppingScreen(StageScreen):
+    """A stage with the run's controls and the live panel."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "app.step", "Step", id="run.step"),
+        Binding("enter", "app.play", "Play/pause", id="run.play"),
+        Binding("r", "app.restart", "Restart", id="run.restart"),
+    ]
+
+    def compose_body(self) -> ComposeResult:
+        with Container(id="stepping"):
+            with VerticalScroll(id="stage-main"):
+                yield from self.compose_main()
+            yield LivePanel(id="live")
+
+    def compose_main(self) -> ComposeResult:
+        yield from ()

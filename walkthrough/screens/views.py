@@ -1,0 +1,138 @@
+"""Rich renderables built from the engine's Step records: expert grids, bytes read, KV cache, candidates, token strips.
+
+Shared by the stepping stages and the live panel. Presentation only: every
+figure is a field of a `Step`/`LayerTrace` (or the model card); the only
+arithmetic here is counting and summing records for display.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
+from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.textsafe import safe_text
+
+# Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
+TOKEN_STYLES = ("on blue", "underline on magenta")
+SPECIAL_STYLE = "bold reverse"
+LIT, DIM = "█", "·"
+
+
+def token_style(index: int, special: bool) -> str:
+    return SPECIAL_STYLE if special else TOKEN_STYLES[index % 2]
+
+
+def expert_counts(layer, last_token_only: bool, n_experts: int) -> np.ndarray | None:
+    """How many tokens of the pass (or only its last token) chose each expert; None for dense layers."""
+    if layer.experts is None:
+        return None
+    chosen = layer.experts[-1:] if last_token_only else layer.experts  # [n_tokens, k]
+    return np.bincount(chosen.ravel(), minlength=n_experts)
+
+
+def experts_grid(step, n_experts: int, *, last_token_only: bool) -> Table:
+    """A layer x expert grid: lit cells for experts chosen (digits: how many tokens, when more than one)."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(justify="right", style="bold")
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right")
+    for layer in step.layers:
+        counts = expert_counts(layer, last_token_only, n_experts)
+        if counts is None:
+            table.add_row(f"L{layer.index}", Text("dense FFN", style="dim"), "")
+            continue
+        cells = Text(no_wrap=True)
+        for n in counts:
+            if n == 0:
+                cells.append(DIM, style="dim")
+            elif last_token_only or n == 1:
+                cells.append(LIT, style="bold green")
+            else:
+                cells.append(str(n) if n < 10 else "+", style="bold reverse green")
+        table.add_row(f"L{layer.index}", cells, f"{int((counts > 0).sum())}/{n_experts}")
+    return table
+
+
+def bytes_table(step, cumulative: dict[str, int] | None = None) -> Table:
+    """Bytes read by group in this pass (and over the run so far, when given)."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    table.add_column("read")
+    table.add_column("this pass", justify="right")
+    if cumulative is not None:
+        table.add_column("run", justify="right")
+    for group, nbytes in step.bytes_read.items():
+        if group == "total" or not nbytes:
+            continue
+        row = [group, human_bytes(nbytes)]
+        if cumulative is not None:
+            row.append(human_bytes(cumulative.get(group, 0)))
+        table.add_row(*row)
+    row = [Text("total", style="bold"), human_bytes(step.bytes_read.get("total", 0))]
+    if cumulative is not None:
+        row.append(human_bytes(cumulative.get("total", 0)))
+    table.add_row(*row)
+    return table
+
+
+def kv_table(step) -> Table:
+    """KV cache positions and bytes per attention layer after the pass."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    table.add_column("layer")
+    table.add_column("kind")
+    table.add_column("positions", justify="right")
+    table.add_column("bytes", justify="right")
+    for layer in step.layers:
+        if layer.mixer == "full":
+            table.add_row(f"L{layer.index}", "attention", str(layer.kv_len), human_bytes(layer.kv_bytes))
+        else:
+            table.add_row(f"L{layer.index}", layer.mixer, "fixed", human_bytes(layer.state_bytes))
+    return table
+
+
+def candidates_table(state, step, n: int = 5) -> Table:
+    """The model's top candidates after the pass (softmax of the raw logits), the chosen one marked."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    table.add_column("")
+    table.add_column("token")
+    table.add_column("id", justify="right")
+    table.add_column("p", justify="right")
+    for token_id, p in step.top(n):
+        mark = "▶" if token_id == step.chosen else ""
+        table.add_row(mark, safe_text(state.piece(token_id)), str(token_id), f"{p:.3f}")
+    return table
+
+
+def token_strip(state, ids: Sequence[int], *, specials: frozenset[int] = frozenset(),
+                current: tuple[int, int] | None = None, done: int | None = None) -> Text:
+    """Token pieces in alternating styles; positions in `current` highlighted, those past `done` dimmed."""
+    text = Text()
+    for i, token_id in enumerate(ids):
+        style = token_style(i, token_id in specials)
+        if current is not None and current[0] <= i < current[1]:
+            style = "bold reverse yellow"
+        elif done is not None and i >= done:
+            style = "dim"
+        text.append_text(safe_text(state.piece(token_id), style))
+    return text
+
+
+def figure_line(label: str, value: str, note: str = "") -> Text:
+    line = Text.assemble((f"{label}: ", "bold"), value)
+    if note:
+        line.append(f"  {note}", style="dim")
+    return line
+
+
+def flops_line(step) -> Text:
+    """FLOPs, bytes and their ratio (arithmetic intensity) for one pass."""
+    total = step.bytes_read.get("total", 0)
+    intensity = step.flops / total if total else 0.0
+    return Text.assemble(
+        ("FLOPs ", "bold"), human_count(step.flops),
+        ("  bytes read ", "bold"), human_bytes(total),
+        ("  intensity ", "bold"), f"{intensity:.1f} FLOPs/byte",
+    )
