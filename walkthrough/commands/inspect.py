@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
 def resolve(spec: str | None) -> Path:
     """The GGUF file to open for FILE (first shard of a split model; `open_gguf` opens the rest)."""
-    if spec is None:
-        from walkthrough.screens.state import resolve_model as bundled_model  # the app's default, same error
+    if spec is None:  # the app's bundled model, with the app's message when it is missing
+        from walkthrough.screens.state import resolve_model as bundled_model
 
         return bundled_model(None)
     from walkthrough.inspect.locate import resolve_model
