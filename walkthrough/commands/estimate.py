@@ -1,0 +1,214 @@
+"""`walkthrough estimate [MODEL]`: will a model fit, how soon is the first word, how fast does it write.
+
+The model is found as `walkthrough inspect` finds it (`inspect.locate`, or the
+bundled tiny model). One table per hardware profile (all of them unless
+`--hardware` names one), or with `--json` a list with one object per profile. Every number comes from the
+model card and the profile through `walkthrough.engine.costs`; the "why" column
+shows the formula. Defaults follow the model: context = min(4096, trained
+context), prompt = half of it, output = an eighth.
+
+Example:
+    walkthrough estimate model.gguf --hardware rtx-4090 --prompt-tokens 6500 --output-tokens 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from walkthrough.errors import WalkthroughError
+
+DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
+KV_TYPES = ("f16", "q8_0", "q4_0")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("estimate", help="memory, time to first token and speed on hardware profiles",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                   help="a .gguf file (default: the bundled tiny model)")
+    p.add_argument("--hardware", metavar="NAME", help="one profile id (default: every profile)")
+    p.add_argument("--context", type=int, metavar="N", help="context window in tokens (KV cache size)")
+    p.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length in tokens")
+    p.add_argument("--output-tokens", type=int, metavar="N", help="answer length in tokens")
+    p.add_argument("--kv-type", choices=KV_TYPES, default="f16", help="KV cache type (default f16)")
+    p.add_argument("--users", type=int, default=1, metavar="N", help="sequences decoded at once (default 1)")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one object per profile")
+    p.add_argument("--hardware-file", metavar="F", help="extra hardware profiles (JSON, same format)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from walkthrough.commands.inspect import resolve
+    from walkthrough.engine.costs import estimate
+    from walkthrough.engine.hardware import load_profiles, pick
+    from walkthrough.inspect.card import build_card
+    from walkthrough.inspect.gguf import open_gguf
+
+    profiles = pick(load_profiles(args.hardware_file), args.hardware)
+    path = resolve(args.model)
+    card = build_card(open_gguf(path))
+    context, prompt, output = request_sizes(card.context_length, args.context, args.prompt_tokens,
+                                            args.output_tokens)
+    if args.users < 1:
+        raise WalkthroughError(f"--users {args.users}: must be at least 1")
+    results = [estimate(card, hw, context, prompt, output, args.kv_type, args.users) for hw in profiles]
+    if args.json:
+        json.dump([as_json(path, card, e) for e in results], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print_tables(path, card, results)
+    return 0
+
+
+def request_sizes(trained: int | None, context: int | None, prompt: int | None,
+                  output: int | None) -> tuple[int, int, int]:
+    """Context, prompt and output tokens, defaulted from the model and checked against each other."""
+    for name, value in (("--context", context), ("--prompt-tokens", prompt), ("--output-tokens", output)):
+        if value is not None and value < 1:
+            raise WalkthroughError(f"{name} {value}: must be at least 1")
+    if context is None:
+        context = min(DEFAULT_CONTEXT, trained) if trained else DEFAULT_CONTEXT
+        context = max(context, (prompt or 0) + (output or 0))
+    if trained and context > trained:
+        raise WalkthroughError(f"--context {context}: the model was trained for {trained} tokens; "
+                               f"choose at most {trained}")
+    prompt = prompt if prompt is not None else max(context // 2, 1)
+    output = output if output is not None else max(context // 8, 1)
+    if prompt + output > context:
+        raise WalkthroughError(f"prompt ({prompt}) plus output ({output}) tokens exceed the context ({context}); "
+                               "raise --context or shorten them")
+    return context, prompt, output
+
+
+def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
+    """One profile's estimate as plain JSON values (null where the model does not fit)."""
+    hw = e.hardware
+    fig = {"memory_needed": e.memory.needed, "memory_usable": e.memory.usable, "max_users": e.max_users}
+    if e.fits:
+        fig.update(bytes_per_token=e.decode.bytes_per_token, decode_ceiling=e.decode.ceiling,
+                   decode=e.decode.tokens_per_s, prefill=e.prefill.tokens_per_s, ttft=e.prefill.seconds,
+                   answer=e.answer)
+    placement = e.memory.placement
+    return {
+        "model": {"path": str(path), "name": card.name, "architecture": card.architecture},
+        "hardware": {
+            "id": hw.id, "name": hw.name, "memory_gb": hw.memory_bytes / 1e9, "memory_gib": hw.memory_gib,
+            "memory_kind": hw.memory_kind, "bandwidth_gbs": hw.bandwidth_gbs, "compute_tflops": hw.compute_tflops,
+            "compute_basis": hw.compute_basis, "decode_efficiency": hw.decode_efficiency,
+            "host": hw.host.id if hw.host else None, "sources": hw.sources,
+        },
+        "context": e.context, "prompt_tokens": e.prompt_tokens, "output_tokens": e.output_tokens,
+        "kv_type": e.cache_type, "users": e.users,
+        "bytes_per_token": e.decode.bytes_per_token.value if e.fits else None,
+        "decode_tokens_per_s_ceiling": e.decode.ceiling.value if e.fits else None,
+        "decode_tokens_per_s": e.decode.tokens_per_s.value if e.fits else None,
+        "decode_slow_share": e.decode.slow_share.value if e.fits else None,
+        "prefill_tokens_per_s": e.prefill.tokens_per_s.value if e.fits else None,
+        "prefill_bound": e.prefill.bound if e.fits else None,
+        "ttft_s": e.prefill.seconds.value if e.fits else None,
+        "answer_s": e.answer.value if e.fits else None,
+        "memory_needed_gb": e.memory.needed.value / 1e9,
+        "memory_usable_gb": e.memory.usable.value / 1e9,
+        "fits": e.fits,
+        "verdict": e.memory.verdict,
+        "offload": {
+            "expert_layers": list(placement.expert_layers), "layers": list(placement.whole_layers),
+            "description": placement.describe(),
+            "host_needed_gb": e.memory.host_needed.value / 1e9 if e.memory.host_needed else None,
+            "host_usable_gb": e.memory.host_usable.value / 1e9 if e.memory.host_usable else None,
+        },
+        "shortfall_gb": e.memory.shortfall.value / 1e9 if e.memory.shortfall else None,
+        "max_users": int(e.max_users.value),
+        "users_table": [{"users": r.users, "per_user_tokens_per_s": r.per_user.value,
+                         "total_tokens_per_s": r.total.value, "limit": r.limit} for r in e.users_rows],
+        "figures": {name: f.to_dict() for name, f in fig.items()},
+    }
+
+
+# --- the tables ------------------------------------------------------------------------------
+
+_SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt(value: float, unit: str) -> str:
+    """A figure as short text in decimal units: 1.84e9 B -> "1.84 GB", 0.0012 s -> "1.2 ms"."""
+    if unit == "s":
+        if value >= 100:
+            return f"{value:,.0f} s"
+        return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
+    if unit == "":
+        return f"{value:.0%}"
+    if unit in ("B", "B/s", "FLOP", "FLOP/s", "FLOP/token"):
+        for scale, prefix in _SCALES:
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {prefix}{unit}"
+        return f"{value:.3g} {unit}"
+    return f"{value:,.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+
+
+def _show(fig: Any) -> str:
+    return fmt(fig.value, fig.unit)
+
+
+def _why(fig: Any) -> str:
+    """The formula with the values of its direct inputs."""
+    values = ", ".join(f"{name.replace('_', ' ')} {_show(f)}" for name, f in fig.inputs)
+    return f"{fig.formula} ({values})" if values else fig.formula or fig.source
+
+
+def print_tables(path: Path, card: Any, results: list[Any]) -> None:
+    """One Rich table per profile; file and profile text is shown literally (never as markup)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from walkthrough.textsafe import safe_text
+
+    console = Console()
+    title = Text("estimate for ") + safe_text(card.name or path.name, "bold")
+    console.print(title + Text(f"  ({card.architecture}, {path.name})"))
+    for e in results:
+        hw = e.hardware
+        table = Table(title=safe_text(f"{hw.name} [{hw.id}]", "bold"), title_justify="left", expand=False)
+        table.add_column("", no_wrap=True)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("why")
+        for label, value, why in _rows(e):
+            table.add_row(Text(label), Text(value), Text(why, style="dim"))
+        console.print(table)
+        if hw.compute_basis == "peak":
+            console.print(Text("  compute is a peak figure: prefill times are a lower bound", style="dim"))
+
+
+def _rows(e: Any) -> list[tuple[str, str, str]]:
+    m = e.memory
+    rows = [
+        ("memory needed", _show(m.needed), _why(m.needed)),
+        ("memory usable", _show(m.usable), _why(m.usable)),
+        ("verdict", m.verdict, m.placement.describe() if m.verdict != "does not fit" else
+         f"short by {_show(m.shortfall)}" if m.shortfall else ""),
+    ]
+    if m.host_needed is not None:
+        rows.append(("in system RAM", _show(m.host_needed), f"of {_show(m.host_usable)} usable on the host"))
+    if not e.fits:
+        return rows
+    d, p = e.decode, e.prefill
+    rows += [
+        ("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
+        ("decode ceiling", _show(d.ceiling), _why(d.ceiling)),
+        ("decode", _show(d.tokens_per_s), _why(d.tokens_per_s)),
+    ]
+    if d.slow_share.value:
+        rows.append(("time in system RAM", _show(d.slow_share), d.slow_share.formula))
+    rows += [
+        ("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)}"),
+        (f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
+        (f"answer ({e.output_tokens} tokens)", _show(e.answer), _why(e.answer)),
+    ]
+    for r in e.users_rows:
+        rows.append((f"{r.users} users at {e.context}", f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
+    rows.append(("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
+    return rows

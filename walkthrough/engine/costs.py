@@ -1,0 +1,321 @@
+"""What one request costs on one machine: memory, decode and prefill speed, several users at once.
+
+Pure functions over the model card (`walkthrough.inspect.card.ModelCard`) and a
+hardware profile (`walkthrough.engine.hardware.Profile`). Every result is a
+`Figure`: a value, its unit, the formula that produced it and the figures that
+went in, so the app and `walkthrough estimate` can show why, not just what.
+Bytes are decimal (1 GB = 1e9 bytes), as in the worked examples below.
+
+The model (a roofline, max(bytes / bandwidth, FLOPs / compute)); the memory
+budget and offload plan are in `walkthrough.engine.budget`:
+- Decode: bytes read per token = the card's weights read per token (only the
+  routed experts used) + the whole KV cache at the current context + the
+  recurrent state read and written. Ceiling = bandwidth / bytes; realistic
+  divides by bandwidth x decode efficiency. Offloaded bytes are read from the
+  host at its bandwidth: time = fast bytes / fast bw + slow bytes / slow bw.
+- Prefill: 2 x active parameters FLOPs per token plus attention, 2 x (key + value
+  size) per head per visible position; done in micro-batches of 512 tokens that
+  each read the weights once (all experts a micro-batch routes to). Offloaded
+  weights are counted at host-RAM bandwidth (llama.cpp may instead stream them
+  over PCIe to the GPU for large batches; this estimate does not model that).
+- Several users: one decode step serves B users; weights are read once per step,
+  each user's KV cache once; experts touched = n x (1 - (1 - k/n)^B) per layer
+  if routing were uniform (real routers are skewed, so this is an upper bound).
+
+Worked examples (the tests check them): 1.84 GB read per token at 128 GB/s is a
+ceiling near 70 tokens/s; 16 GB per token gives 8; a 6,500-token prompt at 93
+tokens/s takes about 70 s; 35.5e9 parameters at 4.89 bits are 21.7 GB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from walkthrough.engine.budget import (
+    MICRO_BATCH,
+    NO_FIT,
+    MemoryPlan,
+    Placement,
+    check_card,
+    expert_bytes_per_layer,
+    kv_cache_bytes,
+    max_users,
+    memory_plan,
+    slow_cache_reads,
+    slow_reads,
+    slow_weight_reads,
+    state_bytes,
+)
+from walkthrough.engine.figure import Figure, derived, given
+from walkthrough.engine.hardware import Profile
+from walkthrough.inspect.card import ModelCard
+
+SATURATION = 0.05  # stop the users table when doubling the users adds less than 5% throughput
+MAX_USERS_SHOWN = 1 << 12
+
+# --- the worked-example building blocks ------------------------------------------------------
+
+
+def weights_bytes(n_params: Figure, bits_per_weight: Figure) -> Figure:
+    """Stored size of n parameters at a mean bits per weight. Example: 35.5e9 x 4.89 / 8 = 21.7e9."""
+    return derived(n_params.value * bits_per_weight.value / 8, "B", "params x bits per weight / 8",
+                   params=n_params, bits_per_weight=bits_per_weight)
+
+
+def decode_ceiling(bytes_per_token: Figure, bandwidth: Figure) -> Figure:
+    """Tokens/s if every byte moved at full bandwidth. Example: 128e9 B/s / 1.84e9 B = 69.6."""
+    return derived(bandwidth.value / bytes_per_token.value, "tokens/s", "bandwidth / bytes per token",
+                   bandwidth=bandwidth, bytes_per_token=bytes_per_token)
+
+
+def prompt_seconds(n_tokens: Figure, tokens_per_s: Figure) -> Figure:
+    """Time to process a prompt. Example: 6,500 tokens / 93 tokens/s = 69.9 s."""
+    return derived(n_tokens.value / tokens_per_s.value, "s", "prompt tokens / prefill tokens per second",
+                   prompt_tokens=n_tokens, prefill_rate=tokens_per_s)
+
+def _attention_flops(card: ModelCard, positions: float, window_sum: bool = False) -> float:
+    """Attention FLOPs of one token at `positions` visible positions (or, with window_sum, summed
+    over the prompt's positions 1..positions): 2 x heads x (k + v dims) per position."""
+    n = positions
+    total = 0.0
+    heads = (card.n_head or 0) * ((card.head_dim_k or 0) + (card.head_dim_v or 0))
+    for layer in card.layers:
+        if not layer.keeps_kv:
+            continue
+        window = layer.sliding_window
+        dims = heads or (layer.kv_values_per_token or 0)  # without head sizes: K+V values (a lower bound)
+        if window_sum:
+            w = window or n
+            seen = n * (n + 1) / 2 if n <= w else w * (w + 1) / 2 + (n - w) * w
+        else:
+            seen = min(n, window) if window else n
+        total += 2 * dims * seen
+    return total
+
+
+def decode_flops(card: ModelCard, context: int) -> Figure:
+    """FLOPs to decode one token at `context` cached positions."""
+    attention = _attention_flops(card, context)
+    return derived(2 * card.n_params_active + attention, "FLOP",
+                   "2 x active params + attention (2 x heads x (k + v dims) x context per KV layer)",
+                   active_params=given(card.n_params_active, "params", "model card"),
+                   attention=given(attention, "FLOP", "context x KV layers"))
+
+
+def experts_touched(card: ModelCard, tokens: int) -> float:
+    """Expected share of one layer's experts routed to by `tokens` tokens, if routing were uniform."""
+    if not card.is_moe or not card.n_experts:
+        return 1.0
+    return 1.0 - (1.0 - min(card.n_experts_used or 0, card.n_experts) / card.n_experts) ** tokens
+
+
+# --- decode ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decode:
+    bytes_per_token: Figure  # everything read to produce one token
+    ceiling: Figure  # tokens/s at full bandwidth
+    tokens_per_s: Figure  # tokens/s at the profile's decode efficiency
+    slow_share: Figure  # share of the time spent reading from host RAM (0 without offload)
+
+
+def _split_reads(card: ModelCard, context: int, cache_type: str, placement: Placement) -> tuple[Figure, float]:
+    """Bytes read per decoded token, and how many of them come from host RAM."""
+    weights = given(card.bytes_per_token, "B", "model card: weights read per token (routed experts used only)")
+    kv = kv_cache_bytes(card, context, cache_type)
+    state = derived(2 * (card.state_bytes or 0), "B", "recurrent state read and written", state=state_bytes(card))
+    total = derived(weights.value + kv.value + state.value, "B", "weights read + KV cache at context + state",
+                    weights=weights, kv_cache=kv, state=state)
+    return total, slow_reads(card, placement, context, cache_type)
+
+
+def _seconds(fast: float, slow: float, hw: Profile, efficient: bool) -> tuple[float, float]:
+    """(fast seconds, slow seconds) to move these bytes."""
+    eff = hw.decode_efficiency if efficient else 1.0
+    t_fast = fast / (hw.bandwidth * eff)
+    t_slow = 0.0
+    if slow:
+        host = hw.host or hw
+        t_slow = slow / (host.bandwidth * (host.decode_efficiency if efficient else 1.0))
+    return t_fast, t_slow
+
+
+def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
+           placement: Placement | None = None) -> Decode:
+    """Decode speed at `context` cached positions: ceiling and realistic tokens per second."""
+    check_card(card, cache_type)
+    placement = placement or Placement()
+    total, slow = _split_reads(card, context, cache_type, placement)
+    bw = given(hw.bandwidth_gbs * 1e9, "B/s", hw.sources.get("bandwidth_gbs", hw.origin))
+    eff = given(hw.decode_efficiency, "", hw.sources.get("decode_efficiency", hw.origin))
+    fast = total.value - slow
+    if not slow:
+        ceiling = decode_ceiling(total, bw)
+        real = derived(ceiling.value * eff.value, "tokens/s", "ceiling x decode efficiency",
+                       ceiling=ceiling, efficiency=eff)
+        return Decode(total, ceiling, real, given(0.0, "", "no offload"))
+    host = hw.host or hw
+    host_bw = given(host.bandwidth_gbs * 1e9, "B/s", f"host {host.id}: " + host.sources.get("bandwidth_gbs", ""))
+    parts = {"fast_bytes": given(fast, "B", "device memory"), "slow_bytes": given(slow, "B", "system RAM"),
+             "fast_bandwidth": bw, "slow_bandwidth": host_bw}
+    c_fast, c_slow = _seconds(fast, slow, hw, efficient=False)
+    ceiling = derived(1 / (c_fast + c_slow), "tokens/s", "1 / (fast bytes / fast bw + slow bytes / slow bw)", **parts)
+    r_fast, r_slow = _seconds(fast, slow, hw, efficient=True)
+    real = derived(1 / (r_fast + r_slow), "tokens/s",
+                   "1 / (fast bytes / (fast bw x eff) + slow bytes / (slow bw x host eff))",
+                   efficiency=eff, host_efficiency=given(host.decode_efficiency, "", f"host {host.id}"), **parts)
+    share = derived(r_slow / (r_fast + r_slow), "", "time reading system RAM / time per token")
+    return Decode(total, ceiling, real, share)
+
+
+# --- prefill ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prefill:
+    flops_per_token: Figure  # mean over the prompt
+    tokens_per_s: Figure
+    seconds: Figure  # time to first token
+    bound: str  # "compute" or "memory": which side of the roofline set most of the time
+
+
+def _batch_reads(card: ModelCard, tokens: int, placement: Placement) -> tuple[float, float]:
+    """Weights one pass over `tokens` tokens reads (all experts they route to), and the part in host RAM."""
+    e = expert_bytes_per_layer(card)
+    n_moe = sum(1 for layer in card.layers if layer.ffn == "moe" and not layer.mtp)
+    experts_read = card.bytes_per_token_by_group.get("experts", 0)
+    touched = experts_touched(card, tokens)
+    total = card.bytes_per_token - experts_read + n_moe * e * touched
+    return total, slow_weight_reads(card, placement, touched)
+
+
+def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placement | None = None,
+            micro_batch: int = MICRO_BATCH) -> Prefill:
+    """Prompt processing: per micro-batch max(weights read / bandwidth, FLOPs / compute), summed."""
+    check_card(card)
+    placement = placement or Placement()
+    seconds = 0.0
+    compute_time = memory_time = 0.0
+    done = 0
+    while done < prompt_tokens:
+        n = min(micro_batch, prompt_tokens - done)
+        flops = 2 * card.n_params_active * n + (_attention_flops(card, done + n, window_sum=True)
+                                                - _attention_flops(card, done, window_sum=True))
+        weights, slow = _batch_reads(card, n, placement)
+        t_fast, t_slow = _seconds(weights - slow, slow, hw, efficient=True)
+        t_compute = flops / hw.compute
+        seconds += max(t_fast + t_slow, t_compute)
+        compute_time += t_compute
+        memory_time += t_fast + t_slow
+        done += n
+    total_flops = 2 * card.n_params_active * prompt_tokens + _attention_flops(card, prompt_tokens, window_sum=True)
+    per_token = derived(total_flops / max(prompt_tokens, 1), "FLOP/token",
+                        "2 x active params + attention over the prompt's positions, averaged",
+                        active_params=given(card.n_params_active, "params", "model card"))
+    compute = given(hw.compute_tflops * 1e12, "FLOP/s",
+                    f"{hw.compute_basis}: " + hw.sources.get("compute_tflops", hw.origin))
+    rate = derived(prompt_tokens / seconds if seconds else 0.0, "tokens/s",
+                   f"prompt tokens / sum over {micro_batch}-token micro-batches of "
+                   "max(weights read / (bw x eff), FLOPs / compute)",
+                   flops_per_token=per_token, compute=compute,
+                   bandwidth=given(hw.bandwidth_gbs * 1e9, "B/s", hw.sources.get("bandwidth_gbs", hw.origin)))
+    ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
+    return Prefill(per_token, rate, ttft, "compute" if compute_time >= memory_time else "memory")
+
+
+# --- several users ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsersRow:
+    users: int
+    per_user: Figure  # tokens/s each user sees
+    total: Figure  # tokens/s over all users
+    limit: str  # "bandwidth", "compute" or "memory" (this many users' KV caches do not fit)
+
+
+def users_row(card: ModelCard, hw: Profile, users: int, context: int, cache_type: str = "f16",
+              placement: Placement | None = None, fit: int | None = None) -> UsersRow:
+    """One decode step for `users` sequences at `context` positions each."""
+    placement = placement or Placement()
+    weights, slow_weights = _batch_reads(card, users, placement)
+    kv = kv_cache_bytes(card, context, cache_type).value + 2 * (card.state_bytes or 0)
+    slow = slow_weights + users * slow_cache_reads(card, placement, context, cache_type)
+    t_fast, t_slow = _seconds(weights + users * kv - slow, slow, hw, efficient=True)
+    t_compute = users * decode_flops(card, context).value / hw.compute
+    step = max(t_fast + t_slow, t_compute)
+    limit = "compute" if t_compute > t_fast + t_slow else "bandwidth"
+    if fit is not None and users > fit:
+        limit = "memory"
+    formula = "1 / max(bytes read per step / (bw x eff), users x FLOPs per token / compute)"
+    per_user = derived(1 / step, "tokens/s", formula, users=given(users, "users", "--users"),
+                       weights_per_step=given(weights, "B", "weights once per step, experts touched by any user"),
+                       kv_per_user=given(kv, "B", "KV cache at context + state"))
+    total = derived(users / step, "tokens/s", "users x per-user tokens/s", per_user=per_user)
+    return UsersRow(users, per_user, total, limit)
+
+
+def users_table(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
+                placement: Placement | None = None, also: int = 1) -> tuple[list[UsersRow], Figure]:
+    """Rows for 1, 2, 4, ... users until compute or memory runs out, or doubling the users adds
+    less than SATURATION to the total (the KV cache reads dominate); plus a row for `also` users."""
+    fit = int(max_users(card, hw, context, cache_type).value)
+    rows = {}
+    n = 1
+    while n <= MAX_USERS_SHOWN:
+        rows[n] = users_row(card, hw, n, context, cache_type, placement, fit)
+        previous = rows.get(n // 2)
+        if rows[n].limit != "bandwidth" or (
+            previous is not None and rows[n].total.value < previous.total.value * (1 + SATURATION)
+        ):
+            break
+        if n < fit < 2 * n:
+            rows[fit] = users_row(card, hw, fit, context, cache_type, placement, fit)
+        n *= 2
+    if also not in rows:
+        rows[also] = users_row(card, hw, also, context, cache_type, placement, fit)
+    return [rows[k] for k in sorted(rows)], max_users(card, hw, context, cache_type)
+
+
+# --- the whole request -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Every figure of one request on one profile."""
+
+    hardware: Profile
+    context: int
+    prompt_tokens: int
+    output_tokens: int
+    cache_type: str
+    users: int
+    memory: MemoryPlan
+    decode: Decode | None  # None when the model does not fit
+    prefill: Prefill | None
+    answer: Figure | None  # seconds from sending the prompt to the last output token
+    users_rows: list[UsersRow]
+    max_users: Figure
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.verdict != NO_FIT
+
+
+def estimate(card: ModelCard, hw: Profile, context: int, prompt_tokens: int, output_tokens: int,
+             cache_type: str = "f16", users: int = 1) -> Estimate:
+    """Memory, time to first token, decode speed (at the middle of the answer) and answer time."""
+    plan = memory_plan(card, hw, context, cache_type, users)
+    if plan.verdict == NO_FIT:
+        return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, None, None, None,
+                        [], max_users(card, hw, context, cache_type))
+    middle = prompt_tokens + output_tokens // 2
+    dec = decode(card, hw, middle, cache_type, plan.placement)
+    pre = prefill(card, hw, prompt_tokens, plan.placement)
+    answer = derived(pre.seconds.value + output_tokens / dec.tokens_per_s.value, "s",
+                     "time to first token + output tokens / decode tokens per second (at the answer's middle)",
+                     ttft=pre.seconds, output_tokens=given(output_tokens, "tokens", "--output-tokens"),
+                     decode_rate=dec.tokens_per_s)
+    rows, fit = users_table(card, hw, context, cache_type, plan.placement, also=users)
+    return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, dec, pre, answer, rows, fit)
