@@ -59,6 +59,8 @@ def test_json_fields_on_every_fixture(path: Path, capsys) -> None:
     assert data["file_size"] == path.stat().st_size and data["gguf_version"] == version
     assert data["n_params"] == card.n_params and data["n_params_active"] == card.n_params_active
     assert data["kv_bytes_per_token"] == card.kv_bytes_per_token
+    for group, bits in data["bits_per_weight_by_group"].items():
+        assert bits == pytest.approx(8 * data["bytes_by_group"][group] / data["params_by_group"][group])
     assert len(data["layer_kinds"]) == len(card.layers)
     assert list(data["metadata"]) == keys
     assert data["n_tensors"] == len(data["tensors"])

@@ -76,6 +76,7 @@ def inspect_json(f, card) -> dict[str, Any]:
         "n_params": card.n_params,
         "n_params_active": card.n_params_active,
         "bits_per_weight": card.bits_per_weight if card.n_params else None,
+        "bits_per_weight_by_group": card.bits_per_weight_by_group(),
         "bytes_per_token": card.bytes_per_token,
         "kv_bytes_per_token": card.kv_bytes_per_token,
         "state_bytes": card.state_bytes,
