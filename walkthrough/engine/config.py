@@ -166,7 +166,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         rope_base=card.rope_base or 10000.0,  # llama.cpp's default rope_freq_base_train
         rope_freq_scale=_rope_freq_scale(f, arch),
         n_experts=card.n_experts,
-        n_experts_used=card.n_experts_used,
+        n_experts_used=card.n_experts_used or 0,
         mixers=mixers,
         ffns=tuple(layer.ffn for layer in layers),
         end_ids=end_of_generation_ids(f),

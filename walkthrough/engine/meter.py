@@ -30,6 +30,7 @@ class Meter:
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0
         self._seen: set[object] = set()
+        self._row_bytes: dict[str, int] = {}  # bytes of single rows already read, per tensor
 
     def _read(self, key: object, group: str, nbytes: int) -> None:
         if key not in self._seen:
@@ -37,8 +38,11 @@ class Meter:
             self.bytes_by_group[group] = self.bytes_by_group.get(group, 0) + nbytes
 
     def tensor(self, name: str, group: str | None = None) -> np.ndarray:
-        """A whole tensor (norm weights, biases, small vectors); `group` overrides the name's group."""
-        self._read(name, group or self.group_of(name), self.weights.info(name).nbytes)
+        """A whole tensor (norm weights, biases, small vectors); `group` overrides the name's group.
+
+        Rows of it already read this pass (a tied embedding's lookup) are not counted twice.
+        """
+        self._read(name, group or self.group_of(name), self.weights.info(name).nbytes - self._row_bytes.get(name, 0))
         return self.weights.get(name)
 
     def optional(self, name: str) -> np.ndarray | None:
@@ -63,6 +67,8 @@ class Meter:
         row = row_nbytes(self.weights.info(name))
         g = group or self.group_of(name)
         for i in np.unique(ids).tolist():
+            if (name, "row", i) not in self._seen:
+                self._row_bytes[name] = self._row_bytes.get(name, 0) + row
             self._read((name, "row", i), g, row)
         return self.weights.rows(name, ids)
 

@@ -29,6 +29,7 @@ from walkthrough.engine.config import Config, UnsupportedArchitecture, build_con
 from walkthrough.engine.layers import FFNS, MIXERS, PassInput
 from walkthrough.engine.meter import Meter
 from walkthrough.engine.steps import LayerTrace
+from walkthrough.engine.validate import check_tensors
 from walkthrough.engine.weights import DEFAULT_CACHE_BYTES, Weights
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard, build_card, tensor_group, tensor_layer
@@ -51,6 +52,7 @@ class Model:
                     f"layer {i} of this {self.config.arch} file is {mixer} attention with a {ffn} FFN, "
                     "which the engine cannot run yet (inspect still works)"
                 )
+        check_tensors(f, self.config)
         self.weights = Weights(f, max_cache_bytes=max_cache_bytes)
         self.tied_output = not self.weights.has(OUTPUT)
         self._rope_factors = self.weights.get("rope_freqs.weight") if self.weights.has("rope_freqs.weight") else None

@@ -99,7 +99,8 @@ class Step:
         if self.is_moe:
             out["experts"] = [None if t.experts is None else t.experts.tolist() for t in self.layers]
             out["expert_weights"] = [
-                None if t.expert_weights is None else np.round(t.expert_weights, 6).tolist() for t in self.layers
+                None if t.expert_weights is None else np.round(t.expert_weights.astype(np.float64), 6).tolist()
+                for t in self.layers
             ]
             out["experts_woken"] = [None if t.experts is None else list(t.woken) for t in self.layers]
         if self.sample is not None:
@@ -108,5 +109,5 @@ class Step:
             out["stopped"] = True
         if logits:
             rows = self.all_logits if self.all_logits is not None else self.logits[None, :]
-            out["logits"] = [[round(float(v), 5) for v in row] for row in rows]
+            out["logits"] = np.round(rows.astype(np.float64), 5).tolist()
         return out

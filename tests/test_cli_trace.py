@@ -1,0 +1,103 @@
+"""`walkthrough trace`: JSON Lines records, --logits against llama.cpp's, the human table, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FIXTURES_DIR
+
+from walkthrough.cli import main
+
+REFERENCE = FIXTURES_DIR / "reference"
+QWEN2MOE = REFERENCE / "ref-qwen2moe-f32.gguf"
+QWEN2 = REFERENCE / "ref-qwen2-f32.gguf"
+
+
+def _reference(model):
+    return json.loads(model.with_suffix(".logits.json").read_text())
+
+
+def _trace_json(capsys, *args: str) -> list[dict]:
+    assert main(["trace", *args, "--json"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_json_records_follow_the_request(capsys):
+    ref = _reference(QWEN2MOE)
+    ids = ref["prompt_ids"]
+    records = _trace_json(capsys, str(QWEN2MOE), "--ids", ",".join(map(str, ids)), "--steps", "6", "--chunk", "10",
+                          "--kv-type", "f32")
+    phases = [r["phase"] for r in records]
+    assert phases == ["prefill"] * 3 + ["decode"] * 5  # 24 prompt tokens in chunks of 10, then N-1 decode passes
+    assert [r["positions"] for r in records] == [[0, 10], [10, 20], [20, 24]] + [[24 + i, 25 + i] for i in range(5)]
+    assert [i for r in records[:3] for i in r["input_ids"]] == ids
+    chosen = [r["chosen"] for r in records if r["chosen"] is not None]
+    assert [r["input_ids"] for r in records[3:]] == [[c] for c in chosen[:-1]]
+    assert chosen == ref["greedy_ids"][:6]  # greedy tokens are llama.cpp's
+    for r in records:
+        assert r["bytes_read"]["total"] == sum(v for k, v in r["bytes_read"].items() if k != "total")
+        assert r["kv_bytes"] > 0 and len(r["top"]) == 5
+        assert len(r["experts"]) == 2  # one entry per layer, each a list per token of expert ids
+        assert all(len(e) == 2 for e in r["experts"][0])
+    assert len(records[0]["experts"][0]) == 10
+
+
+def test_logits_rows_match_llama_cpp(capsys):
+    ref = _reference(QWEN2)
+    records = _trace_json(capsys, str(QWEN2), "--ids", ",".join(map(str, ref["prompt_ids"])), "--steps", "3",
+                          "--kv-type", "f32", "--logits")
+    prefill = np.asarray(records[0]["logits"])
+    assert prefill.shape == (len(ref["prompt_ids"]), len(ref["prefill_logits"][0]))
+    assert np.abs(prefill - np.asarray(ref["prefill_logits"])).max() < 1e-3
+    decoded = np.asarray([r["logits"][0] for r in records[1:]])
+    assert np.abs(decoded - np.asarray(ref["decode_logits"][:2])).max() < 1e-3
+
+
+def test_sampling_is_reproducible_for_a_seed(capsys):
+    args = [str(QWEN2MOE), "--ids", "5,6,7", "--steps", "8", "--temperature", "1.5", "--top-k", "0", "--top-p", "1",
+            "--min-p", "0"]
+    first = [r["chosen"] for r in _trace_json(capsys, *args, "--seed", "11")]
+    again = [r["chosen"] for r in _trace_json(capsys, *args, "--seed", "11")]
+    other = [r["chosen"] for r in _trace_json(capsys, *args, "--seed", "12")]
+    assert first == again
+    assert first != other
+
+
+def test_human_table_shows_every_pass(capsys):
+    assert main(["trace", str(QWEN2MOE), "--ids", "5,6,7,8,9", "--steps", "3", "--chunk", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert sum(line.startswith("prefill ") for line in lines) == 3
+    assert sum(line.startswith("decode ") for line in lines) == 2
+    assert "prefill: 5 tokens" in out and "decode: 2 tokens" in out and "generated:" in out
+
+
+def test_prompt_goes_through_the_chat_template(capsys):
+    pytest.importorskip("walkthrough.inspect.tokenizer")
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
+
+    records = _trace_json(capsys, str(QWEN2MOE), "--prompt", "hello", "--steps", "1")
+    with open_gguf(QWEN2MOE) as f:
+        tok = GGUFTokenizer.from_gguf(f)
+        # The fixture's template is ChatML: written out by hand here.
+        assert tok.decode(records[0]["input_ids"]) == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+        assert records[0]["input_ids"][0] == tok.encode("<|im_start|>", parse_special=True)[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([str(QWEN2MOE), "--ids", "1,x"], "comma-separated whole numbers"),
+        ([str(QWEN2MOE), "--ids", "1,100000"], "outside this model's vocabulary"),
+        ([str(QWEN2MOE), "--ids", "1", "--steps", "0"], "at least 1 token"),
+        ([str(REFERENCE / "no-such-model.gguf"), "--ids", "1"], "no-such-model"),
+        ([str(FIXTURES_DIR / "vocab" / "ggml-vocab-gpt-2.gguf"), "--ids", "1"], "gpt2"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    assert main(["trace", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

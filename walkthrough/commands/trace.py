@@ -1,0 +1,187 @@
+"""`walkthrough trace [MODEL] (--prompt TEXT | --messages F.json | --ids 1,2,3)`: run one request, print its passes.
+
+The prompt is prefilled in chunks (`--chunk`, llama.cpp's default physical
+batch of 512 tokens), then `--steps N` tokens are generated: the last prefill
+pass picks the first, and each of the N-1 decode passes feeds the previous
+choice and picks the next, unless an end-of-turn token comes first.
+
+Human output is one row per pass (phase, positions, tokens fed, experts per
+layer, bytes read, KV cache size, top candidates, chosen token). `--json`
+prints JSON Lines instead, one `Step.to_json()` record per pass; `--logits`
+adds each pass's logits, one row per position (every prompt position for
+prefill passes), so a script can compare them with another engine.
+
+`--prompt` is one user message and `--messages` a JSON list of messages, both
+rendered with the model's chat template (generation prompt added) and tokenized
+with special tokens parsed, as llama.cpp's chat path does; `--ids` feeds raw
+token ids and skips the template. Sampling defaults to greedy (temperature 0)
+so a trace is reproducible; the other knobs default to llama.cpp's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "assets" / "tiny-clinical-moe.gguf"
+DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
+DEFAULT_STEPS = 16
+
+
+def add_parser(subparsers) -> None:
+    """Register `trace` and its options."""
+    from walkthrough.engine.sampler import LLAMA_CPP_DEFAULTS
+
+    p = subparsers.add_parser(
+        "trace",
+        help="run one request through the numpy engine and print every pass (prefill chunks, decoded tokens)",
+        description="Run one request through the numpy engine: prefill in chunks, then decode. "
+        "One row (or one JSON line) per forward pass.",
+    )
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                   help="a .gguf file, folder, ollama:NAME[:TAG] or hf:REPO/FILE (default: the bundled tiny model)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with the chat template")
+    source.add_argument("--messages", metavar="F.json", help="a JSON list of {role, content} messages")
+    source.add_argument("--ids", metavar="1,2,3", help="raw token ids, comma-separated (no template)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                   help=f"tokens to generate (default {DEFAULT_STEPS}; fewer if an end-of-turn token comes)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=LLAMA_CPP_DEFAULTS["top_k"], metavar="K",
+                   help="keep the K most likely tokens, 0 = all (default %(default)s)")
+    p.add_argument("--top-p", type=float, default=LLAMA_CPP_DEFAULTS["top_p"], metavar="P",
+                   help="keep the smallest set with probability >= P (default %(default)s)")
+    p.add_argument("--min-p", type=float, default=LLAMA_CPP_DEFAULTS["min_p"], metavar="P",
+                   help="drop tokens below P x the best one's probability (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampler's draws (default 0)")
+    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="N",
+                   help=f"prompt tokens per prefill pass (default {DEFAULT_CHUNK})")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0", "f32"],
+                   help="KV cache type (default f16, as llama.cpp)")
+    p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
+    p.add_argument("--logits", action="store_true",
+                   help="add each pass's logits, one row per position (implies --json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolve the model, build the prompt ids, run the request, print each pass as it ends."""
+    from walkthrough.engine.model import Model
+    from walkthrough.engine.sampler import Sampler, SamplerSettings
+    from walkthrough.engine.session import Session
+    from walkthrough.errors import WalkthroughError
+    from walkthrough.inspect.gguf import open_gguf
+
+    if args.steps < 1:
+        raise WalkthroughError(f"--steps {args.steps}: give at least 1 token to generate")
+    if args.chunk < 1:
+        raise WalkthroughError(f"--chunk {args.chunk}: a prefill pass needs at least 1 token")
+    f = open_gguf(resolve(args.model))
+    model = Model(f)
+    tok = tokenizer(f, required=args.ids is None)
+    ids = prompt_ids(f, tok, args)
+    model.check_ids(ids)
+    settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    sampler = Sampler(settings)
+    session = Session(model, kv_type=args.kv_type)
+    as_json = args.json or args.logits
+
+    def passes():
+        last = None
+        for last in session.prefill(ids, chunk=args.chunk, sampler=sampler, all_logits=args.logits):
+            yield last
+        if not last.stopped:
+            yield from session.decode(sampler, args.steps - 1, all_logits=args.logits)
+
+    piece = token_pieces(f, tok)
+    try:
+        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
+    except BrokenPipeError:  # `trace ... | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _print(passes, model, piece, *, as_json: bool, logits: bool) -> None:
+    if as_json:
+        for step in passes:
+            record = step.to_json(logits=logits)
+            record["chosen_piece"] = None if step.chosen is None else piece(step.chosen)
+            for entry in record["top"]:
+                entry["piece"] = piece(entry["id"])
+            sys.stdout.write(json.dumps(record, allow_nan=False) + "\n")
+            sys.stdout.flush()
+        return
+    from walkthrough.commands.trace_view import print_trace
+
+    print_trace(model, passes, piece, out=sys.stdout)
+
+
+def resolve(spec: str | None) -> Path:
+    """The model file: MODEL as the locator resolves it, or the bundled tiny model."""
+    from walkthrough.errors import WalkthroughError
+
+    if spec is None:
+        if not BUNDLED_MODEL.exists():
+            raise WalkthroughError(
+                f"the bundled tiny model is missing ({BUNDLED_MODEL}); build it with assets/build_tiny_model.py "
+                "or name a MODEL"
+            )
+        return BUNDLED_MODEL
+    from walkthrough.inspect.locate import resolve_model
+
+    return resolve_model(spec)[0]
+
+
+def tokenizer(f, *, required: bool):
+    """The file's tokenizer; None if it cannot be built and only ids are needed (pieces fall back to stored text)."""
+    from walkthrough.errors import WalkthroughError
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
+
+    try:
+        return GGUFTokenizer.from_gguf(f)
+    except WalkthroughError:
+        if required:
+            raise
+        return None
+
+
+def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
+    """Token ids of the request: --ids as given, or --prompt / --messages through the chat template."""
+    from walkthrough.errors import WalkthroughError
+
+    if args.ids is not None:
+        try:
+            ids = [int(x) for x in args.ids.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise WalkthroughError(f"--ids {args.ids!r}: give comma-separated whole numbers, e.g. 1,2,3") from None
+        if not ids:
+            raise WalkthroughError("--ids is empty; give at least one token id")
+        return ids
+    from walkthrough.inspect.template import load_messages, render, select_template
+
+    messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
+
+    def text(i: int | None) -> str:
+        return tok.text_of(i) if i is not None and 0 <= i < tok.vocab_size else ""
+
+    source = select_template(f, where=f.path.name)
+    rendered = render(source, messages, add_generation_prompt=True, bos_token=text(tok.bos_id),
+                      eos_token=text(tok.eos_id), origin=f"chat template of {f.path.name}")
+    ids = tok.encode(rendered, parse_special=True)
+    if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
+        ids = [tok.bos_id] + ids
+    if not ids:
+        raise WalkthroughError("the rendered prompt has no tokens")
+    return ids
+
+
+def token_pieces(f, tok):
+    """id -> display text (raw; views make it visible): the tokenizer's piece, else the stored token text."""
+    if tok is not None:
+        return lambda i: tok.piece(i) if 0 <= i < tok.vocab_size else f"<{i}>"
+    tokens = f.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list):
+        return lambda i: tokens[i] if 0 <= i < len(tokens) else f"<{i}>"
+    return lambda i: f"<{i}>"

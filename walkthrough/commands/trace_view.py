@@ -1,0 +1,92 @@
+"""The human output of `walkthrough trace`: one table row per forward pass, then totals.
+
+Presentation only: every figure is a field of the engine's `Step` records.
+Token text comes from the file, so it goes through `safe_text` and the console
+interprets no markup.
+
+Columns (fitting 80 columns): phase, positions [start:end), what was fed (the token
+for a decode pass, the count for a prefill chunk), experts per MoE layer (the
+ids chosen for a decode token; for a prefill chunk how many distinct experts
+woke out of all, per layer), stored bytes read, KV cache size after the pass,
+time, the chosen token, and the three most likely next tokens with their
+probabilities (cut first when the terminal is narrow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from walkthrough.engine.model import Model
+from walkthrough.engine.steps import Step
+from walkthrough.screens.format import human_bytes
+from walkthrough.textsafe import safe_text
+
+TOP_SHOWN = 3
+PIECE_CHARS = 12  # longest token text shown in a cell
+PIPE_WIDTH = 120  # columns when the output is a file or a pipe (rich would assume 80)
+
+
+def _piece(piece: Callable[[int], str], i: int) -> Text:
+    text = piece(i)
+    if len(text) > PIECE_CHARS:
+        text = text[: PIECE_CHARS - 1] + "…"
+    return safe_text(repr(text)[1:-1] if text.strip() != text or not text else text)
+
+
+def _experts(step: Step, n_experts: int) -> str:
+    if not step.is_moe:
+        return "-"
+    if step.phase == "decode":
+        return " ".join(",".join(str(e) for e in t.experts[0].tolist()) for t in step.layers if t.experts is not None)
+    return " ".join(f"{len(t.woken)}/{n_experts}" for t in step.layers if t.experts is not None)
+
+
+def _top(step: Step, piece: Callable[[int], str]) -> Text:
+    out = Text()
+    for i, (tid, p) in enumerate(step.top(TOP_SHOWN)):
+        if i:
+            out.append("  ")
+        out.append_text(_piece(piece, tid))
+        out.append(f" {p:.2f}", style="dim")
+    return out
+
+
+def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str], *, out: TextIO) -> None:
+    """Print each pass as a table row (rows appear when the whole request has run), then totals."""
+    console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, PIPE_WIDTH)
+    card = model.card
+    console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
+                            f"{card.n_experts or 'no'} experts{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
+    for name, justify, width in (("phase", "left", 7), ("pos", "left", 5), ("in", "left", 8),
+                                 ("experts", "left", 7), ("read", "right", 9), ("KV", "right", 8),
+                                 ("ms", "right", 5), ("chosen", "left", 6), ("top", "left", 4)):
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", min_width=width)
+    totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}
+    generated: list[int] = []
+    for step in steps:
+        totals[step.phase][0] += step.end - step.start
+        totals[step.phase][1] += step.seconds
+        fed = _piece(piece, step.input_ids[0]) if step.phase == "decode" else Text(f"{len(step.input_ids)} tokens")
+        chosen = Text("") if step.chosen is None else _piece(piece, step.chosen)
+        if step.stopped:
+            chosen.append(" (end)", style="dim")
+        if step.chosen is not None:
+            generated.append(step.chosen)
+        table.add_row(step.phase, f"{step.start}:{step.end}", fed, _experts(step, card.n_experts),
+                      human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), f"{step.seconds * 1000:.1f}",
+                      chosen, _top(step, piece))
+    console.print(table)
+    for phase, (tokens, seconds) in totals.items():
+        if tokens:
+            rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
+            console.print(f"{phase}: {tokens} tokens in {seconds * 1000:.1f} ms{rate}")
+    console.print(Text("generated: ").append_text(safe_text("".join(piece(i) for i in generated))))
