@@ -141,7 +141,7 @@ def fmt(value: float, unit: str) -> str:
         return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
     if unit == "":
         return f"{value:.0%}"
-    if unit in ("B", "B/s", "FLOP", "FLOP/s", "FLOP/token"):
+    if unit in ("B", "B/s", "FLOP", "FLOP/s"):
         for scale, prefix in _SCALES:
             if abs(value) >= scale:
                 return f"{value / scale:.3g} {prefix}{unit}"
@@ -204,11 +204,11 @@ def _rows(e: Any) -> list[tuple[str, str, str]]:
     if d.slow_share.value:
         rows.append(("time in system RAM", _show(d.slow_share), d.slow_share.formula))
     rows += [
-        ("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)}"),
+        ("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token"),
         (f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
         (f"answer ({e.output_tokens} tokens)", _show(e.answer), _why(e.answer)),
     ]
     for r in e.users_rows:
-        rows.append((f"{r.users} users at {e.context}", f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
+        rows.append((f"{r.users} user{'s' if r.users > 1 else ''}, {e.context} tokens each", f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
     rows.append(("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
     return rows

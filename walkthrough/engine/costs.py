@@ -50,7 +50,7 @@ from walkthrough.engine.figure import Figure, derived, given
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
 
-SATURATION = 0.05  # stop the users table when doubling the users adds less than 5% throughput
+SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
 MAX_USERS_SHOWN = 1 << 12
 
 # --- the worked-example building blocks ------------------------------------------------------
@@ -210,7 +210,7 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
         memory_time += t_fast + t_slow
         done += n
     total_flops = 2 * card.n_params_active * prompt_tokens + _attention_flops(card, prompt_tokens, window_sum=True)
-    per_token = derived(total_flops / max(prompt_tokens, 1), "FLOP/token",
+    per_token = derived(total_flops / max(prompt_tokens, 1), "FLOP",
                         "2 x active params + attention over the prompt's positions, averaged",
                         active_params=given(card.n_params_active, "params", "model card"))
     compute = given(hw.compute_tflops * 1e12, "FLOP/s",
