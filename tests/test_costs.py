@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from walkthrough.engine.budget import (
     FITS,
     NO_FIT,
     OFFLOAD,
+    CostsError,
     kv_cache_bytes,
     max_users,
     memory_plan,
@@ -292,3 +294,27 @@ def test_bigger_memory_fits_without_offload(profiles):
     assert plan.verdict == FITS
     assert plan.placement.describe().startswith("no offload")
     assert math.isclose(plan.needed.value, sum(f.value for _, f in plan.needed.inputs))
+
+
+def test_sliding_window_layers_cap_kv_and_attention(profiles):
+    card = synthetic_card(4, 1e9, 8.0)
+    window = 64
+    layers = tuple(replace(layer, attention="sliding", sliding_window=window) for layer in card.layers)
+    sliding = replace(card, layers=layers)
+    assert kv_cache_bytes(sliding, 1000).value == kv_cache_bytes(card, window).value
+    hw = profiles["cpu-here"]
+    long, longer = decode(sliding, hw, 1000), decode(sliding, hw, 5000)
+    assert long.bytes_per_token.value == longer.bytes_per_token.value  # the window, not the context, is read
+    # prompt of n tokens: position p sees min(p, window) positions; per KV layer 2 x heads x (k + v dims)
+    n = 200
+    seen = window * (window + 1) / 2 + (n - window) * window
+    per_position = 4 * 2 * sliding.n_head * (sliding.head_dim_k + sliding.head_dim_v)
+    expected = 2 * sliding.n_params_active + per_position * seen / n
+    assert prefill(sliding, hw, n).flops_per_token.value == pytest.approx(expected)
+
+
+def test_card_without_the_needed_numbers_is_a_clear_error(cards, profiles):
+    card = replace(cards["ref-qwen2moe-f32"], n_experts_used=None, n_params_active=None, bytes_per_token=None)
+    with pytest.raises(CostsError) as err:
+        estimate(card, profiles["h100"], 256, 100, 10)
+    assert "n_params_active" in str(err.value) and "\n" not in str(err.value)
