@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("estimate", help="memory, time to first token and speed on hardware profiles",
                               description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a .gguf file (default: the bundled tiny model)")
+                   help="a .gguf file, folder, ollama:NAME or hf:REPO/FILE (default: the bundled tiny model)")
     p.add_argument("--hardware", metavar="NAME", help="one profile id (default: every profile)")
     p.add_argument("--context", type=int, metavar="N", help="context window in tokens (KV cache size)")
     p.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length in tokens")
