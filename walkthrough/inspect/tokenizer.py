@@ -178,6 +178,7 @@ class GGUFTokenizer:
         self._parsed_special = order
         self._spm = vocab.model == SPM
         self._bytes: list[bytes | None] = [None] * self.vocab_size
+        self._pieces: list[str | None] = [None] * self.vocab_size
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> GGUFTokenizer:
@@ -274,11 +275,15 @@ class GGUFTokenizer:
         out: list[Token] = []
         for tid, start, end in fragments:
             if tid != _NO_SPECIAL:
-                out.append(Token(tid, self.piece(tid), True, start, end))
+                out.append(Token(tid, self._piece_cached(tid), True, start, end))
                 continue
             enc, shift = next(encodings), next(added)
-            for i, (s, e) in zip(enc.ids, enc.offsets):
-                out.append(Token(i, self.piece(i), False, start + max(s - shift, 0), start + max(e - shift, 0)))
+            piece = self._piece_cached
+            if shift:  # the added space prefix belongs to no character of the text
+                spans = [(max(s - shift, 0), max(e - shift, 0)) for s, e in enc.offsets]
+            else:
+                spans = enc.offsets
+            out.extend(Token(i, piece(i), False, start + s, start + e) for i, (s, e) in zip(enc.ids, spans))
         return out
 
     # ---- pieces and decoding ----------------------------------------------------------
@@ -312,10 +317,15 @@ class GGUFTokenizer:
     def piece(self, id: int) -> str:
         """Display text of a token: its bytes as UTF-8, undecodable bytes as `<0xE2>`;
         tokens that stand for no bytes (unused ones) show their stored text."""
-        data = self.token_bytes(id)
-        if not data:
-            return self.vocab.tokens[id]
-        return data.decode("utf-8", errors="walkthrough-hex")
+        return self._piece_cached(self._check(id))
+
+    def _piece_cached(self, tid: int) -> str:
+        cached = self._pieces[tid]
+        if cached is None:
+            data = self.token_bytes(tid)
+            cached = data.decode("utf-8", errors="walkthrough-hex") if data else self.vocab.tokens[tid]
+            self._pieces[tid] = cached
+        return cached
 
     def decode(self, ids: list[int]) -> str:
         """The text of a token sequence (special tokens as their text); invalid UTF-8 as U+FFFD."""
