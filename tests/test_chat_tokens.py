@@ -19,29 +19,37 @@ CHATML = (
 )
 
 
-def _tokenizer(path):
-    with open_gguf(path) as f:
+VOCABS = {
+    "qwen35": "vocab/ggml-vocab-qwen35.gguf",  # Qwen3.5's real 152k vocabulary, ChatML specials
+    "ref_qwen2": "reference/ref-qwen2-f32.gguf",  # a tiny byte-level vocabulary with ChatML specials
+    "llama3": "vocab/ggml-vocab-llama-bpe.gguf",  # adds BOS; <|begin_of_text|> in the template
+    "phi3": "vocab/ggml-vocab-phi-3.gguf",  # SentencePiece, adds BOS, specials that eat whitespace
+}
+
+
+def _build(fixtures_dir, name):
+    with open_gguf(fixtures_dir / VOCABS[name]) as f:
         return GGUFTokenizer.from_gguf(f)
 
 
 @pytest.fixture(scope="module")
 def qwen35(fixtures_dir):
-    return _tokenizer(fixtures_dir / "vocab" / "ggml-vocab-qwen35.gguf")
+    return _build(fixtures_dir, "qwen35")
 
 
 @pytest.fixture(scope="module")
 def ref_qwen2(fixtures_dir):
-    return _tokenizer(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    return _build(fixtures_dir, "ref_qwen2")
 
 
 @pytest.fixture(scope="module")
 def llama3(fixtures_dir):
-    return _tokenizer(fixtures_dir / "vocab" / "ggml-vocab-llama-bpe.gguf")
+    return _build(fixtures_dir, "llama3")
 
 
 @pytest.fixture(scope="module")
 def phi3(fixtures_dir):
-    return _tokenizer(fixtures_dir / "vocab" / "ggml-vocab-phi-3.gguf")
+    return _build(fixtures_dir, "phi3")
 
 
 def _case(name: str, case: str) -> tuple[str, dict]:

@@ -251,8 +251,10 @@ def _special_texts(tokenizer: Any) -> list[str]:
                   key=len, reverse=True)
 
 
-def _token_text(tokenizer: Any, tid: int | None) -> str:
-    if tid is None or tid < 0:
+def special_token_text(tokenizer: Any, tid: int | None) -> str:
+    """The text a template gets for a special token (llama.cpp's token_to_piece with special=true);
+    "" when the vocabulary has no such token."""
+    if tid is None or not 0 <= tid < tokenizer.vocab_size:
         return ""
     return tokenizer.token_bytes(tid).decode("utf-8", "replace")
 
@@ -329,7 +331,8 @@ def chat_tokens(
     Raises:
         TemplateError: the template failed (see `template.render`).
     """
-    bos_text, eos_text = _token_text(tokenizer, tokenizer.bos_id), _token_text(tokenizer, tokenizer.eos_id)
+    bos_text = special_token_text(tokenizer, tokenizer.bos_id)
+    eos_text = special_token_text(tokenizer, tokenizer.eos_id)
     common = {"add_generation_prompt": add_generation_prompt, "bos_token": bos_text, "eos_token": eos_text,
               "origin": origin, "limits": limits, "cancel": cancel, **extra}
     rendered = render(source, messages, **common)

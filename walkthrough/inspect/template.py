@@ -53,6 +53,7 @@ __all__ = [
     "check_messages",
     "load_messages",
     "load_template_file",
+    "read_utf8",
     "render",
     "select_template",
 ]
@@ -104,22 +105,28 @@ def select_template(f: Any, name: str | None = None, *, where: str = "the model"
     raise TemplateError(f"{where} has no chat template named {visible(name)!r}; it has: {names}")
 
 
+def read_utf8(path: str | os.PathLike, what: str, error: type[WalkthroughError] = WalkthroughError) -> str:
+    """The text of a UTF-8 file, or `error` saying which file could not be read as `what` and why."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+
+
 def load_template_file(path: str | os.PathLike) -> str:
     """The text of a template file (UTF-8).
 
     Raises:
         TemplateError: the file cannot be read or is not UTF-8 text.
     """
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TemplateError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise TemplateError(f"{path}: cannot read the template ({exc.strerror or exc})") from None
+    return read_utf8(path, "the template", TemplateError)
 
 
 # ---- messages ------------------------------------------------------------------------
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How a JSON value is named in error messages: "an object", "a list", "a number", ..."""
     if isinstance(value, bool):
         return "true/false"
     if value is None:
@@ -138,17 +145,17 @@ def check_messages(data: Any, origin: str = "messages") -> list[dict]:
     """
     if not isinstance(data, list):
         raise MessagesError(
-            f'{origin}: expected a JSON list of {{"role", "content"}} objects, found {_json_kind(data)}'
+            f'{origin}: expected a JSON list of {{"role", "content"}} objects, found {json_kind(data)}'
         )
     if not data:
         raise MessagesError(f"{origin}: the list of messages is empty; give at least one message")
     for n, item in enumerate(data, 1):
         if not isinstance(item, dict):
-            raise MessagesError(f"{origin}: item {n} is {_json_kind(item)}, not an object with 'role' and 'content'")
+            raise MessagesError(f"{origin}: item {n} is {json_kind(item)}, not an object with 'role' and 'content'")
         if "role" not in item:
             raise MessagesError(f"{origin}: item {n} has no 'role'")
         if not isinstance(item["role"], str) or not item["role"]:
-            raise MessagesError(f"{origin}: item {n} has a 'role' that is {_json_kind(item['role'])}, not a name")
+            raise MessagesError(f"{origin}: item {n} has a 'role' that is {json_kind(item['role'])}, not a name")
         if "content" not in item:
             raise MessagesError(f"{origin}: item {n} has no 'content'")
         content = item["content"]
@@ -156,11 +163,11 @@ def check_messages(data: Any, origin: str = "messages") -> list[dict]:
             for k, part in enumerate(content, 1):
                 if not isinstance(part, dict):
                     raise MessagesError(
-                        f"{origin}: item {n}, content part {k} is {_json_kind(part)}, not an object"
+                        f"{origin}: item {n}, content part {k} is {json_kind(part)}, not an object"
                     )
         elif content is not None and not isinstance(content, str):
             raise MessagesError(
-                f"{origin}: item {n} has a 'content' that is {_json_kind(content)}; "
+                f"{origin}: item {n} has a 'content' that is {json_kind(content)}; "
                 "give text, a list of parts, or null"
             )
     return data
@@ -172,12 +179,7 @@ def load_messages(path: str | os.PathLike) -> list[dict]:
     Raises:
         MessagesError: unreadable, not JSON, or not shaped like messages (the message says where).
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise MessagesError(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise MessagesError(f"{path}: cannot read the messages ({exc.strerror or exc})") from None
+    text = read_utf8(path, "the messages", MessagesError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
