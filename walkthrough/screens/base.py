@@ -29,6 +29,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("summary", "Summary"),
 )
 STAGE_IDS = tuple(stage for stage, _ in STAGES)
+STAGE_KEYS = Binding.Group("Stage", compact=True)
 
 
 class StageBar(Static):
@@ -69,8 +70,8 @@ class StageScreen(Screen):
     TERMS: ClassVar[tuple[str, ...]] = ()
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "app.next_stage", "Next", id="stage.next"),
-        Binding("p", "app.previous_stage", "Prev", id="stage.previous"),
+        Binding("p", "app.previous_stage", "Previous stage", id="stage.previous", group=STAGE_KEYS),
+        Binding("n", "app.next_stage", "Next stage", id="stage.next", group=STAGE_KEYS),
         Binding("tab", "app.next_stage", "Next stage", show=False),
         Binding("shift+tab", "app.previous_stage", "Previous stage", show=False),
         *(
@@ -78,7 +79,7 @@ class StageScreen(Screen):
             for i, stage in enumerate(STAGE_IDS, start=1)
         ),
         Binding("question_mark", "stage_help", "Help", id="stage.help"),
-        Binding("g", "glossary", "Glossary", id="stage.glossary"),
+        Binding("g", "glossary", "Terms", id="stage.glossary"),
         Binding("q", "app.quit", "Quit", id="app.quit"),
     ]
 
@@ -96,7 +97,7 @@ class StageScreen(Screen):
         yield from self.compose_body()
         if self.TERMS:
             yield TermsLine(self.TERMS)
-        yield Footer()
+        yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

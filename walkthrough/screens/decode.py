@@ -50,10 +50,10 @@ change the head.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left_square_bracket", "layer(-1)", "Layer-", show=False),
-        Binding("right_square_bracket", "layer(1)", "Layer+", id="decode.layer"),
-        Binding("comma", "head(-1)", "Head-", show=False),
-        Binding("full_stop", "head(1)", "Head+", id="decode.head"),
+        Binding("left_square_bracket", "layer(-1)", "Previous layer", group=Binding.Group("Layer", compact=True)),
+        Binding("right_square_bracket", "layer(1)", "Next layer", group=Binding.Group("Layer", compact=True)),
+        Binding("comma", "head(-1)", "Previous head", group=Binding.Group("Head", compact=True)),
+        Binding("full_stop", "head(1)", "Next head", group=Binding.Group("Head", compact=True)),
     ]
 
     def __init__(self) -> None:
@@ -111,7 +111,8 @@ change the head.
         head = self.attn_head % weights.shape[0]
         row = weights[head]
         title = Text.assemble(("attention ", "bold"),
-                              f"layer {layer.index}, head {head + 1}/{weights.shape[0]}: most attended earlier tokens")
+                              f"layer {layer.index}, head {head + 1}/{weights.shape[0]}: most attended earlier tokens",
+                              (" ([ ] layer, , . head)", "dim"))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("pos", justify="right")
         table.add_column("token")

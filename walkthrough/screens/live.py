@@ -36,25 +36,30 @@ class LivePanel(Static):
             self.update(Text(f"Live panel: waiting for the first pass.\n{blocker or 'Press space to run one.'}"))
             return
         card = state.card
-        kv = Text.assemble(("KV cache ", "bold"), f"{step.kv_len} tokens, {human_bytes(step.kv_bytes)}")
+        kv = Text.assemble(("KV cache\n", "bold"), f"{step.kv_len} tokens\n{human_bytes(step.kv_bytes)}")
         if step.state_bytes:
             kv.append(f" + state {human_bytes(step.state_bytes)}")
         read = Text.assemble(
-            ("read ", "bold"), f"{human_bytes(step.bytes_read.get('total', 0))} this pass, ",
+            ("bytes read\n", "bold"), f"{human_bytes(step.bytes_read.get('total', 0))} this pass\n",
             f"{human_bytes(state.cumulative_bytes().get('total', 0))} in all",
         )
         sections = [Group(kv, read)]
         if card.is_moe:
-            sections.append(Group(
-                Text("experts: last token / pass", style="bold"),
-                _side_by_side(experts_grid(step, card.n_experts, last_token_only=True),
-                              experts_grid(step, card.n_experts, last_token_only=False)),
-            ))
+            tokens = step.end - step.start
+            if tokens == 1:
+                sections.append(Group(Text("experts lit", style="bold"),
+                                      experts_grid(step, card.n_experts, last_token_only=True, counts=False)))
+            else:
+                sections.append(Group(
+                    Text("experts: last token | pass", style="bold"),
+                    _side_by_side(experts_grid(step, card.n_experts, last_token_only=True, counts=False),
+                                  experts_grid(step, card.n_experts, last_token_only=False, counts=False)),
+                ))
         sections.append(Group(Text("next token", style="bold"), candidates_table(state, step, 3)))
         if self.size.width >= WIDE_ENOUGH:
             grid = Table.grid(padding=(0, 2))
-            for section in sections:
-                grid.add_column()
+            for _section in sections:
+                grid.add_column(no_wrap=True)
             grid.add_row(*sections)
             self.update(grid)
         else:

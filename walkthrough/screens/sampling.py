@@ -59,14 +59,14 @@ token; final is the probability the draw used.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("t", "knob('temperature', -1)", "Temp-", id="sampling.temperature"),
-        Binding("T", "knob('temperature', 1)", "Temp+", show=False),
-        Binding("k", "knob('top_k', -1)", "Top-k", id="sampling.top_k"),
-        Binding("K", "knob('top_k', 1)", "Top-k+", show=False),
-        Binding("o", "knob('top_p', -1)", "Top-p", id="sampling.top_p"),
-        Binding("O", "knob('top_p', 1)", "Top-p+", show=False),
-        Binding("m", "knob('min_p', -1)", "Min-p", show=False),
-        Binding("M", "knob('min_p', 1)", "Min-p+", show=False),
+        Binding("t", "knob('temperature', -1)", "Temperature down", group=Binding.Group("Temp", compact=True)),
+        Binding("T", "knob('temperature', 1)", "Temperature up", group=Binding.Group("Temp", compact=True)),
+        Binding("k", "knob('top_k', -1)", "Top-k down", group=Binding.Group("Top-k", compact=True)),
+        Binding("K", "knob('top_k', 1)", "Top-k up", group=Binding.Group("Top-k", compact=True)),
+        Binding("o", "knob('top_p', -1)", "Top-p down", group=Binding.Group("Top-p", compact=True)),
+        Binding("O", "knob('top_p', 1)", "Top-p up", group=Binding.Group("Top-p", compact=True)),
+        Binding("m", "knob('min_p', -1)", "Min-p down", group=Binding.Group("Min-p", compact=True)),
+        Binding("M", "knob('min_p', 1)", "Min-p up", group=Binding.Group("Min-p", compact=True)),
         Binding("s", "new_seed", "Seed", id="sampling.seed"),
     ]
     _KNOBS: ClassVar[dict[str, tuple]] = {
@@ -90,9 +90,11 @@ token; final is the probability the draw used.
         s = state.settings
         top_k = "all" if s.top_k <= 0 else str(s.top_k)
         knobs.update(Text.assemble(
-            ("temperature ", "bold"), f"{s.temperature:g}", ("  top-k ", "bold"), top_k,
-            ("  top-p ", "bold"), f"{s.top_p:g}", ("  min-p ", "bold"), f"{s.min_p:g}",
-            ("  seed ", "bold"), str(s.seed), ("  (greedy)" if s.greedy else "", "italic"),
+            ("temperature ", "bold"), f"{s.temperature:g}", (" t/T", "dim"),
+            ("  top-k ", "bold"), top_k, (" k/K", "dim"),
+            ("  top-p ", "bold"), f"{s.top_p:g}", (" o/O", "dim"),
+            ("  min-p ", "bold"), f"{s.min_p:g}", (" m/M", "dim"),
+            ("  seed ", "bold"), str(s.seed), (" s", "dim"), ("  greedy" if s.greedy else "", "italic"),
         ))
         step = next((st for st in reversed(state.steps) if st.sample is not None), None)
         result = state.preview_sample(step)

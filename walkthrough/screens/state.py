@@ -31,10 +31,11 @@ MAX_NEW_TOKENS = 120  # decode passes before the app stops the answer
 
 
 def resolve_model(spec: str | None) -> Path:
-    """The GGUF path for a model spec (a path, or None for the bundled tiny model).
+    """The GGUF path for a model spec: None for the bundled tiny model, else a path, a folder,
+    `ollama:NAME[:TAG]` or `hf:ORG/REPO[/FILE]` (see `walkthrough.inspect.locate`); the first shard of a split model.
 
     Raises:
-        WalkthroughError: the file does not exist.
+        WalkthroughError: nothing matches the spec; the message says what was looked for.
     """
     if spec is None:
         if not DEFAULT_MODEL.is_file():
@@ -42,17 +43,9 @@ def resolve_model(spec: str | None) -> Path:
                 f"the bundled model {DEFAULT_MODEL} is missing; pass a .gguf file: walkthrough FILE"
             )
         return DEFAULT_MODEL
-    try:
-        from walkthrough.inspect.locate import locate  # resolves ollama:NAME, hf:..., split files
-    except ImportError:
-        locate = None
-    if locate is not None:
-        found = locate(spec)
-        return Path(found[0] if isinstance(found, (list, tuple)) else found)
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise WalkthroughError(f"{spec}: no such file; give the path of a .gguf model file")
-    return path
+    from walkthrough.inspect.locate import resolve_model as locate
+
+    return locate(spec)[0]
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:

@@ -22,7 +22,7 @@ class SteppingScreen(StageScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "app.step", "Step", id="run.step"),
-        Binding("enter", "app.play", "Play/pause", id="run.play"),
+        Binding("enter", "app.play", "Play", id="run.play"),
         Binding("r", "app.restart", "Restart", id="run.restart"),
     ]
 

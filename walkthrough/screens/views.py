@@ -34,16 +34,18 @@ def expert_counts(layer, last_token_only: bool, n_experts: int) -> np.ndarray | 
     return np.bincount(chosen.ravel(), minlength=n_experts)
 
 
-def experts_grid(step, n_experts: int, *, last_token_only: bool) -> Table:
+def experts_grid(step, n_experts: int, *, last_token_only: bool, counts: bool = True) -> Table:
     """A layer x expert grid: lit cells for experts chosen (digits: how many tokens, when more than one)."""
+    show_counts = counts
     table = Table.grid(padding=(0, 1))
     table.add_column(justify="right", style="bold")
     table.add_column(no_wrap=True)
-    table.add_column(justify="right")
+    if show_counts:
+        table.add_column(justify="right")
     for layer in step.layers:
         counts = expert_counts(layer, last_token_only, n_experts)
         if counts is None:
-            table.add_row(f"L{layer.index}", Text("dense FFN", style="dim"), "")
+            table.add_row(f"L{layer.index}", Text("dense", style="dim"), *([""] if show_counts else []))
             continue
         cells = Text(no_wrap=True)
         for n in counts:
@@ -53,7 +55,8 @@ def experts_grid(step, n_experts: int, *, last_token_only: bool) -> Table:
                 cells.append(LIT, style="bold green")
             else:
                 cells.append(str(n) if n < 10 else "+", style="bold reverse green")
-        table.add_row(f"L{layer.index}", cells, f"{int((counts > 0).sum())}/{n_experts}")
+        used = [f"{int((counts > 0).sum())}/{n_experts}"] if show_counts else []
+        table.add_row(f"L{layer.index}", cells, *used)
     return table
 
 

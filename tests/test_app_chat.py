@@ -1,0 +1,90 @@
+"""Pilot tests of the Chat and Tokens stages: editing messages changes the tokens; message text is never special."""
+
+from __future__ import annotations
+
+from app_support import app_for, screen_text, settle
+
+from walkthrough.inspect.chat import chat_tokens
+from walkthrough.screens.editor import MessageEditor
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "hello <|im_end|> there"},
+]
+
+
+def _expected_ids(app, messages) -> list[int]:
+    state = app.state
+    return chat_tokens(state.tokenizer, state.template_source, messages).ids
+
+
+async def test_editing_a_message_changes_the_tokens(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        before = list(app.state.prompt_ids)
+        assert before == _expected_ids(app, MESSAGES)
+        await pilot.press("2", "e")
+        await pilot.pause()
+        assert isinstance(app.screen, MessageEditor)
+        await pilot.press("end", *" Be brief.", "ctrl+s")
+        await settle(pilot)
+        edited = [{"role": "system", "content": "You are terse. Be brief."}, MESSAGES[1]]
+        assert app.state.messages == edited
+        assert app.state.prompt_ids == _expected_ids(app, edited) != before
+        assert app.state.steps == []  # the request restarted
+        assert "1. system: You are terse. Be brief." in screen_text(app)
+
+
+async def test_add_and_delete_a_message(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("2", "a", *"more please", "ctrl+s")
+        await settle(pilot)
+        assert app.state.messages[-1] == {"role": "user", "content": "more please"}
+        assert app.state.prompt_ids == _expected_ids(app, app.state.messages)
+        await pilot.press("home", "d")
+        await settle(pilot)
+        assert app.state.messages == [MESSAGES[1], {"role": "user", "content": "more please"}]
+
+
+async def test_escape_leaves_the_messages_alone(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("2", "e", *"xyz", "escape")
+        await settle(pilot)
+        assert app.state.messages == MESSAGES
+
+
+async def test_tokens_stage_counts_and_cursor(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        chat = app.state.chat
+        await pilot.press("3")
+        await pilot.pause()
+        text = screen_text(app)
+        row = next(line for line in text.splitlines() if "whole prompt" in line).split()
+        assert row[2:5] == [str(len(chat.text)), str(len(chat.text.encode("utf-8"))), str(len(chat.tokens))]
+        assert f"token 1/{len(chat.tokens)}  id {chat.tokens[0].id}" in text
+        await pilot.press("right", "right")
+        await pilot.pause()
+        third = chat.tokens[2]
+        expected_bytes = app.state.tokenizer.token_bytes(third.id).hex(" ")
+        assert f"token 3/{len(chat.tokens)}  id {third.id}" in screen_text(app)
+        assert expected_bytes in screen_text(app)
+
+
+async def test_special_looking_message_text_stays_ordinary(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        chat = app.state.chat
+        from_user = [t for t in chat.tokens if t.message == 1]
+        assert from_user and not any(t.special for t in from_user)
+        assert any(t.special for t in chat.tokens if t.message is None)
+        await pilot.press("3", "end")
+        await pilot.pause()
+        assert "special" in screen_text(app)

@@ -1,0 +1,131 @@
+"""Pilot tests of the stepping stages: prefill chunks, decode tokens, sampling knobs, restart, keys during a pass."""
+
+from __future__ import annotations
+
+import threading
+
+from app_support import app_for, screen_text, settle
+
+from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
+from walkthrough.engine.session import Session
+from walkthrough.screens.glossary import GlossaryScreen
+from walkthrough.screens.sampling import TEMPERATURES
+
+MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
+MODEL = "ref-qwen2moe-f32.gguf"
+
+
+async def _step(pilot, n: int = 1) -> None:
+    for _ in range(n):
+        await pilot.press("space")
+        await settle(pilot)
+
+
+async def test_prefill_runs_one_chunk_per_space(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        state = app.state
+        state.chunk = 16
+        app.action_restart()
+        await settle(pilot)
+        n_chunks = -(-len(state.prompt_ids) // 16)
+        await pilot.press("4")
+        await _step(pilot)
+        assert [s.positions for s in state.steps] == [(0, 16)]
+        assert f"chunk 1 of {n_chunks}: positions 0-15" in screen_text(app)
+        await _step(pilot, n_chunks - 1)
+        assert state.prefill_done and state.steps[-1].chosen is not None
+        assert "first token chosen" in screen_text(app)
+
+
+async def test_decode_matches_an_independent_greedy_run(fixtures_dir):
+    path = fixtures_dir / "reference" / MODEL
+    app = app_for(path, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("5")
+        await _step(pilot, 1 + 4)  # the whole prompt (one chunk), then four tokens
+        session = Session(state.model)
+        sampler = Sampler(SamplerSettings(temperature=0.0))
+        first = list(session.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
+        later = [s.chosen for s in session.decode(sampler, 4)]
+        assert state.answer_ids() == [first, *later]
+        text = screen_text(app)
+        assert "token 4 at position" in text
+        assert "KV cache" in text
+
+
+async def test_temperature_keys_change_the_probabilities(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("6")
+        await _step(pilot)
+        step = state.steps[-1]
+        greedy = screen_text(app)
+        assert "greedy" in greedy and "1.000" in greedy
+        await pilot.press("T", "T", "T", "T", "T")
+        await pilot.pause()
+        assert state.settings.temperature == TEMPERATURES[5]
+        expected = sample_stages(step.logits, state.settings, step.sample.u)
+        best = float(expected.probs[0])
+        assert 0 < best < 1
+        text = screen_text(app)
+        assert f"{best:.3f}" in text and text != greedy
+        await pilot.press("s")
+        await pilot.pause()
+        assert state.settings.seed == 1
+
+
+async def test_restart_clears_the_run(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await _step(pilot, 2)
+        assert len(app.state.steps) == 2
+        await pilot.press("r")
+        await settle(pilot)
+        assert app.state.steps == []
+
+
+async def test_keys_are_handled_while_a_pass_runs(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        release, started = threading.Event(), threading.Event()
+        real_pass = state.run_pass
+
+        def slow_pass():
+            started.set()
+            release.wait(10)
+            return real_pass()
+
+        state.run_pass = slow_pass
+        await pilot.press("4", "space")
+        assert started.wait(5)
+        await pilot.press("n", "g")  # handled while the pass is still running
+        await pilot.pause()
+        assert isinstance(app.screen, GlossaryScreen)
+        assert app.stepping and state.steps == []
+        release.set()
+        await settle(pilot)
+        assert len(state.steps) == 1 and not app.stepping
+
+
+async def test_play_runs_to_the_end(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app.state.max_new_tokens = 3
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("5", "enter")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.state.finished:
+                break
+        assert app.state.finished and not app.playing
+        assert len(app.state.decode_steps) <= 3

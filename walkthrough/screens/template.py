@@ -1,0 +1,164 @@
+"""Stage 2, Chat: the messages (editable), the file's chat template, and the text it renders.
+
+The messages can be added to, edited and deleted (a small editor); every change
+re-renders the template, re-tokenizes and restarts the request. The rendered
+view marks special tokens and shows which text came from which message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import OptionList, Static, TabbedContent, TabPane
+from textual.widgets.option_list import Option
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.editor import MessageEditor
+from walkthrough.screens.views import SPECIAL_STYLE
+from walkthrough.textsafe import safe_text, visible
+
+VIEWS = ("messages", "source", "rendered")
+MESSAGE_STYLES = ("cyan", "green", "yellow", "magenta")  # text of message i, cycling
+PREVIEW_CHARS = 60
+
+
+def rendered_text(chat) -> Text:
+    """The rendered prompt: special tokens reversed, each message's text in its colour, template text dim."""
+    text = Text()
+    special = {(t.start, t.end) for t in chat.tokens if t.special and t.end > t.start}
+    for region in chat.regions:
+        pos = region.start
+        for start, end in sorted(s for s in special if region.start <= s[0] < region.end):
+            if start > pos:
+                text.append_text(_region_text(chat.text[pos:start], region.message))
+            text.append_text(safe_text(chat.text[start:end], SPECIAL_STYLE, keep_newlines=True))
+            pos = end
+        if pos < region.end:
+            text.append_text(_region_text(chat.text[pos:region.end], region.message))
+    return text
+
+
+def _region_text(piece: str, message: int | None) -> Text:
+    style = "dim" if message is None else MESSAGE_STYLES[message % len(MESSAGE_STYLES)]
+    return safe_text(piece, style, keep_newlines=True)
+
+
+class TemplateScreen(StageScreen):
+    """Messages in, one string out."""
+
+    STAGE = "template"
+    TITLE = "Stage 2: the chat template"
+    CSS_PATH = "template.tcss"
+    TERMS = ("message", "chat template", "special token", "token", "GGUF")
+    HELP = """
+A chat model is trained on conversations written in one exact format. The chat
+template, a small Jinja program stored in the GGUF file, writes the list of
+messages in that format: role markers, special tokens around each message, and
+at the end the start of the assistant's turn, which is where the model
+continues.
+
+Messages: a to add, e or enter to edit (ctrl+s saves, escape cancels), d to
+delete the highlighted message. Every change renders and tokenizes again and
+restarts the request.
+
+Source: the template as stored in the file. Rendered: the text the template
+wrote, special tokens in reverse video, each message's text in its own colour,
+the template's own text dimmed. v switches between the three views.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "next_view", "View", id="template.view"),
+        Binding("a", "add", "Add", id="template.add"),
+        Binding("e", "edit", "Edit", id="template.edit"),
+        Binding("d", "delete", "Delete", id="template.delete"),
+    ]
+
+    def compose_body(self) -> ComposeResult:
+        with TabbedContent(id="template-views"):
+            with TabPane("Messages", id="messages"):
+                yield OptionList(id="message-list")
+            with TabPane("Source", id="source"), VerticalScroll():
+                yield Static(id="template-source")
+            with TabPane("Rendered", id="rendered"), VerticalScroll():
+                yield Static(id="template-rendered")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        options = self.query_one("#message-list", OptionList)
+        highlighted = options.highlighted
+        options.clear_options()
+        for i, message in enumerate(state.messages):
+            content = message.get("content") or ""
+            line = Text.assemble((f"{i + 1}. ", "bold"), safe_text(f"{message.get('role', '?')}: ", "bold"),
+                                 safe_text(content[:PREVIEW_CHARS] + ("…" if len(content) > PREVIEW_CHARS else "")))
+            options.add_option(Option(line))
+        if state.messages:
+            options.highlighted = min(highlighted or 0, len(state.messages) - 1)
+        problem = state.unavailable.get("template") or state.unavailable.get("tokens")
+        source = state.template_source
+        self.query_one("#template-source", Static).update(
+            safe_text(source, keep_newlines=True) if source else Text(problem or "No template yet.")
+        )
+        rendered = self.query_one("#template-rendered", Static)
+        if state.chat is not None:
+            header = Text(f"{len(state.chat.text)} characters; special tokens reversed, messages in colour",
+                          style="italic")
+            warnings = [Text(f"note: {visible(w)}", style="yellow") for w in state.chat.warnings]
+            rendered.update(Group(header, *warnings, rendered_text(state.chat)))
+        elif state.rendered is not None:
+            rendered.update(safe_text(state.rendered, keep_newlines=True))
+        else:
+            rendered.update(Text.assemble(("Cannot render: ", "bold"), safe_text(problem or "still preparing")))
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#message-list").focus()
+
+    def action_next_view(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = VIEWS[(VIEWS.index(tabs.active) + 1) % len(VIEWS)]
+
+    def _highlighted(self) -> int | None:
+        index = self.query_one("#message-list", OptionList).highlighted
+        return index if index is not None and index < len(self.state.messages) else None
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.action_edit()
+
+    def action_add(self) -> None:
+        self._edit(None, {"role": "user", "content": ""})
+
+    def action_edit(self) -> None:
+        index = self._highlighted()
+        if index is not None:
+            self._edit(index, dict(self.state.messages[index]))
+
+    def _edit(self, index: int | None, message: dict[str, str]) -> None:
+        title = "New message" if index is None else f"Message {index + 1}"
+
+        def done(result: dict | None) -> None:
+            if result is None:
+                return
+            messages = list(self.state.messages)
+            if index is None:
+                messages.append(result)
+            else:
+                messages[index] = result
+            self._changed(messages)
+
+        self.app.push_screen(MessageEditor(message, title), done)
+
+    def action_delete(self) -> None:
+        index = self._highlighted()
+        if index is not None:
+            self._changed([m for i, m in enumerate(self.state.messages) if i != index])
+
+    def _changed(self, messages: list[dict[str, str]]) -> None:
+        self.state.messages = messages
+        self.app.revision += 1
+        self.app.rebuild_prompt()

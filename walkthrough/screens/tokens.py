@@ -1,0 +1,128 @@
+"""Stage 3, Tokens: the rendered prompt cut into tokens, with counts and a token cursor.
+
+Pieces are shown in alternating styles, special tokens reversed; `i` shows each
+token's id after it. left/right (or h/l) move the cursor; the selected token's
+id, stored bytes, specialness and message are shown under the counts.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.views import token_style
+from walkthrough.textsafe import safe_text
+
+CURSOR_STYLE = "bold reverse yellow"
+
+
+class TokensScreen(StageScreen):
+    """What the model actually reads."""
+
+    STAGE = "tokens"
+    TITLE = "Stage 3: tokens"
+    CSS_PATH = "tokens.tcss"
+    TERMS = ("token", "tokenizer", "vocabulary", "BPE", "special token", "chat template")
+    HELP = """
+The model never sees characters: the tokenizer from the file cuts the rendered
+prompt into tokens, each a number (its id) in the vocabulary. Pieces alternate
+in style so you can see where one token ends and the next begins; special tokens
+are reversed. Special-token text inside a message stays ordinary text: only the
+template's own markers become special tokens.
+
+Counts: characters, bytes (UTF-8), tokens, and characters per token, over the
+whole prompt and per message.
+
+Keys: left / right (or h / l) move the cursor, home / end jump, i shows the ids.
+The selected token's id, stored bytes, whether it is special and which message
+it came from are shown above the strip.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left,h", "move(-1)", "Previous token", group=Binding.Group("Token", compact=True)),
+        Binding("right,l", "move(1)", "Next token", group=Binding.Group("Token", compact=True)),
+        Binding("home", "jump(0)", "First token", show=False),
+        Binding("end", "jump(-1)", "Last token", show=False),
+        Binding("i", "toggle_ids", "Ids", id="tokens.ids"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cursor = 0
+        self.show_ids = False
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="token-counts")
+        yield Static(id="token-selected")
+        with VerticalScroll(id="token-strip-box"):
+            yield Static(id="token-strip")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        chat = state.chat
+        counts = self.query_one("#token-counts", Static)
+        if chat is None:
+            problem = state.unavailable.get("tokens") or state.unavailable.get("tokenizer")
+            counts.update(Text.assemble(("No tokens: ", "bold"), safe_text(problem or "still preparing")))
+            return
+        self.cursor = min(max(self.cursor, 0), max(len(chat.tokens) - 1, 0))
+        counts.update(self._counts(chat))
+        self.query_one("#token-selected", Static).update(self._selected(chat))
+        self.query_one("#token-strip", Static).update(self._strip(chat))
+
+    def _counts(self, chat) -> Table:
+        state = self.state
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        for name in ("", "characters", "bytes", "tokens", "chars/token"):
+            table.add_column(name, justify="right" if name else "left")
+        rows: list[tuple[str, str, int]] = [("whole prompt", chat.text, len(chat.tokens))]
+        for i, message in enumerate(state.messages):
+            text = "".join(chat.text[r.start:r.end] for r in chat.regions if r.message == i)
+            rows.append((f"{i + 1}. {message.get('role', '?')}", text, sum(1 for t in chat.tokens if t.message == i)))
+        for label, text, n_tokens in rows:
+            per = f"{len(text) / n_tokens:.2f}" if n_tokens else ""
+            table.add_row(safe_text(label), str(len(text)), str(len(text.encode("utf-8"))), str(n_tokens), per)
+        return table
+
+    def _selected(self, chat) -> Text:
+        if not chat.tokens:
+            return Text("The prompt has no tokens.")
+        token = chat.tokens[self.cursor]
+        raw = self.state.tokenizer.token_bytes(token.id)
+        where = "template text" if token.message is None else f"message {token.message + 1}"
+        return Text.assemble(
+            ("token ", "bold"), f"{self.cursor + 1}/{len(chat.tokens)}  ",
+            ("id ", "bold"), f"{token.id}  ",
+            ("piece ", "bold"), safe_text(token.piece, "reverse"), "  ",
+            ("bytes ", "bold"), raw.hex(" ") or "(none)", "  ",
+            ("special" if token.special else "ordinary", "bold" if token.special else ""), "  ",
+            ("from ", "bold"), where,
+        )
+
+    def _strip(self, chat) -> Text:
+        text = Text()
+        for i, token in enumerate(chat.tokens):
+            style = CURSOR_STYLE if i == self.cursor else token_style(i, token.special)
+            text.append_text(safe_text(token.piece, style))
+            if self.show_ids:
+                text.append(f"{token.id} ", style="dim")
+        return text
+
+    def action_move(self, delta: int) -> None:
+        self.cursor += delta
+        self.refresh_view()
+
+    def action_jump(self, where: int) -> None:
+        self.cursor = where if where >= 0 else len(self.state.chat.tokens) - 1 if self.state.chat else 0
+        self.refresh_view()
+
+    def action_toggle_ids(self) -> None:
+        self.show_ids = not self.show_ids
+        self.refresh_view()
