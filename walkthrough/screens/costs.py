@@ -1,0 +1,102 @@
+"""Stage 7, Costs: the opened file's request on a real machine: memory, time to first token, decode speed.
+
+Every figure comes from `walkthrough.engine.costs.estimate` (the model card and a
+hardware profile), with its formula; the rows are the ones `walkthrough
+estimate` prints. `h` cycles the hardware profiles. Beside them, what this run
+measured: bytes the engine read for its last decoded token.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.format import human_bytes
+from walkthrough.textsafe import safe_text
+
+
+class CostsScreen(StageScreen):
+    """The same request, on a chosen machine."""
+
+    STAGE = "costs"
+    TITLE = "Stage 7: costs"
+    CSS_PATH = "costs.tcss"
+    TERMS = ("memory bandwidth", "bytes read", "roofline", "arithmetic intensity", "time to first token",
+             "KV cache", "active parameters", "context length")
+    HELP = """
+What this request would cost with this model file on a real machine. Decode
+reads every active weight and the whole KV cache for each token, so its speed
+is capped at bandwidth / bytes read per token; prefill does about two FLOPs per
+active parameter per prompt token, so its speed is capped by compute. Memory
+must hold the weights, the KV cache for the context, and working buffers.
+
+The figures come from the model card and a hardware profile (each profile's
+figures have sources in the bundled hardware file); the dim column shows the
+formula and its inputs. h changes the machine. The request's size is this
+prompt's token count plus the answer budget.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("h", "next_profile(1)", "Machine", id="costs.hardware"),
+        Binding("H", "next_profile(-1)", "Previous machine", show=False),
+    ]
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="costs-box"):
+            yield Static(id="costs-head")
+            yield Static(id="costs-table")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        head = self.query_one("#costs-head", Static)
+        if state.card is None:
+            return
+        try:
+            from walkthrough.commands.estimate import _rows
+            from walkthrough.engine.costs import estimate
+
+            profile = state.profile
+        except Exception as exc:  # noqa: BLE001 - a broken hardware file is shown, not raised
+            head.update(Text.assemble(("No hardware profiles: ", "bold"), safe_text(str(exc))))
+            return
+        prompt = max(len(state.prompt_ids), 1)
+        output = state.max_new_tokens
+        result = estimate(state.card, profile, prompt + output, prompt, output)
+        n = len(state.profiles())
+        head.update(Group(
+            Text.assemble(("machine ", "bold"), safe_text(profile.name), (f"  ({state.profile_index % n + 1}/{n}, h)", "dim")),
+            Text(f"{profile.memory_gib:g} GiB {profile.memory_kind}, {profile.bandwidth_gbs:g} GB/s, "
+                 f"{profile.compute_tflops:g} TFLOPS useful compute"),
+            Text(f"request: {prompt} prompt tokens + {output} answer tokens (decimal units: 1 GB = 1e9 bytes)",
+                 style="dim"),
+            self._measured(),
+        ))
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        table.add_column("")
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("why", style="dim")
+        for label, value, why in _rows(result):
+            table.add_row(Text(label), Text(value), Text(why))
+        self.query_one("#costs-table", Static).update(table)
+
+    def _measured(self) -> Text:
+        state = self.state
+        decode = state.decode_steps
+        if not decode:
+            return Text("measured: decode a token (stage 5) to compare with the engine's own count", style="dim")
+        last = decode[-1]
+        return Text.assemble(("measured by the engine: ", "bold"),
+                             f"the last decoded token read {human_bytes(last.bytes_read.get('total', 0))} "
+                             f"({last.bytes_read.get('total', 0):,} bytes) at {last.kv_len} positions")
+
+    def action_next_profile(self, delta: int) -> None:
+        self.state.profile_index += delta
+        self.app.revision += 1

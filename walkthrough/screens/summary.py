@@ -1,0 +1,89 @@
+"""Stage 8, Summary: the request's trace, stage by stage, with the figures this run measured."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.textsafe import safe_text
+
+
+class SummaryScreen(StageScreen):
+    """One table: what each stage did to this request."""
+
+    STAGE = "summary"
+    TITLE = "Stage 8: summary"
+    CSS_PATH = "summary.tcss"
+    TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache")
+    HELP = """
+The whole request in one table: the file, the chat, the tokens, the prefill
+passes, the decoded tokens, the sampler, and the reply. Every figure is from
+the file or from the passes this run actually made (wall times are this
+machine's numpy engine, not a production runtime). Go back to any stage with
+its number key; r on a stepping stage restarts the request.
+"""
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="summary-box"):
+            yield Static(id="summary-table")
+            yield Static(id="summary-reply")
+
+    def refresh_view(self) -> None:
+        state = self.state
+        if state.card is None:
+            return
+        card, f = state.card, state.file
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        table.add_column("stage", style="bold", no_wrap=True)
+        table.add_column("what happened")
+        table.add_row("1 file", Text.assemble(
+            safe_text(f.path.name), f": {card.architecture}, {human_bytes(f.file_size)}, ",
+            f"{human_count(card.n_params)} parameters ({human_count(card.n_params_active)} active), ",
+            f"{card.bits_per_weight:.2f} bits per weight"))
+        chat = state.chat
+        if chat is not None:
+            n = len(state.messages)
+            table.add_row("2 chat", f"{n} message{'' if n == 1 else 's'} rendered to {len(chat.text)} characters")
+            per = len(chat.text) / len(chat.tokens) if chat.tokens else 0.0
+            table.add_row("3 tokens", f"{len(chat.tokens)} tokens ({per:.2f} characters per token)")
+        else:
+            reason = state.unavailable.get("tokens") or state.unavailable.get("template") or "not ready"
+            table.add_row("2-3 chat", safe_text(reason))
+        prefill, decode = state.prefill_steps, state.decode_steps
+        if prefill:
+            table.add_row("4 prefill", self._passes(prefill, "chunks"))
+        if decode:
+            table.add_row("5 decode", self._passes(decode, "tokens"))
+        if state.settings is not None:
+            s = state.settings
+            table.add_row("6 sampling", f"temperature {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}, "
+                                        f"min-p {s.min_p:g}, seed {s.seed}")
+        if state.steps:
+            last = state.steps[-1]
+            table.add_row("KV cache", f"{last.kv_len} positions, {human_bytes(last.kv_bytes)}")
+            table.add_row("read in all", human_bytes(state.cumulative_bytes().get("total", 0)))
+        if not state.steps:
+            blocker = state.run_blocker()
+            table.add_row("4-6 run", safe_text(blocker) if blocker else Text("not run yet: press 4 then enter"))
+        self.query_one("#summary-table", Static).update(table)
+        reply = state.tokenizer.decode(state.answer_ids()) if state.tokenizer and state.steps else ""
+        end = " (finished)" if state.finished else ""
+        self.query_one("#summary-reply", Static).update(
+            Group(Text(f"\nthe reply{end}", style="bold"), safe_text(reply, keep_newlines=True)) if reply else ""
+        )
+
+    @staticmethod
+    def _passes(steps, unit: str) -> str:
+        tokens = sum(s.end - s.start for s in steps)
+        total = sum(s.bytes_read.get("total", 0) for s in steps)
+        flops = sum(s.flops for s in steps)
+        seconds = sum(s.seconds for s in steps)
+        return (f"{len(steps)} passes, {tokens} {unit if unit == 'tokens' else 'prompt tokens'}, "
+                f"{human_bytes(total)} read ({human_bytes(total / len(steps))} per pass), "
+                f"{human_count(flops)} FLOPs, {seconds:.2f} s here")
