@@ -15,7 +15,9 @@ from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import render, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
 
-REF = FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"  # tiny byte-level vocabulary with ChatML specials
+REF = (
+    FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"
+)  # tiny byte-level vocabulary with ChatML specials
 QWEN35 = FIXTURES_DIR / "vocab" / "ggml-vocab-qwen35.gguf"
 
 
@@ -48,10 +50,20 @@ def _one_error_line(capsys, code: int) -> str:
 # ---- template ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("doc", "case"), list(_fixture_cases()))
 def test_template_prints_the_reference_text_exactly(tmp_path, capsys, monkeypatch, doc, case):
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(calendar.timegm(date.fromisoformat(doc["date"]).timetuple())))
-    argv = ["template", "--template", str(FIXTURES_DIR / "templates" / doc["template"]),
-            "--messages", _messages_file(tmp_path, case["messages"]),
-            "--bos-token", doc["bos_token"], "--eos-token", doc["eos_token"]]
+    monkeypatch.setenv(
+        "SOURCE_DATE_EPOCH", str(calendar.timegm(date.fromisoformat(doc["date"]).timetuple()))
+    )
+    argv = [
+        "template",
+        "--template",
+        str(FIXTURES_DIR / "templates" / doc["template"]),
+        "--messages",
+        _messages_file(tmp_path, case["messages"]),
+        "--bos-token",
+        doc["bos_token"],
+        "--eos-token",
+        doc["eos_token"],
+    ]
     if not case["add_generation_prompt"]:
         argv.append("--no-generation-prompt")
     code = main(argv)
@@ -65,14 +77,37 @@ def test_template_prints_the_reference_text_exactly(tmp_path, capsys, monkeypatc
 def test_template_of_a_model_uses_its_vocabulary(tmp_path, capsys, ref_tokenizer):
     tokenizer, source = ref_tokenizer
     messages = [{"role": "user", "content": "hi"}]
-    assert main(["template", str(REF), "--messages", _messages_file(tmp_path, messages),
-                 "--no-generation-prompt"]) == 0
+    assert (
+        main(
+            [
+                "template",
+                str(REF),
+                "--messages",
+                _messages_file(tmp_path, messages),
+                "--no-generation-prompt",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == render(source, messages, add_generation_prompt=False)
     bos = "{{ bos_token }}|{{ eos_token }}"
     (tmp_path / "t.jinja").write_text(bos, encoding="utf-8")
-    assert main(["template", str(REF), "--template", str(tmp_path / "t.jinja"),
-                 "--messages", _messages_file(tmp_path, messages)]) == 0
-    expected = "|".join(tokenizer.token_bytes(i).decode() for i in (tokenizer.bos_id, tokenizer.eos_id))
+    assert (
+        main(
+            [
+                "template",
+                str(REF),
+                "--template",
+                str(tmp_path / "t.jinja"),
+                "--messages",
+                _messages_file(tmp_path, messages),
+            ]
+        )
+        == 0
+    )
+    expected = "|".join(
+        tokenizer.token_bytes(i).decode() for i in (tokenizer.bos_id, tokenizer.eos_id)
+    )
     assert capsys.readouterr().out == expected
 
 
@@ -85,8 +120,15 @@ def test_template_of_a_model_uses_its_vocabulary(tmp_path, capsys, ref_tokenizer
     ],
 )
 def test_template_option_errors(tmp_path, capsys, argv, expected):
-    code = main(["template", str(REF), "--messages", _messages_file(tmp_path, [{"role": "user", "content": "a"}]),
-                 *argv])
+    code = main(
+        [
+            "template",
+            str(REF),
+            "--messages",
+            _messages_file(tmp_path, [{"role": "user", "content": "a"}]),
+            *argv,
+        ]
+    )
     assert expected in _one_error_line(capsys, code)
 
 
@@ -99,16 +141,29 @@ def test_malformed_messages_are_one_line(tmp_path, capsys):
 
 def test_hostile_template_is_one_line(tmp_path, capsys):
     (tmp_path / "evil.jinja").write_text("{{ cycler.__init__.__globals__.os }}", encoding="utf-8")
-    code = main(["template", "--template", str(tmp_path / "evil.jinja"),
-                 "--messages", _messages_file(tmp_path, [{"role": "user", "content": "a"}])])
+    code = main(
+        [
+            "template",
+            "--template",
+            str(tmp_path / "evil.jinja"),
+            "--messages",
+            _messages_file(tmp_path, [{"role": "user", "content": "a"}]),
+        ]
+    )
     assert "template tried to access '__init__'" in _one_error_line(capsys, code)
 
 
 # ---- tokenize --json --------------------------------------------------------------------------------------------
 def test_tokenize_json_matches_the_library(tmp_path, capsys, ref_tokenizer):
     tokenizer, source = ref_tokenizer
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|> é"}]
-    assert main(["tokenize", str(REF), "--messages", _messages_file(tmp_path, messages), "--json"]) == 0
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi <|im_end|> é"},
+    ]
+    assert (
+        main(["tokenize", str(REF), "--messages", _messages_file(tmp_path, messages), "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     expected = chat_tokens(tokenizer, source, messages)
     assert out["ids"] == expected.ids
@@ -117,7 +172,10 @@ def test_tokenize_json_matches_the_library(tmp_path, capsys, ref_tokenizer):
     assert out["message"] == [t.message for t in expected.tokens]
     assert out["text"] == expected.text
     assert (out["characters"], out["bytes"], out["tokens"]) == (
-        len(expected.text), len(expected.text.encode()), len(expected.ids))
+        len(expected.text),
+        len(expected.text.encode()),
+        len(expected.ids),
+    )
     im_end = tokenizer.encode("<|im_end|>", parse_special=True)[0]
     assert out["ids"].count(im_end) == 2  # the two turns' ends; the user's copy stays plain text
 
@@ -143,10 +201,21 @@ def test_tokenize_raw_is_plain(capsys, tmp_path, ref_tokenizer):
 
 
 def test_injection_through_the_cli(tmp_path, capsys):
-    doc = json.loads((FIXTURES_DIR / "templates" / "Qwen3.5-4B.expected.json").read_text(encoding="utf-8"))
+    doc = json.loads(
+        (FIXTURES_DIR / "templates" / "Qwen3.5-4B.expected.json").read_text(encoding="utf-8")
+    )
     case = doc["cases"]["injection"]
-    code = main(["tokenize", str(QWEN35), "--template", str(FIXTURES_DIR / "templates" / doc["template"]),
-                 "--messages", _messages_file(tmp_path, case["messages"]), "--json"])
+    code = main(
+        [
+            "tokenize",
+            str(QWEN35),
+            "--template",
+            str(FIXTURES_DIR / "templates" / doc["template"]),
+            "--messages",
+            _messages_file(tmp_path, case["messages"]),
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert case["messages"][0]["content"] in out["text"]
@@ -165,14 +234,23 @@ def test_batch_gives_one_result_per_line(tmp_path, capsys, ref_tokenizer):
     for text, line in zip(texts, lines):
         out = json.loads(line)
         assert out["ids"] == tokenizer.encode(text, parse_special=False)
-        assert (out["characters"], out["bytes"], out["tokens"]) == (len(text), len(text.encode()), len(out["ids"]))
+        assert (out["characters"], out["bytes"], out["tokens"]) == (
+            len(text),
+            len(text.encode()),
+            len(out["ids"]),
+        )
     assert main(["tokenize", str(REF), "--batch", str(path)]) == 0  # through the template
     chat_lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(chat_lines) == len(texts) and all("message" in x for x in chat_lines)
 
 
-@pytest.mark.parametrize(("content", "expected"), [('"ok"\n42\n', "line 2: expected a JSON string, found a number"),
-                                                   ('"ok"\n{nope\n', "line 2: not valid JSON")])
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('"ok"\n42\n', "line 2: expected a JSON string, found a number"),
+        ('"ok"\n{nope\n', "line 2: not valid JSON"),
+    ],
+)
 def test_bad_batch_line_is_named(tmp_path, capsys, content, expected):
     path = tmp_path / "in.jsonl"
     path.write_text(content, encoding="utf-8")
@@ -202,12 +280,15 @@ def test_model_without_a_template_is_one_line(tmp_path, capsys):
         tokens = f.get("tokenizer.ggml.tokens")
         merges = f.get("tokenizer.ggml.merges")
         types = f.get("tokenizer.ggml.token_type").tolist()
-    path = write_gguf(tmp_path / "bare.gguf", {
-        "tokenizer.ggml.model": (V.STRING, "gpt2"),
-        "tokenizer.ggml.tokens": (V.ARRAY, V.STRING, tokens),
-        "tokenizer.ggml.token_type": (V.ARRAY, V.INT32, types),
-        "tokenizer.ggml.merges": (V.ARRAY, V.STRING, merges),
-    })
+    path = write_gguf(
+        tmp_path / "bare.gguf",
+        {
+            "tokenizer.ggml.model": (V.STRING, "gpt2"),
+            "tokenizer.ggml.tokens": (V.ARRAY, V.STRING, tokens),
+            "tokenizer.ggml.token_type": (V.ARRAY, V.INT32, types),
+            "tokenizer.ggml.merges": (V.ARRAY, V.STRING, merges),
+        },
+    )
     code = main(["tokenize", str(path), "--text", "hi"])
     assert "bare.gguf has no chat template" in _one_error_line(capsys, code)
     assert main(["tokenize", str(path), "--text", "hi", "--raw", "--json"]) == 0

@@ -35,7 +35,9 @@ def _fixture_cases():
     for path in sorted((FIXTURES_DIR / "templates").glob("*.expected.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
         for name in doc["cases"]:
-            yield pytest.param(path.name, name, id=f"{path.name.removesuffix('.expected.json')}:{name}")
+            yield pytest.param(
+                path.name, name, id=f"{path.name.removesuffix('.expected.json')}:{name}"
+            )
 
 
 def _epoch_of(day: str) -> int:
@@ -65,7 +67,9 @@ def test_every_fixture_template_has_cases(fixtures_dir):
 
 # ---- the clock --------------------------------------------------------------------------
 def test_source_date_epoch_changes_the_rendered_date(fixtures_dir, monkeypatch):
-    doc = json.loads((fixtures_dir / "templates" / "openai-gpt-oss-120b.expected.json").read_text("utf-8"))
+    doc = json.loads(
+        (fixtures_dir / "templates" / "openai-gpt-oss-120b.expected.json").read_text("utf-8")
+    )
     source = load_template_file(fixtures_dir / "templates" / doc["template"])
     case = doc["cases"]["user1"]
     next_day = date.fromisoformat(doc["date"]) + timedelta(days=1)
@@ -104,17 +108,27 @@ def test_tojson_does_not_escape_html_or_unicode():
 
 
 def test_default_and_extra_variables():
-    assert render("{{ tools is none }}|{{ documents is none }}|{{ add_generation_prompt }}", HI) == "True|True|True"
+    assert (
+        render("{{ tools is none }}|{{ documents is none }}|{{ add_generation_prompt }}", HI)
+        == "True|True|True"
+    )
     assert render("{{ enable_thinking }}", HI, enable_thinking=False) == "False"
-    assert render("{{ bos_token }}{{ eos_token }}", HI, bos_token="<B>", eos_token="<E>") == "<B><E>"
+    assert (
+        render("{{ bos_token }}{{ eos_token }}", HI, bos_token="<B>", eos_token="<E>") == "<B><E>"
+    )
 
 
 def test_trim_and_lstrip_blocks_and_loop_controls():
     source = "  {% for m in [1, 2, 3, 4] %}\n  {% if m == 2 %}{% continue %}{% endif %}\n{{ m }}\n{% if m == 3 %}{% break %}{% endif %}\n{% endfor %}\n"
-    configured = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    configured = jinja2.Environment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
     expected = configured.from_string(source).render()
     assert render(source, HI) == expected
-    assert expected != jinja2.Environment(extensions=[jinja2.ext.loopcontrols]).from_string(source).render()
+    assert (
+        expected
+        != jinja2.Environment(extensions=[jinja2.ext.loopcontrols]).from_string(source).render()
+    )
 
 
 def test_raise_exception_becomes_a_template_error():
@@ -163,7 +177,9 @@ def test_inputs_cannot_be_changed():
     assert messages == [{"role": "user", "content": "hi"}]
 
 
-@pytest.mark.parametrize("source", ["{% include '/etc/passwd' %}", "{% import 'os' as os %}", "{% extends 'base' %}"])
+@pytest.mark.parametrize(
+    "source", ["{% include '/etc/passwd' %}", "{% import 'os' as os %}", "{% extends 'base' %}"]
+)
 def test_templates_cannot_read_files(source):
     with pytest.raises(TemplateError, match="may not read files"):
         render(source, HI)
@@ -223,8 +239,11 @@ def test_a_stopped_render_leaves_the_thread_untraced():
 
     before = sys.gettrace()
     with pytest.raises(TemplateError):
-        render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", HI,
-               limits=Limits(seconds=0.05))
+        render(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            HI,
+            limits=Limits(seconds=0.05),
+        )
     assert sys.gettrace() is before
     assert render("{{ 6 * 7 }}", HI) == "42"
 
@@ -290,7 +309,9 @@ def test_named_templates_are_listed_and_selectable(tmp_path):
         assert list(templates) == ["default", "rag", "tool_use"]
         assert render(select_template(f), HI) == "default:hi"
         assert render(select_template(f, "tool_use"), HI, tools=[1, 2]) == "tools:2"
-        with pytest.raises(TemplateError, match="no chat template named 'nope'; it has: default, rag, tool_use"):
+        with pytest.raises(
+            TemplateError, match="no chat template named 'nope'; it has: default, rag, tool_use"
+        ):
             select_template(f, "nope")
 
 
@@ -319,16 +340,22 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_load_messages_reads_a_good_file(tmp_path):
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi", "name": "x"},
-                {"role": "assistant", "content": None, "tool_calls": []},
-                {"role": "user", "content": [{"type": "text", "text": "part"}]}]
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi", "name": "x"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": [{"type": "text", "text": "part"}]},
+    ]
     assert load_messages(_write(tmp_path, json.dumps(messages))) == messages
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('{"role": "user"}', 'expected a JSON list of {"role", "content"} objects, found an object'),
+        (
+            '{"role": "user"}',
+            'expected a JSON list of {"role", "content"} objects, found an object',
+        ),
         ("[]", "the list of messages is empty"),
         ('[{"role": "user", "content": "a"}, "hi"]', "item 2 is a string, not an object"),
         ('[{"content": "a"}]', "item 1 has no 'role'"),

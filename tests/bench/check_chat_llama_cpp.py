@@ -27,8 +27,14 @@ import sys
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-VOCABS = ["vocab/ggml-vocab-qwen35.gguf", "vocab/ggml-vocab-llama-bpe.gguf", "vocab/ggml-vocab-phi-3.gguf",
-          "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf", "reference/ref-qwen2-f32.gguf"]
+VOCABS = [
+    "vocab/ggml-vocab-qwen35.gguf",
+    "vocab/ggml-vocab-llama-bpe.gguf",
+    "vocab/ggml-vocab-phi-3.gguf",
+    "vocab/ggml-vocab-llama-spm.gguf",
+    "vocab/ggml-vocab-gpt-2.gguf",
+    "reference/ref-qwen2-f32.gguf",
+]
 
 LLAMA_SIDE = """
 import json, sys, llama_cpp
@@ -61,36 +67,61 @@ def ours() -> list[dict]:
             for name, case in doc["cases"].items():
                 if "text" not in case:
                     continue
-                result = chat_tokens(tokenizer, source, case["messages"],
-                                     add_generation_prompt=case["add_generation_prompt"])
-                rows.append({"vocab": str(FIXTURES / vocab), "template": doc["template"], "case": name,
-                             "text": result.text, "ids": result.ids, "add_bos": tokenizer.add_bos,
-                             "bos": special_token_text(tokenizer, tokenizer.bos_id),
-                             "specials_from_messages": sum(t.special and t.message is not None
-                                                           for t in result.tokens)})
+                result = chat_tokens(
+                    tokenizer,
+                    source,
+                    case["messages"],
+                    add_generation_prompt=case["add_generation_prompt"],
+                )
+                rows.append(
+                    {
+                        "vocab": str(FIXTURES / vocab),
+                        "template": doc["template"],
+                        "case": name,
+                        "text": result.text,
+                        "ids": result.ids,
+                        "add_bos": tokenizer.add_bos,
+                        "bos": special_token_text(tokenizer, tokenizer.bos_id),
+                        "specials_from_messages": sum(
+                            t.special and t.message is not None for t in result.tokens
+                        ),
+                    }
+                )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--llama-python", default="/work/llamavenv/bin/python",
-                        help="a Python with llama-cpp-python installed")
+    parser.add_argument(
+        "--llama-python",
+        default="/work/llamavenv/bin/python",
+        help="a Python with llama-cpp-python installed",
+    )
     args = parser.parse_args()
     rows = ours()
-    done = subprocess.run([args.llama_python, "-c", LLAMA_SIDE], input=json.dumps(rows), capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [args.llama_python, "-c", LLAMA_SIDE],
+        input=json.dumps(rows),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     theirs = json.loads(done.stdout)
     plain = [(r, t) for r, t in zip(rows, theirs) if r["case"] != "injection"]
     injected = [(r, t) for r, t in zip(rows, theirs) if r["case"] == "injection"]
     same = sum(r["ids"] == t for r, t in plain)
-    print(f"cases without special text in messages: {same} of {len(plain)} identical to llama.cpp's chat path")
+    print(
+        f"cases without special text in messages: {same} of {len(plain)} identical to llama.cpp's chat path"
+    )
     for r, t in plain:
         if r["ids"] != t:
             print(f"  differs: {Path(r['vocab']).name} {r['template']} {r['case']}")
     obeyed = sum(r["ids"] != t for r, t in injected)
     ours_obeyed = sum(r["specials_from_messages"] > 0 for r, _ in injected)
-    print(f"injection cases: ids differ from llama.cpp's in {obeyed} of {len(injected)} (llama.cpp parses the "
-          f"user's special-token text); cases where ours made a special token from message text: {ours_obeyed}")
+    print(
+        f"injection cases: ids differ from llama.cpp's in {obeyed} of {len(injected)} (llama.cpp parses the "
+        f"user's special-token text); cases where ours made a special token from message text: {ours_obeyed}"
+    )
     sys.stdout.flush()
 
 

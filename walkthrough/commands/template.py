@@ -28,20 +28,46 @@ def add_parser(subparsers) -> None:
         "{role, content} messages, the way Hugging Face transformers does, in a sandbox.",
     )
     add_template_arguments(p)
-    p.add_argument("--messages", required=True, metavar="F.json", help="a JSON list of {role, content} messages")
-    p.add_argument("--bos-token", metavar="S", help="text of bos_token in the template (default: the vocabulary's)")
-    p.add_argument("--eos-token", metavar="S", help="text of eos_token in the template (default: the vocabulary's)")
+    p.add_argument(
+        "--messages",
+        required=True,
+        metavar="F.json",
+        help="a JSON list of {role, content} messages",
+    )
+    p.add_argument(
+        "--bos-token",
+        metavar="S",
+        help="text of bos_token in the template (default: the vocabulary's)",
+    )
+    p.add_argument(
+        "--eos-token",
+        metavar="S",
+        help="text of eos_token in the template (default: the vocabulary's)",
+    )
 
 
 def add_template_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL and the template options `template` and `tokenize` share."""
-    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a .gguf file, folder, ollama:NAME[:TAG] or hf:REPO/FILE (default: the bundled tiny model)")
-    p.add_argument("--template", metavar="F.jinja", help="use this template file instead of the model's")
-    p.add_argument("--template-name", metavar="NAME",
-                   help="one of the model's named templates (tokenizer.chat_template.NAME)")
-    p.add_argument("--no-generation-prompt", action="store_true",
-                   help="leave out the assistant header that asks the model to answer")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        metavar="MODEL",
+        help="a .gguf file, folder, ollama:NAME[:TAG] or hf:REPO/FILE (default: the bundled tiny model)",
+    )
+    p.add_argument(
+        "--template", metavar="F.jinja", help="use this template file instead of the model's"
+    )
+    p.add_argument(
+        "--template-name",
+        metavar="NAME",
+        help="one of the model's named templates (tokenizer.chat_template.NAME)",
+    )
+    p.add_argument(
+        "--no-generation-prompt",
+        action="store_true",
+        help="leave out the assistant header that asks the model to answer",
+    )
 
 
 def template_source(args: argparse.Namespace, f: Any | None) -> tuple[str, str]:
@@ -51,7 +77,9 @@ def template_source(args: argparse.Namespace, f: Any | None) -> tuple[str, str]:
 
     if args.template is not None:
         if args.template_name is not None:
-            raise WalkthroughError("--template and --template-name both pick a template; give one of them")
+            raise WalkthroughError(
+                "--template and --template-name both pick a template; give one of them"
+            )
         return load_template_file(args.template), f"template {args.template}"
     where = Path(f.path).name
     name = args.template_name or "default"
@@ -72,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.inspect.template import load_messages, render
 
     messages = load_messages(args.messages)
-    needs_model = args.template is None or (args.model is not None and None in (args.bos_token, args.eos_token))
+    needs_model = args.template is None or (
+        args.model is not None and None in (args.bos_token, args.eos_token)
+    )
     f = open_model(args.model) if needs_model else None
     try:
         source, origin = template_source(args, f)
@@ -83,8 +113,14 @@ def run(args: argparse.Namespace) -> int:
             tokenizer = GGUFTokenizer.from_gguf(f)
             bos = special_token_text(tokenizer, tokenizer.bos_id) if bos is None else bos
             eos = special_token_text(tokenizer, tokenizer.eos_id) if eos is None else eos
-        text = render(source, messages, add_generation_prompt=not args.no_generation_prompt,
-                      bos_token=bos or "", eos_token=eos or "", origin=origin)
+        text = render(
+            source,
+            messages,
+            add_generation_prompt=not args.no_generation_prompt,
+            bos_token=bos or "",
+            eos_token=eos or "",
+            origin=origin,
+        )
     finally:
         if f is not None:
             f.close()

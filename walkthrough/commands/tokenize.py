@@ -40,10 +40,17 @@ def add_parser(subparsers) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", metavar="TEXT", help="the text (one user message unless --raw)")
     source.add_argument("--text-file", metavar="F", help="read the text from a UTF-8 file")
-    source.add_argument("--messages", metavar="F.json", help="a JSON list of {role, content} messages")
-    source.add_argument("--batch", metavar="F.jsonl", help="one JSON string per line; one JSON result per line")
-    p.add_argument("--raw", action="store_true",
-                   help="no template, no BOS/EOS, special-token text as plain text")
+    source.add_argument(
+        "--messages", metavar="F.json", help="a JSON list of {role, content} messages"
+    )
+    source.add_argument(
+        "--batch", metavar="F.jsonl", help="one JSON string per line; one JSON result per line"
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="no template, no BOS/EOS, special-token text as plain text",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -67,10 +74,13 @@ def read_batch(path: str) -> list[str]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise WalkthroughError(f"{path} line {n}: not valid JSON ({exc.msg}); give one JSON string per line") \
-                from None
+            raise WalkthroughError(
+                f"{path} line {n}: not valid JSON ({exc.msg}); give one JSON string per line"
+            ) from None
         if not isinstance(value, str):
-            raise WalkthroughError(f"{path} line {n}: expected a JSON string, found {json_kind(value)}")
+            raise WalkthroughError(
+                f"{path} line {n}: expected a JSON string, found {json_kind(value)}"
+            )
         texts.append(value)
     return texts
 
@@ -98,7 +108,9 @@ def _check_options(args: argparse.Namespace) -> None:
     from walkthrough.errors import WalkthroughError
 
     if args.raw and args.messages is not None:
-        raise WalkthroughError("--raw tokenizes plain text; a messages file always goes through the template")
+        raise WalkthroughError(
+            "--raw tokenizes plain text; a messages file always goes through the template"
+        )
     if args.raw and (args.template is not None or args.template_name is not None):
         raise WalkthroughError("--raw uses no template; drop --template / --template-name")
 
@@ -130,8 +142,13 @@ def run(args: argparse.Namespace) -> int:
         if args.raw:
             return raw_tokens(tokenizer, item)
         messages = item if isinstance(item, list) else [{"role": "user", "content": item}]
-        return chat_tokens(tokenizer, source, messages, add_generation_prompt=not args.no_generation_prompt,
-                           origin=origin)
+        return chat_tokens(
+            tokenizer,
+            source,
+            messages,
+            add_generation_prompt=not args.no_generation_prompt,
+            origin=origin,
+        )
 
     if args.batch is not None:
         for item in inputs:
@@ -141,13 +158,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = tokenize(inputs[0])
     if args.json:
-        print(json.dumps(result_json(result, chat=not args.raw, with_text=True), ensure_ascii=False))
+        print(
+            json.dumps(result_json(result, chat=not args.raw, with_text=True), ensure_ascii=False)
+        )
         return 0
     for warning in result.warnings:
         print(f"walkthrough: warning: {visible(warning)}", file=sys.stderr)
     from walkthrough.commands.tokenize_view import print_tokens
 
-    messages = inputs[0] if isinstance(inputs[0], list) else [{"role": "user", "content": inputs[0]}]
+    messages = (
+        inputs[0] if isinstance(inputs[0], list) else [{"role": "user", "content": inputs[0]}]
+    )
     title = origin if model_name in origin else f"{model_name}, {origin}"
     print_tokens(result, messages=None if args.raw else messages, title=title, out=sys.stdout)
     return 0

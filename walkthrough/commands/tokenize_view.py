@@ -49,7 +49,9 @@ def _origin(message: int | None, messages: list[dict] | None) -> Text:
     return Text(f"message {message + 1} ({visible(str(role))})")
 
 
-def print_tokens(result: ChatTokens, *, messages: list[dict] | None, title: str, out: TextIO) -> None:
+def print_tokens(
+    result: ChatTokens, *, messages: list[dict] | None, title: str, out: TextIO
+) -> None:
     """Print the running text and the token table.
 
     Args:
@@ -58,7 +60,10 @@ def print_tokens(result: ChatTokens, *, messages: list[dict] | None, title: str,
     """
     console = Console(file=out, markup=False, highlight=False, emoji=False)
     n_bytes = len(result.text.encode("utf-8", "surrogatepass"))
-    head = Text(f"{len(result.tokens)} tokens, {len(result.text)} characters, {n_bytes} bytes: ", style="bold")
+    head = Text(
+        f"{len(result.tokens)} tokens, {len(result.text)} characters, {n_bytes} bytes: ",
+        style="bold",
+    )
     head.append(visible(title), style="")
     console.print(head)
     console.print(_running_text(result))
@@ -71,8 +76,12 @@ def print_tokens(result: ChatTokens, *, messages: list[dict] | None, title: str,
         table.add_column("from")
     for k, token in enumerate(result.tokens):
         style = SPECIAL_STYLE if token.special else PIECE_STYLES[k % 2]
-        row = [str(k), Text(str(token.id), style=style), Text(shown(token.piece), style=style),
-               "special" if token.special else ""]
+        row = [
+            str(k),
+            Text(str(token.id), style=style),
+            Text(shown(token.piece), style=style),
+            "special" if token.special else "",
+        ]
         if messages is not None:
             row.append(_origin(token.message, messages))
         table.add_row(*row)

@@ -111,7 +111,9 @@ def _pick_sentinels(source: str, messages: list[dict]) -> tuple[str, str]:
     for pair in _SENTINEL_PAIRS:
         if not any(c in t for t in texts for c in pair):
             return pair
-    raise TemplateError("the messages use every private-use character the locator could mark them with")
+    raise TemplateError(
+        "the messages use every private-use character the locator could mark them with"
+    )
 
 
 def _skeleton(value: Any, message: int, leaves: list[_Leaf], marks: tuple[str, str]) -> Any:
@@ -122,7 +124,10 @@ def _skeleton(value: Any, message: int, leaves: list[_Leaf], marks: tuple[str, s
         leaves.append(_Leaf(message, value))
         return f"{marks[0]}{len(leaves) - 1}{marks[1]}"
     if isinstance(value, dict):
-        return {k: (v if k in _DATA_KEYS_SKIPPED else _skeleton(v, message, leaves, marks)) for k, v in value.items()}
+        return {
+            k: (v if k in _DATA_KEYS_SKIPPED else _skeleton(v, message, leaves, marks))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_skeleton(v, message, leaves, marks) for v in value]
     return value
@@ -158,7 +163,9 @@ def _gap_end(rendered: str, pos: int, following: str, original: str) -> int | No
     return best
 
 
-def _align(rendered: str, skeleton: str, leaves: list[_Leaf], marks: tuple[str, str]) -> list[Region] | None:
+def _align(
+    rendered: str, skeleton: str, leaves: list[_Leaf], marks: tuple[str, str]
+) -> list[Region] | None:
     """Regions from matching the skeleton's template pieces in the real render, or None if they do not line up."""
     parts = re.split(f"{re.escape(marks[0])}(\\d+){re.escape(marks[1])}", skeleton)
     pieces, slots = parts[0::2], [int(n) for n in parts[1::2]]
@@ -190,7 +197,9 @@ def _align(rendered: str, skeleton: str, leaves: list[_Leaf], marks: tuple[str, 
     return regions if pos == len(rendered) else None
 
 
-def _search(rendered: str, leaves: list[_Leaf], special_texts: list[str]) -> tuple[list[Region], list[str]]:
+def _search(
+    rendered: str, leaves: list[_Leaf], special_texts: list[str]
+) -> tuple[list[Region], list[str]]:
     """Fallback: find each message text in order; protect special text from texts not found."""
     claimed: list[tuple[int, int, int]] = []
     missing: list[_Leaf] = []
@@ -204,18 +213,32 @@ def _search(rendered: str, leaves: list[_Leaf], special_texts: list[str]) -> tup
                 break
         else:
             missing.append(leaf)
-    warnings = [f"message {leaf.message + 1}: its text could not be found in the rendered template"
-                for leaf in missing]
-    risky = sorted({s for leaf in missing for s in special_texts if s and s in leaf.text}, key=len, reverse=True)
+    warnings = [
+        f"message {leaf.message + 1}: its text could not be found in the rendered template"
+        for leaf in missing
+    ]
+    risky = sorted(
+        {s for leaf in missing for s in special_texts if s and s in leaf.text},
+        key=len,
+        reverse=True,
+    )
     plain_spans: list[tuple[int, int]] = []
     for s in risky:
         for m in re.finditer(re.escape(s), rendered):
             plain_spans.append((m.start(), m.end()))
     if risky:
-        warnings.append("special-token text from those messages is read as plain text everywhere: "
-                        + ", ".join(repr(s) for s in risky))
-    marks = sorted([(a, b, msg, False) for a, b, msg in claimed]
-                   + [(a, b, None, False) for a, b in plain_spans if not any(x <= a < y for x, y, _ in claimed)])
+        warnings.append(
+            "special-token text from those messages is read as plain text everywhere: "
+            + ", ".join(repr(s) for s in risky)
+        )
+    marks = sorted(
+        [(a, b, msg, False) for a, b, msg in claimed]
+        + [
+            (a, b, None, False)
+            for a, b in plain_spans
+            if not any(x <= a < y for x, y, _ in claimed)
+        ]
+    )
     regions: list[Region] = []
     pos = 0
     for a, b, msg, _ in marks:
@@ -230,15 +253,22 @@ def _search(rendered: str, leaves: list[_Leaf], special_texts: list[str]) -> tup
     return regions, warnings
 
 
-def _locate(rendered: str, skeleton: str, leaves: list[_Leaf], marks: tuple[str, str],
-                    special_texts: list[str]) -> tuple[list[Region], list[str]]:
+def _locate(
+    rendered: str,
+    skeleton: str,
+    leaves: list[_Leaf],
+    marks: tuple[str, str],
+    special_texts: list[str],
+) -> tuple[list[Region], list[str]]:
     """Split the rendered text into template regions and message regions (see the module docstring)."""
     regions = _align(rendered, skeleton, leaves, marks)
     if regions is not None:
         return regions, []
     regions, warnings = _search(rendered, leaves, special_texts)
-    note = ("the template's text did not line up with a render of placeholders; "
-            "messages were located by searching for their text")
+    note = (
+        "the template's text did not line up with a render of placeholders; "
+        "messages were located by searching for their text"
+    )
     return regions, [note, *warnings]
 
 
@@ -247,8 +277,11 @@ def _special_texts(tokenizer: Any) -> list[str]:
     texts = getattr(tokenizer, "special_text", None)
     if callable(texts):
         return list(texts())
-    return sorted({tokenizer.token_bytes(i).decode("utf-8", "replace") for i in tokenizer.special_ids},
-                  key=len, reverse=True)
+    return sorted(
+        {tokenizer.token_bytes(i).decode("utf-8", "replace") for i in tokenizer.special_ids},
+        key=len,
+        reverse=True,
+    )
 
 
 def special_token_text(tokenizer: Any, tid: int | None) -> str:
@@ -265,8 +298,10 @@ def _fragments(tokenizer: Any, text: str, regions: list[Region]) -> list[tuple[i
     cut: list[tuple[int, int, int]] = []
     for r in regions:
         if r.parse_special:
-            cut.extend((tid, r.start + a, r.start + b)
-                       for tid, a, b in tokenizer.partition(text[r.start:r.end], parse_special=True))
+            cut.extend(
+                (tid, r.start + a, r.start + b)
+                for tid, a, b in tokenizer.partition(text[r.start : r.end], parse_special=True)
+            )
         else:
             cut.append((-1, r.start, r.end))
     vocab = getattr(tokenizer, "vocab", None)
@@ -306,7 +341,9 @@ def tokens_for_regions(tokenizer: Any, text: str, regions: list[Region]) -> list
             continue
         for t in tokenizer.tokenize(text[a:b], parse_special=False):
             start = a + t.start
-            out.append(ChatToken(t.id, t.piece, t.special, start, a + t.end, _message_at(regions, start)))
+            out.append(
+                ChatToken(t.id, t.piece, t.special, start, a + t.end, _message_at(regions, start))
+            )
     return out
 
 
@@ -333,8 +370,15 @@ def chat_tokens(
     """
     bos_text = special_token_text(tokenizer, tokenizer.bos_id)
     eos_text = special_token_text(tokenizer, tokenizer.eos_id)
-    common = {"add_generation_prompt": add_generation_prompt, "bos_token": bos_text, "eos_token": eos_text,
-              "origin": origin, "limits": limits, "cancel": cancel, **extra}
+    common = {
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_text,
+        "eos_token": eos_text,
+        "origin": origin,
+        "limits": limits,
+        "cancel": cancel,
+        **extra,
+    }
     rendered = render(source, messages, **common)
     marks = _pick_sentinels(source, messages)
     leaves: list[_Leaf] = []
@@ -350,17 +394,34 @@ def chat_tokens(
     head: list[ChatToken] = []
     tail: list[ChatToken] = []
     if tokenizer.add_bos and tokenizer.bos_id is not None:
-        width = len(bos_text) if bos_text and rendered.startswith(bos_text) and regions[0].message is None else 0
-        head.append(ChatToken(tokenizer.bos_id, tokenizer.piece(tokenizer.bos_id), True, 0, width, None))
+        width = (
+            len(bos_text)
+            if bos_text and rendered.startswith(bos_text) and regions[0].message is None
+            else 0
+        )
+        head.append(
+            ChatToken(tokenizer.bos_id, tokenizer.piece(tokenizer.bos_id), True, 0, width, None)
+        )
         body_start = width
     if tokenizer.add_eos and tokenizer.eos_id is not None:
         ends = bool(eos_text) and rendered.endswith(eos_text) and regions[-1].message is None
         width = len(eos_text) if ends and len(rendered) - len(eos_text) >= body_start else 0
-        tail.append(ChatToken(tokenizer.eos_id, tokenizer.piece(tokenizer.eos_id), True,
-                              len(rendered) - width, len(rendered), None))
+        tail.append(
+            ChatToken(
+                tokenizer.eos_id,
+                tokenizer.piece(tokenizer.eos_id),
+                True,
+                len(rendered) - width,
+                len(rendered),
+                None,
+            )
+        )
         body_end = len(rendered) - width
-    body = [Region(max(r.start, body_start), min(r.end, body_end), r.message, r.parse_special)
-            for r in regions if min(r.end, body_end) > max(r.start, body_start)]
+    body = [
+        Region(max(r.start, body_start), min(r.end, body_end), r.message, r.parse_special)
+        for r in regions
+        if min(r.end, body_end) > max(r.start, body_start)
+    ]
     tokens = head + tokens_for_regions(tokenizer, rendered, body) + tail
     return ChatTokens(rendered, tokens, regions, warnings)
 
@@ -368,7 +429,9 @@ def chat_tokens(
 def raw_tokens(tokenizer: Any, text: str) -> ChatTokens:
     """`text` tokenized alone: no template, no BOS/EOS, special-token text as plain text
     (llama.cpp's add_special=false, parse_special=false)."""
-    tokens = [ChatToken(t.id, t.piece, t.special, t.start, t.end, None)
-              for t in tokenizer.tokenize(text, parse_special=False)]
+    tokens = [
+        ChatToken(t.id, t.piece, t.special, t.start, t.end, None)
+        for t in tokenizer.tokenize(text, parse_special=False)
+    ]
     region = [Region(0, len(text), None, False)] if text else []
     return ChatTokens(text, tokens, region)

@@ -90,22 +90,30 @@ class _Budget:
         if self.cancel is not None and self.cancel.is_set():
             self.stop("rendering was cancelled")
         if time.monotonic() > self.deadline:
-            self.stop(f"ran longer than {self.limits.seconds:g} s and was stopped (a loop that does not end?)")
+            self.stop(
+                f"ran longer than {self.limits.seconds:g} s and was stopped (a loop that does not end?)"
+            )
 
     def number(self, n: int, what: str) -> None:
         if abs(n) > self.limits.max_chars:
-            self.stop(f"passed the number {n:,} to {what}; numbers above {self.limits.max_chars:,} are refused")
+            self.stop(
+                f"passed the number {n:,} to {what}; numbers above {self.limits.max_chars:,} are refused"
+            )
 
     def allow(self, estimate: int, what: str) -> None:
         """Stop before an operation whose result would exceed the size limit."""
         if estimate > self.limits.max_chars:
-            self.stop(f"asked {what} for about {estimate:,} characters; the limit is {self.limits.max_chars:,}")
+            self.stop(
+                f"asked {what} for about {estimate:,} characters; the limit is {self.limits.max_chars:,}"
+            )
 
     def size(self, value: Any, what: str) -> Any:
         """`value` unchanged, or a stop if it is a string or collection over the size limit."""
         if type(value) in _SIZED and len(value) > self.limits.max_chars:
             unit = "characters" if isinstance(value, str) else "items"
-            self.stop(f"built {what} of {len(value):,} {unit}; the limit is {self.limits.max_chars:,}")
+            self.stop(
+                f"built {what} of {len(value):,} {unit}; the limit is {self.limits.max_chars:,}"
+            )
         return value
 
 
@@ -153,7 +161,11 @@ _CALLABLE_NAMES = {"safe_range": "range", "generate_lorem_ipsum": "lipsum"}
 
 
 def _callable_name(obj: Any) -> str:
-    name = getattr(obj, "name", None) if type(obj).__name__ == "Macro" else getattr(obj, "__name__", None)
+    name = (
+        getattr(obj, "name", None)
+        if type(obj).__name__ == "Macro"
+        else getattr(obj, "__name__", None)
+    )
     name = name or type(obj).__name__
     return f"{_CALLABLE_NAMES.get(name, name)}()"
 
@@ -176,7 +188,9 @@ class _CheckedConcat(CodeGenerator):
 
 class _NoFiles(jinja2.BaseLoader):
     def get_source(self, environment, template):
-        raise TemplateError(f"template tried to load the file {template!r}; templates may not read files")
+        raise TemplateError(
+            f"template tried to load the file {template!r}; templates may not read files"
+        )
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -224,12 +238,16 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             budget = local.budget
             if len(args) > lead + 1 or kwargs:  # the value alone cannot ask for more room
                 if budget is not None and name == "join":
-                    args = (*args[:lead], _materialized(args[lead]), *args[lead + 1:])
-                self._check_args(what, args[lead + 1:], kwargs)
+                    args = (*args[:lead], _materialized(args[lead]), *args[lead + 1 :])
+                self._check_args(what, args[lead + 1 :], kwargs)
                 if budget is not None:
-                    budget.allow(_estimate(name, args[lead], args[lead + 1:], kwargs), what)
+                    budget.allow(_estimate(name, args[lead], args[lead + 1 :], kwargs), what)
             result = func(*args, **kwargs)
-            if budget is not None and type(result) in _SIZED and len(result) > budget.limits.max_chars:
+            if (
+                budget is not None
+                and type(result) in _SIZED
+                and len(result) > budget.limits.max_chars
+            ):
                 budget.size(result, f"the result of {what}")
             return result
 
@@ -282,11 +300,15 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def _int_bits(self, bits: int, what: str) -> None:
         if bits > MAX_INT_BITS:
-            self.budget.stop(f"asked {what} for an integer of about {bits:,} bits; the limit is {MAX_INT_BITS:,}")
+            self.budget.stop(
+                f"asked {what} for an integer of about {bits:,} bits; the limit is {MAX_INT_BITS:,}"
+            )
 
     def _format_widths(self, fmt: str, what: str) -> None:
         for run in _DIGIT_RUN.findall(fmt):
-            self.budget.number(int(run) if len(run) < 19 else 10**18, f"{what} (a width in the format)")
+            self.budget.number(
+                int(run) if len(run) < 19 else 10**18, f"{what} (a width in the format)"
+            )
 
     def wrap_str_format(self, value: Any):
         fmt = super().wrap_str_format(value)
@@ -309,7 +331,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             raise TemplateError(
                 f"template tried to access {attribute!r} of a {kind!r} object; Python internals are off limits"
             )
-        raise TemplateError(f"template tried to use {attribute!r} on a {kind!r} object; templates may not change their inputs")
+        raise TemplateError(
+            f"template tried to use {attribute!r} on a {kind!r} object; templates may not change their inputs"
+        )
 
 
 def compile_source(env: BoundedSandbox, source: str, origin: str = "template") -> jinja2.Template:
@@ -319,11 +343,15 @@ def compile_source(env: BoundedSandbox, source: str, origin: str = "template") -
         TemplateError: the source is too large or not valid Jinja (with its line number).
     """
     if len(source) > MAX_SOURCE_CHARS:
-        raise TemplateError(f"{origin} is {len(source):,} characters long; the limit is {MAX_SOURCE_CHARS:,}")
+        raise TemplateError(
+            f"{origin} is {len(source):,} characters long; the limit is {MAX_SOURCE_CHARS:,}"
+        )
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"{origin} line {exc.lineno}: {visible(exc.message or '')}; fix the template's syntax") from None
+        raise TemplateError(
+            f"{origin} line {exc.lineno}: {visible(exc.message or '')}; fix the template's syntax"
+        ) from None
     except RecursionError:
         raise TemplateError(f"{origin} is nested too deeply to parse") from None
 
@@ -381,7 +409,9 @@ def run(
         for chunk in template.generate(**variables):
             produced += len(chunk)
             if produced > limits.max_chars:
-                budget.stop(f"produced more than {limits.max_chars:,} characters of output and was stopped")
+                budget.stop(
+                    f"produced more than {limits.max_chars:,} characters of output and was stopped"
+                )
             parts.append(chunk)
         budget.check()
     except _Stop as stop:
@@ -396,11 +426,15 @@ def run(
         # raise_exception() in the template, an undefined value used, a bad filter call.
         line = _template_line(exc.__traceback__)
         where = f" line {line}" if line else ""
-        raise TemplateError(f"{origin}{where}: {visible(exc.message or type(exc).__name__)}") from None
+        raise TemplateError(
+            f"{origin}{where}: {visible(exc.message or type(exc).__name__)}"
+        ) from None
     except Exception as exc:  # noqa: BLE001 (any error inside untrusted code is the template's fault)
         line = _template_line(exc.__traceback__)
         where = f" line {line}" if line else ""
-        raise TemplateError(f"{origin}{where} failed: {type(exc).__name__}: {visible(str(exc))}") from None
+        raise TemplateError(
+            f"{origin}{where} failed: {type(exc).__name__}: {visible(str(exc))}"
+        ) from None
     finally:
         sys.settrace(previous_trace)
         env._local.budget = None

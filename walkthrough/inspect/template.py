@@ -78,14 +78,20 @@ def chat_templates(f: Any) -> dict[str, str]:
         TemplateError: a template key holds something other than text.
     """
     found: dict[str, str] = {}
-    keys = [Keys.Tokenizer.CHAT_TEMPLATE] + sorted(k for k in f.fields if k.startswith(_NAMED_PREFIX))
+    keys = [Keys.Tokenizer.CHAT_TEMPLATE] + sorted(
+        k for k in f.fields if k.startswith(_NAMED_PREFIX)
+    )
     for key in keys:
         if key not in f.fields:
             continue
         value = f.get(key)
         if not isinstance(value, str):
-            raise TemplateError(f"metadata key {visible(key)} holds a {type(value).__name__}, not template text")
-        found[DEFAULT_NAME if key == Keys.Tokenizer.CHAT_TEMPLATE else key[len(_NAMED_PREFIX):]] = value
+            raise TemplateError(
+                f"metadata key {visible(key)} holds a {type(value).__name__}, not template text"
+            )
+        found[
+            DEFAULT_NAME if key == Keys.Tokenizer.CHAT_TEMPLATE else key[len(_NAMED_PREFIX) :]
+        ] = value
     return found
 
 
@@ -100,17 +106,23 @@ def select_template(f: Any, name: str | None = None, *, where: str = "the model"
     if name in templates:
         return templates[name]
     if not templates:
-        raise TemplateError(f"{where} has no chat template ({Keys.Tokenizer.CHAT_TEMPLATE}); pass --template FILE")
+        raise TemplateError(
+            f"{where} has no chat template ({Keys.Tokenizer.CHAT_TEMPLATE}); pass --template FILE"
+        )
     names = ", ".join(visible(n) for n in templates)
     raise TemplateError(f"{where} has no chat template named {visible(name)!r}; it has: {names}")
 
 
-def read_utf8(path: str | os.PathLike, what: str, error: type[WalkthroughError] = WalkthroughError) -> str:
+def read_utf8(
+    path: str | os.PathLike, what: str, error: type[WalkthroughError] = WalkthroughError
+) -> str:
     """The text of a UTF-8 file, or `error` saying which file could not be read as `what` and why."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8") from None
+        raise error(
+            f"{path}: not UTF-8 text (bad byte at offset {exc.start}); save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
 
@@ -151,11 +163,15 @@ def check_messages(data: Any, origin: str = "messages") -> list[dict]:
         raise MessagesError(f"{origin}: the list of messages is empty; give at least one message")
     for n, item in enumerate(data, 1):
         if not isinstance(item, dict):
-            raise MessagesError(f"{origin}: item {n} is {json_kind(item)}, not an object with 'role' and 'content'")
+            raise MessagesError(
+                f"{origin}: item {n} is {json_kind(item)}, not an object with 'role' and 'content'"
+            )
         if "role" not in item:
             raise MessagesError(f"{origin}: item {n} has no 'role'")
         if not isinstance(item["role"], str) or not item["role"]:
-            raise MessagesError(f"{origin}: item {n} has a 'role' that is {json_kind(item['role'])}, not a name")
+            raise MessagesError(
+                f"{origin}: item {n} has a 'role' that is {json_kind(item['role'])}, not a name"
+            )
         if "content" not in item:
             raise MessagesError(f"{origin}: item {n} has no 'content'")
         content = item["content"]
@@ -183,7 +199,9 @@ def load_messages(path: str | os.PathLike) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise MessagesError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise MessagesError(
+            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
     except RecursionError:
         raise MessagesError(f"{path}: JSON nested too deeply") from None
     return check_messages(data, str(path))
@@ -194,10 +212,17 @@ def _raise_exception(message: Any) -> None:
     raise TemplateError(f"refused the messages: {visible(str(message))}")
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' replacement for jinja's tojson: no HTML escaping, json.dumps options exposed.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 @lru_cache(maxsize=1)
