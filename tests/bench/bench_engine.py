@@ -36,11 +36,9 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "bench"))
 
-from gguf.constants import GGMLQuantizationType as Q
-from gguf.constants import GGUFValueType as V
-from gguf_builder import Tensor, write_gguf
+from random_models import random_model
 
 from walkthrough.engine.config import UnsupportedArchitecture
 from walkthrough.engine.meter import Meter
@@ -52,46 +50,6 @@ REFERENCE = REPO.parent / "shared" / "fixtures" / "reference"
 TINY = REPO / "assets" / "tiny-clinical-moe.gguf"
 UI_BUDGET_MS = 20.0  # one decode step of the tiny model, from issue 4
 REPLAYS = 20
-
-
-def tiny_shaped_model(folder: Path, *, n_vocab=3000, d=128, n_layer=4, n_head=4, n_kv=2, n_exp=8, k=2, ff_exp=64,
-                      ff_sh=128) -> Path:
-    """A random-weight qwen2moe GGUF with the tiny model's planned shapes (tied embeddings, F32)."""
-    rng = np.random.default_rng(0)
-    hd = d // n_head
-
-    def t(name, *shape):  # ggml shape
-        return Tensor(name, shape, Q.F32, rng.normal(0, 0.05, shape[::-1]).astype(np.float32).tobytes())
-
-    tensors = [t("token_embd.weight", d, n_vocab), Tensor("output_norm.weight", (d,), Q.F32,
-                                                          np.ones(d, np.float32).tobytes())]
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        tensors += [
-            Tensor(p + "attn_norm.weight", (d,), Q.F32, np.ones(d, np.float32).tobytes()),
-            t(p + "attn_q.weight", d, d), t(p + "attn_k.weight", d, n_kv * hd), t(p + "attn_v.weight", d, n_kv * hd),
-            t(p + "attn_q.bias", d), t(p + "attn_k.bias", n_kv * hd), t(p + "attn_v.bias", n_kv * hd),
-            t(p + "attn_output.weight", d, d),
-            Tensor(p + "ffn_norm.weight", (d,), Q.F32, np.ones(d, np.float32).tobytes()),
-            t(p + "ffn_gate_inp.weight", d, n_exp),
-            t(p + "ffn_gate_exps.weight", d, ff_exp, n_exp), t(p + "ffn_up_exps.weight", d, ff_exp, n_exp),
-            t(p + "ffn_down_exps.weight", ff_exp, d, n_exp),
-            t(p + "ffn_gate_inp_shexp.weight", d),
-            t(p + "ffn_gate_shexp.weight", d, ff_sh), t(p + "ffn_up_shexp.weight", d, ff_sh),
-            t(p + "ffn_down_shexp.weight", ff_sh, d),
-        ]
-    a = "qwen2moe"
-    meta = {
-        "general.architecture": (V.STRING, a), "general.name": (V.STRING, "tiny-shaped stand-in (random)"),
-        f"{a}.block_count": (V.UINT32, n_layer), f"{a}.context_length": (V.UINT32, 2048),
-        f"{a}.embedding_length": (V.UINT32, d), f"{a}.feed_forward_length": (V.UINT32, ff_exp),
-        f"{a}.attention.head_count": (V.UINT32, n_head), f"{a}.attention.head_count_kv": (V.UINT32, n_kv),
-        f"{a}.attention.layer_norm_rms_epsilon": (V.FLOAT32, 1e-6), f"{a}.rope.freq_base": (V.FLOAT32, 10000.0),
-        f"{a}.expert_count": (V.UINT32, n_exp), f"{a}.expert_used_count": (V.UINT32, k),
-        f"{a}.expert_feed_forward_length": (V.UINT32, ff_exp),
-        f"{a}.expert_shared_feed_forward_length": (V.UINT32, ff_sh), f"{a}.vocab_size": (V.UINT32, n_vocab),
-    }
-    return write_gguf(folder / "tiny-shaped.gguf", meta, tensors)
 
 
 class RecordingMeter(Meter):
@@ -180,7 +138,10 @@ def main(argv: list[str] | None = None) -> None:
         paths.append(TINY)
     with tempfile.TemporaryDirectory() as tmp:
         if not args.models:
-            paths.append(tiny_shaped_model(Path(tmp)))
+            # The tiny model's planned shapes (assets/tiny_moe.py): qwen2moe, 4 layers, width 128, 4 heads over
+            # 2 KV heads, 8 experts of 64 with 2 used, a shared expert of 128, tied embeddings; vocabulary ~3000.
+            paths.append(random_model(Path(tmp) / "tiny-shaped-random.gguf", "qwen2moe", width=128, n_layer=4,
+                                      n_vocab=3000, ff_exp=64, ff_shared=128, tied=True))
         for path in paths:
             bench(path, args.prompt, args.decode)
 
