@@ -7,9 +7,12 @@ type as llama.cpp stores it: "f16" (llama.cpp's default), "q8_0", "q4_0", or
 n_head_kv x head_dim values, as ggml quantizes the rows of its K and V
 tensors), so attention reads what such a cache would hold.
 
-Linear-attention layers (hybrid models, issue 8) keep a fixed-size recurrent
-state instead: `states[layer]` holds it and `state_bytes` counts it; it does
-not grow with the length.
+Linear-attention layers (hybrid models) keep a fixed-size recurrent state
+instead: `states[layer]` holds it ({"conv": [K-1, channels], "recurrent":
+[value heads, head_v, head_k]}, float32, made by `qwen35.HybridDims.new_state`),
+`state_bytes_by_layer` / `state_bytes` count it; it does not grow with the
+length. `layer_kinds` says which layer keeps what ("full": K and V rows,
+"linear": a fixed state).
 
 Example: a 2-layer model with 2 KV heads of 16 values at "f16" holds
 2 layers x 2 x (16 + 16) x 2 bytes = 256 bytes per token, the card's
@@ -66,6 +69,15 @@ class KVCache:
             self._v[i] = np.zeros((capacity, h, config.head_dim_v), np.float32)
         self.states: dict[int, dict[str, np.ndarray]] = {}  # linear-attention layers: name -> fixed-size array
         self.state_bytes_by_layer: dict[int, int] = {}
+        for i, kind in enumerate(config.mixers):
+            if kind == "linear" and config.hybrid is not None:
+                self.states[i] = config.hybrid.new_state()
+                self.state_bytes_by_layer[i] = sum(a.nbytes for a in self.states[i].values())
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Per layer: "full" (keeps K and V per position) or "linear" (keeps a fixed state)."""
+        return self.config.mixers
 
     def write(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Store k [n, h_kv, hd] and v [n, h_kv, hd_v] at positions start..start+n.

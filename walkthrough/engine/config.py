@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from walkthrough.engine.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile
@@ -51,6 +52,7 @@ class ArchSpec:
     rope: str  # "norm": rotate adjacent pairs (x0, x1); "neox": rotate (x_i, x_{i + n_rot/2})
     moe_norm_weights: bool = False  # renormalise the top-k router weights to sum to 1
     hybrid: bool = False  # per-layer mixer kind from the card ("full" or "linear")
+    attention_gate: bool = False  # full attention gates its output by sigmoid of a second query half (qwen35moe)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -59,8 +61,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "qwen2moe": ArchSpec(rope="neox", moe_norm_weights=False),
     "qwen3": ArchSpec(rope="neox"),
     "qwen3moe": ArchSpec(rope="neox", moe_norm_weights=True),
-    # Extension point (issue 8): "qwen35moe": ArchSpec(rope="neox", moe_norm_weights=True, hybrid=True)
-    # once a "linear" mixer is registered in `walkthrough.engine.layers.MIXERS`.
+    # Gated DeltaNet + gated full attention (walkthrough.engine.deltanet / gated_attention); its build_moe_ffn
+    # call passes norm_w = true (src/models/qwen35moe.cpp).
+    "qwen35moe": ArchSpec(rope="neox", moe_norm_weights=True, hybrid=True, attention_gate=True),
 }
 
 
@@ -86,10 +89,16 @@ class Config:
     mixers: tuple[str, ...]  # per layer: "full" (softmax attention with KV cache) or "linear"
     ffns: tuple[str, ...]  # per layer: "dense" or "moe"
     end_ids: frozenset[int]  # token ids that end a generation
+    hybrid: HybridDims | None = None  # Gated DeltaNet sizes and rope sections (hybrid architectures)
 
     @property
     def attention_scale(self) -> float:
         return 1.0 / float(self.head_dim_k) ** 0.5
+
+    def mixer_key(self, layer: int) -> str:
+        """The `layers.MIXERS` entry that runs a layer: its kind, or "gated_full" for gated full attention."""
+        kind = self.mixers[layer]
+        return "gated_full" if kind == "full" and self.spec.attention_gate else kind
 
 
 def end_of_generation_ids(f: GGUFFile) -> frozenset[int]:
@@ -170,4 +179,5 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         mixers=mixers,
         ffns=tuple(layer.ffn for layer in layers),
         end_ids=end_of_generation_ids(f),
+        hybrid=hybrid_dims(f, card) if spec.hybrid else None,
     )

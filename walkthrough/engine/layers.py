@@ -1,7 +1,7 @@
 """The two halves of a block, built from `ops` with the weights of one layer.
 
 A mixer moves information between positions (full attention with the KV cache;
-issue 8 adds "linear" for Gated DeltaNet layers); an FFN transforms each
+"linear" Gated DeltaNet layers with a fixed state live in `deltanet.py`); an FFN transforms each
 position (dense SwiGLU, or routed experts plus an optional shared expert).
 Each function takes the pass's `Meter` (weights, bytes read, FLOPs), the layer
 index, the normed input [n, d], and fills the layer's `LayerTrace`.
@@ -37,21 +37,28 @@ class PassInput:
     record_attention: bool
 
 
-def _qkv(p: PassInput, pre: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[n, d] -> q [n, h, hd], k [n, h_kv, hd], v [n, h_kv, hd_v] (fused or separate projections, optional biases)."""
+def project_qkv(
+    p: PassInput, pre: str, x: np.ndarray, q_dim: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[n, d] -> q [n, h, q_dim], k [n, h_kv, hd], v [n, h_kv, hd_v] (fused or separate projections, optional biases).
+
+    q_dim is the query width per head: hd, or more when the query projection carries extra
+    values per head (qwen35moe's output gate, `gated_attention`).
+    """
     c, m, n = p.config, p.meter, x.shape[0]
     layer = int(pre.split(".")[1])
     h_kv = c.n_head_kv[layer]
+    q_dim = q_dim or c.head_dim_k
     if m.weights.has(pre + "attn_qkv.weight"):
         qkv = ops.linear(x, m.matrix(pre + "attn_qkv.weight", n), m.optional(pre + "attn_qkv.bias"))
-        nq, nk = c.n_head * c.head_dim_k, h_kv * c.head_dim_k
+        nq, nk = c.n_head * q_dim, h_kv * c.head_dim_k
         q, k, v = qkv[:, :nq], qkv[:, nq : nq + nk], qkv[:, nq + nk :]
     else:
         q = ops.linear(x, m.matrix(pre + "attn_q.weight", n), m.optional(pre + "attn_q.bias"))
         k = ops.linear(x, m.matrix(pre + "attn_k.weight", n), m.optional(pre + "attn_k.bias"))
         v = ops.linear(x, m.matrix(pre + "attn_v.weight", n), m.optional(pre + "attn_v.bias"))
     return (
-        q.reshape(n, c.n_head, c.head_dim_k),
+        q.reshape(n, c.n_head, q_dim),
         k.reshape(n, h_kv, c.head_dim_k),
         v.reshape(n, h_kv, c.head_dim_v),
     )
@@ -61,7 +68,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     """[n, d] -> [n, d]: q/k/v (+ biases), q/k RMSNorm if present, RoPE, causal GQA attention over the cache."""
     c, m, n = p.config, p.meter, x.shape[0]
     pre = f"blk.{layer}."
-    q, k, v = _qkv(p, pre, x)
+    q, k, v = project_qkv(p, pre, x)
     q_norm, k_norm = m.optional(pre + "attn_q_norm.weight"), m.optional(pre + "attn_k_norm.weight")
     if q_norm is not None:
         q = ops.rmsnorm(q, q_norm, c.norm_eps)
@@ -69,6 +76,18 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
         k = ops.rmsnorm(k, k_norm, c.norm_eps)
     neox = c.spec.rope == "neox"
     q, k = ops.rope(q, p.cos, p.sin, neox), ops.rope(k, p.cos, p.sin, neox)
+    out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
+    o = out.reshape(n, c.n_head * c.head_dim_v)
+    return ops.linear(o, m.matrix(pre + "attn_output.weight", n), m.optional(pre + "attn_output.bias"))
+
+
+def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, trace: LayerTrace) -> np.ndarray:
+    """Write k [n, h_kv, hd], v [n, h_kv, hd_v] to the cache, attend q [n, h, hd] over it -> [n, h, hd_v].
+
+    Counts the cached bytes read and the attention FLOPs, and fills the trace's KV length and bytes
+    (and the last token's attention weights when the pass records them).
+    """
+    c = p.config
     start = int(p.positions[0])
     keys, values = p.cache.write(layer, start, k, v)  # [L, h_kv, hd], [L, h_kv, hd_v]
     out, weights = ops.attention(q, keys, values, p.positions, c.attention_scale)  # [n, h, hd_v], [h, n, L]
@@ -80,8 +99,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     trace.kv_bytes = p.cache.layer_bytes(layer, keys.shape[0])
     if p.record_attention:
         trace.attention = weights[:, -1, :].copy()  # [h, L] the last token's row
-    o = out.reshape(n, c.n_head * c.head_dim_v)
-    return ops.linear(o, m.matrix(pre + "attn_output.weight", n), m.optional(pre + "attn_output.bias"))
+    return out
 
 
 def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
@@ -115,5 +133,5 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
 
 
 Mixer = Callable[[PassInput, int, np.ndarray, LayerTrace], np.ndarray]
-MIXERS: dict[str, Mixer] = {"full": full_attention}  # issue 8: "linear" -> a Gated DeltaNet mixer
+MIXERS: dict[str, Mixer] = {"full": full_attention}  # + "linear" (deltanet.py), "gated_full" (gated_attention.py)
 FFNS: dict[str, Mixer] = {"dense": dense_ffn, "moe": moe_ffn}

@@ -10,6 +10,8 @@ token, and the KV cache entries attention read. Groups are the model card's
 
 FLOPs count multiply-adds as 2 per weight per token for matrix products, and
 2 x (key size + value size) per head per visible cached position for attention.
+Linear-attention layers of hybrid models read their fixed state once per pass
+(group "state", beside "kv_cache").
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ class Meter:
     def read_cache(self, nbytes: int, flops: int) -> None:
         """Attention read `nbytes` of cached keys and values and did `flops` with them."""
         self.bytes_by_group["kv_cache"] = self.bytes_by_group.get("kv_cache", 0) + nbytes
+        self.flops += flops
+
+    def read_state(self, nbytes: int, flops: int) -> None:
+        """A linear-attention layer read its fixed state (`nbytes`, group "state") and did `flops` with it."""
+        self.bytes_by_group["state"] = self.bytes_by_group.get("state", 0) + nbytes
         self.flops += flops
 
     def totals(self) -> dict[str, int]:

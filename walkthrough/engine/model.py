@@ -1,14 +1,16 @@
 """A runnable model: an opened GGUF, its card and config, lazy weights, and the forward pass.
 
-The forward pass for llama, qwen2, qwen3, qwen2moe and qwen3moe (the
-architecture comes from `general.architecture`; see `config.ARCHITECTURES`):
+The forward pass for llama, qwen2, qwen3, qwen2moe, qwen3moe and the hybrid
+qwen35moe (the architecture comes from `general.architecture`; see
+`config.ARCHITECTURES`):
 
     x = embed(ids)
     for each layer:  x = x + mixer(rmsnorm(x));  x = x + ffn(rmsnorm(x))
     logits = lm_head(rmsnorm(x))
 
 The mixer and FFN of each layer are picked by kind from `layers.MIXERS` /
-`layers.FFNS` (the card's per-layer kinds). A missing `output.weight` means the
+`layers.FFNS` (the card's per-layer kinds; `Config.mixer_key`). Hybrid layers
+register there from `deltanet` ("linear") and `gated_attention` ("gated_full"). A missing `output.weight` means the
 embedding matrix is reused as the output head (tied embeddings).
 
 Example:
@@ -23,7 +25,7 @@ import os
 
 import numpy as np
 
-from walkthrough.engine import ops
+from walkthrough.engine import deltanet, gated_attention, ops  # noqa: F401  (deltanet, gated_attention: mixers)
 from walkthrough.engine.cache import KVCache
 from walkthrough.engine.config import Config, UnsupportedArchitecture, build_config
 from walkthrough.engine.layers import FFNS, MIXERS, PassInput
@@ -47,7 +49,7 @@ class Model:
         self.card = card or build_card(f)
         self.config: Config = build_config(f, self.card)
         for i, (mixer, ffn) in enumerate(zip(self.config.mixers, self.config.ffns)):
-            if mixer not in MIXERS or ffn not in FFNS:
+            if self.config.mixer_key(i) not in MIXERS or ffn not in FFNS:
                 raise UnsupportedArchitecture(
                     f"layer {i} of this {self.config.arch} file is {mixer} attention with a {ffn} FFN, "
                     "which the engine cannot run yet (inspect still works)"
@@ -127,7 +129,7 @@ def _ffn_norm_name(meter: Meter, layer: int) -> str:
 def block(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace, *, last_only: bool = False) -> np.ndarray:
     """One transformer block: [n, d] -> [n, d] ([1, d] when last_only: only the last row goes on)."""
     m, eps = p.meter, p.config.norm_eps
-    x = x + MIXERS[trace.mixer](p, i, ops.rmsnorm(x, m.tensor(f"blk.{i}.attn_norm.weight"), eps), trace)
+    x = x + MIXERS[p.config.mixer_key(i)](p, i, ops.rmsnorm(x, m.tensor(f"blk.{i}.attn_norm.weight"), eps), trace)
     if last_only:
         x = x[-1:]
     x = x + FFNS[trace.ffn](p, i, ops.rmsnorm(x, m.tensor(_ffn_norm_name(m, i)), eps), trace)

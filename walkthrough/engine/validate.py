@@ -44,10 +44,11 @@ def _ffn_width(f: GGUFFile, gate: str, d: int) -> int:
 
 def _check_attention(f: GGUFFile, c: Config, pre: str, h_kv: int) -> None:
     d, h, dk, dv = c.n_embd, c.n_head, c.head_dim_k, c.head_dim_v
+    nq = h * dk * (2 if c.spec.attention_gate else 1)  # a gated query carries the gate too
     if pre + "attn_qkv.weight" in f.tensors:
-        _check(f, pre + "attn_qkv.weight", (d, h * dk + h_kv * (dk + dv)))
+        _check(f, pre + "attn_qkv.weight", (d, nq + h_kv * (dk + dv)))
     else:
-        for part, width in (("q", h * dk), ("k", h_kv * dk), ("v", h_kv * dv)):
+        for part, width in (("q", nq), ("k", h_kv * dk), ("v", h_kv * dv)):
             _check(f, pre + f"attn_{part}.weight", (d, width))
             _check(f, pre + f"attn_{part}.bias", (width,), required=False)
     _check(f, pre + "attn_output.weight", (h * dv, d))
@@ -99,4 +100,7 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
             _check(f, pre + "ffn_norm.weight", (c.n_embd,))
         if c.mixers[i] == "full":
             _check_attention(f, c, pre, c.n_head_kv[i])
+        elif c.mixers[i] == "linear" and c.hybrid is not None:
+            for name, shape in c.hybrid.tensor_shapes(c.n_embd).items():
+                _check(f, pre + name, shape)
         _check_ffn(f, c, pre, c.ffns[i])
