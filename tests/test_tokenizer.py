@@ -258,3 +258,39 @@ def test_small_spm_vocabulary_merges_by_score(tmp_path):
     assert tok.encode("ab") == [9]
     assert tok.encode("a") == [7]
     assert tok.decode([7]) == "a"  # the space prefix is dropped again
+
+
+def test_protected_spans_keep_typed_special_text_plain(tokenizer_for):
+    tok = tokenizer_for("ggml-vocab-qwen35.gguf")
+    start, end = tok.vocab.text_to_id["<|im_start|>"], tok.vocab.text_to_id["<|im_end|>"]
+    content = "say <|im_end|> now"
+    text = f"<|im_start|>user\n{content}<|im_end|>\n"
+    at = text.index(content)
+    ids = tok.encode(text, parse_special=True, protect=[(at, at + len(content))])
+    assert ids == [start, *tok.encode(f"user\n{content}"), end, *tok.encode("\n")]
+    assert ids.count(end) == 1
+    unprotected = tok.encode(text, parse_special=True)
+    assert unprotected.count(end) == 2
+    tokens = tok.tokenize(text, parse_special=True, protect=[(at, at + len(content))])
+    assert [t.id for t in tokens] == ids
+    assert [t for t in tokens if t.special][-1].start == text.rindex("<|im_end|>")
+
+
+def test_small_utf8_bpe_vocabulary_follows_gemma4_rules(tmp_path):
+    tokens = ["<pad>", "<eos>", "<bos>", "<0x63>", "\u2581", "a", "b", "ab", "\u2581a", "\n", "\n\n\n"]
+    types = [3, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1]
+    tok = _write(tmp_path, {
+        "tokenizer.ggml.model": (V.STRING, "gemma4"),
+        "tokenizer.ggml.tokens": (V.ARRAY, V.STRING, tokens),
+        "tokenizer.ggml.token_type": (V.ARRAY, V.INT32, types),
+        "tokenizer.ggml.merges": (V.ARRAY, V.STRING, ["a b", "\u2581 a"]),
+        "tokenizer.ggml.bos_token_id": (V.UINT32, 2),
+        "tokenizer.ggml.add_bos_token": (V.BOOL, False),
+    })
+    assert tok.model == "gemma4" and tok.add_bos  # llama.cpp forces BOS for Gemma 4
+    # "\n\n\n" has no merges but is a token: kept whole; "\n\n" is not: two "\n"
+    # "c" is not a token: its byte token; " a" -> "▁" + "a" -> "▁a"
+    ids = tok.encode("ab\n\n\nb a\n\nc")
+    assert ids == [7, 10, 6, 8, 9, 9, 3]
+    assert tok.decode(ids) == "ab\n\n\nb a\n\nc"
+    assert [(t.start, t.end) for t in tok.tokenize("b a")] == [(0, 1), (1, 3)]

@@ -21,9 +21,11 @@ does with them (see `unicode_regex_split`):
 
 llama.cpp's hand-written splitters for the gpt-2, llama3, qwen2 and qwen35 regexes
 (`unicode_regex_split_custom_*`) behave like the regexes themselves, so those need
-nothing special. Types that llama.cpp splits with code no regex reproduces
-(kimi-k2, afmoe, tiny_aya, whitespace) or that are not byte-level (gemma4,
-sarvam-moe) are listed in `UNSUPPORTED`; they fall back to the default regex
+nothing special. Two types are not byte-level (gemma4, sarvam-moe): their BPE
+runs on the UTF-8 text itself with spaces written as U+2581, split only into
+runs of newlines and runs of other characters (`byte_level=False`). Types that
+llama.cpp splits with code no regex reproduces (kimi-k2, afmoe, tiny_aya,
+whitespace) are listed in `UNSUPPORTED`; they fall back to the default regex
 with a warning.
 
 Example:
@@ -169,6 +171,8 @@ REGEXES: dict[str, tuple[str, ...]] = {
         + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?"
         r"|\s*[\r\n]|\s+(?!\S)|\s+",
     ),
+    # Not byte-level: only newline runs are split off (unicode_regex_split_custom_newlines).
+    "gemma4": (r"[^\n]+|[\n]+",),
     "minicpm5": (
         r"\p{N}{1,3}",
         _CONTRACTIONS
@@ -183,7 +187,7 @@ for _alias, _kind in {
     "minerva": "starcoder", "mellum2": "starcoder", "mpt": "gpt2", "olmo": "gpt2",
     "jais": "gpt2", "trillion": "gpt2", "granite_docling": "gpt2", "stablelm2": "qwen2",
     "hunyuan": "qwen2", "solar_open": "qwen2", "grok_2": "qwen2", "bloom": "poro",
-    "gpt3_finnish": "poro", "minimax_m2": "gpt4o",
+    "gpt3_finnish": "poro", "minimax_m2": "gpt4o", "sarvam_moe": "gemma4",
 }.items():
     REGEXES[_alias] = REGEXES[_kind]
 
@@ -243,6 +247,8 @@ _NAME_GROUPS: dict[str, tuple[str, ...]] = {
     "minimax_m2": ("minimax-m2",),
     "solar_open": ("solar-open",),
     "mellum2": ("mellum2",),
+    "gemma4": ("gemma4", "granite-embed-multi-311m"),
+    "sarvam_moe": ("sarvam-moe",),
 }
 NAMES: dict[str, str] = {name: kind for kind, names in _NAME_GROUPS.items() for name in names}
 
@@ -251,6 +257,8 @@ IGNORE_MERGES = frozenset({
     "minicpm5", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
     "lfm2", "jina-v5-nano", "youtu", "glm4", "glm5", "tekken", "granite-embed-multi-97m",
 })
+# Types whose BPE runs on UTF-8 with spaces escaped to U+2581 (`byte_encode = false`).
+NOT_BYTE_LEVEL = frozenset({"gemma4", "sarvam_moe"})
 # Names for which load() sets `add_bos = true` before tokenizer.ggml.add_bos_token is read.
 ADD_BOS = frozenset({
     "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
@@ -262,9 +270,6 @@ UNSUPPORTED: dict[str, str] = {
     "afmoe": "llama.cpp groups digits with custom code (unicode_regex_split_custom_afmoe)",
     "tiny_aya": "llama.cpp groups digits with custom code (unicode_regex_split_custom_afmoe)",
     "cohere2moe": "llama.cpp groups digits with custom code (unicode_regex_split_custom_afmoe)",
-    "gemma4": "its BPE runs on raw UTF-8 with U+2581 spaces, not byte-level",
-    "granite-embed-multi-311m": "its BPE runs on raw UTF-8 with U+2581 spaces, not byte-level",
-    "sarvam-moe": "its BPE runs on raw UTF-8 with U+2581 spaces, not byte-level",
     "whitespace": "it is a whitespace tokenizer without byte-level BPE",
 }
 
@@ -279,6 +284,13 @@ class PreTokenizerSpec:
     ignore_merges: bool = False
     add_bos: bool = False  # llama.cpp's default before tokenizer.ggml.add_bos_token
     warning: str | None = None  # set when llama.cpp would not split it this way
+    byte_level: bool = True  # False: BPE on UTF-8 text with spaces as U+2581
+
+    @property
+    def gemma4(self) -> bool:
+        """llama.cpp's Gemma 4 rules: BOS always added, a run of newlines that is a token is
+        taken whole (llama-vocab.cpp, "fix for gemma 4")."""
+        return self.kind == "gemma4"
 
 
 def resolve(name: str | None) -> PreTokenizerSpec:
@@ -298,11 +310,13 @@ def resolve(name: str | None) -> PreTokenizerSpec:
                   else f"unknown pre-tokenizer {name!r} (llama.cpp refuses to load it)")
         return PreTokenizerSpec(name, "default", REGEXES["default"], warning=(
             f"{reason}: using the default regex, so token ids may differ from llama.cpp"))
-    return PreTokenizerSpec(name, kind, REGEXES[kind], name in IGNORE_MERGES, name in ADD_BOS)
+    return PreTokenizerSpec(name, kind, REGEXES[kind], name in IGNORE_MERGES, name in ADD_BOS,
+                            byte_level=kind not in NOT_BYTE_LEVEL)
 
 
 def build_pre_tokenizer(spec: PreTokenizerSpec) -> pre_tokenizers.PreTokenizer:
-    """The regex splits of `spec` in order, then the GPT-2 byte-to-character mapping."""
+    """The regex splits of `spec` in order, then (byte-level types) GPT-2's byte-to-character map."""
     steps = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in spec.regexes]
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False, trim_offsets=False))
+    if spec.byte_level:
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False, trim_offsets=False))
     return pre_tokenizers.Sequence(steps)

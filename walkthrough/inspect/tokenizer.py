@@ -13,6 +13,10 @@ all the cutting; what we do ourselves is what llama.cpp does around its BPE
      (see `pretokenizers.py`), GPT-2's byte-to-character map, then BPE with the
      file's merges (rank = position), whole-word lookup first where llama.cpp
      sets `ignore_merges` (llama3).
+   - `gemma4` (and the gpt2 pre-tokenizer `sarvam-moe`): the same BPE on the
+     UTF-8 text itself, spaces written as U+2581, split into runs of newlines
+     and runs of other characters; characters outside the vocabulary become
+     `<0xNN>` tokens, and (Gemma 4) a run of newlines that is a token is kept whole.
    - `llama` (SentencePiece): llama.cpp's `llm_tokenizer_spm` repeatedly joins
      the adjacent pair whose joined text is the highest-scoring token. That is a
      BPE whose merges are every split `left + right` of every token, ranked by
@@ -24,6 +28,10 @@ Example:
     >>> tok = GGUFTokenizer.from_gguf(open_gguf("qwen.gguf"))
     >>> [(t.id, t.piece, t.start, t.end) for t in tok.tokenize("Hi 🦙")]   # Qwen3.5 vocabulary
     [(13048, 'Hi', 0, 2), (11162, ' <0xF0><0x9F>', 2, 4), (99, '<0xA6>', 3, 4), (247, '<0x99>', 3, 4)]
+
+`protect` spans keep control-token text inside them plain even with
+`parse_special=True`: the chat template's own markers become special tokens,
+text a user typed never does.
 
 Decoding joins the tokens' bytes (special tokens give their text) and, when the
 vocabulary adds a space prefix, drops the first token's leading space, as
@@ -39,7 +47,11 @@ from __future__ import annotations
 
 import codecs
 import re
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 from gguf.constants import TokenType
@@ -48,12 +60,24 @@ from tokenizers import Tokenizer, models
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.pretokenizers import build_pre_tokenizer
-from walkthrough.inspect.vocab import BPE, SPECIAL_TYPES, SPM, Vocab, VocabError, read_vocab
+from walkthrough.inspect.vocab import SPECIAL_TYPES, SPM, Vocab, VocabError, read_vocab
 
 SPM_SPACE = "\u2581"  # what SentencePiece vocabularies store for a space
 C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale: what lstrip/rstrip remove
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _NO_SPECIAL = -1
+_NEWLINE_RUN = re.compile(r"\n+|[^\n]+")
+
+
+class _Unit(NamedTuple):
+    """One piece of the text on its way to ids: a fixed token, or a string for the model."""
+
+    id: int  # the token when fixed (special, or a whole run of newlines), else -1
+    special: bool
+    start: int  # span in the input text
+    end: int
+    model_text: str | None  # what the `tokenizers` model gets; None for a fixed token
+    shift: int  # characters added in front of the text (SentencePiece's space prefix)
 
 
 def _hex_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
@@ -94,6 +118,19 @@ class Token:
     special: bool  # a control / user-defined / unknown token cut out as special
     start: int  # span in the input text (character offsets), [start, end)
     end: int
+
+
+class _SpanGuard:
+    """Answers "does [a, b) overlap one of these spans?" in O(log n)."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]):
+        ordered = sorted((int(a), int(b)) for a, b in spans if b > a)
+        self.starts = [a for a, _ in ordered]
+        self.reach = list(accumulate((b for _, b in ordered), max))  # furthest end so far
+
+    def overlaps(self, a: int, b: int) -> bool:
+        i = bisect_left(self.starts, b)  # spans starting before b
+        return i > 0 and self.reach[i - 1] > a
 
 
 def _spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
@@ -138,22 +175,22 @@ def _exact_bpe_merges(vocab: Vocab) -> list[tuple[str, str]]:
 
 
 def _bpe_model(vocab: Vocab) -> models.BPE:
-    ignore = vocab.pre.ignore_merges
+    """The BPE model of a gpt2 / gemma4 vocabulary; UTF-8 (not byte-level) ones fall back to <0xNN>."""
+    options = {"ignore_merges": vocab.pre.ignore_merges, "byte_fallback": not vocab.pre.byte_level}
     try:  # fast path: the library checks every merge itself
         pairs = [m.partition(" ")[::2] for m in vocab.merges]
-        return models.BPE(vocab=vocab.text_to_id, merges=pairs, ignore_merges=ignore)
+        return models.BPE(vocab=vocab.text_to_id, merges=pairs, **options)
     except Exception:  # noqa: BLE001 - any malformed merge: redo with our own checks and a warning
-        return models.BPE(vocab=vocab.text_to_id, merges=_exact_bpe_merges(vocab), ignore_merges=ignore)
+        return models.BPE(vocab=vocab.text_to_id, merges=_exact_bpe_merges(vocab), **options)
 
 
 def build_hf_tokenizer(vocab: Vocab) -> Tokenizer:
     """The `tokenizers.Tokenizer` that cuts one fragment (no special tokens) as llama.cpp does."""
-    if vocab.model == BPE:
-        tok = Tokenizer(_bpe_model(vocab))
-        tok.pre_tokenizer = build_pre_tokenizer(vocab.pre)
-        return tok
-    model = models.BPE(vocab=vocab.text_to_id, merges=_spm_merges(vocab), byte_fallback=True)
-    return Tokenizer(model)
+    if vocab.model == SPM:
+        return Tokenizer(models.BPE(vocab=vocab.text_to_id, merges=_spm_merges(vocab), byte_fallback=True))
+    tok = Tokenizer(_bpe_model(vocab))
+    tok.pre_tokenizer = build_pre_tokenizer(vocab.pre)
+    return tok
 
 
 class GGUFTokenizer:
@@ -177,6 +214,8 @@ class GGUFTokenizer:
         self._parsed_always = [i for i in order if types[i] == TokenType.USER_DEFINED]
         self._parsed_special = order
         self._spm = vocab.model == SPM
+        self._escaped = self._spm or not vocab.pre.byte_level  # tokens store spaces as U+2581
+        self._newline_runs = bool(vocab.pre and vocab.pre.gemma4)
         self._bytes: list[bytes | None] = [None] * self.vocab_size
         self._pieces: list[str | None] = [None] * self.vocab_size
 
@@ -195,25 +234,40 @@ class GGUFTokenizer:
         return cls(vocab, hf)
 
     # ---- cutting ------------------------------------------------------------------
-    def partition(self, text: str, *, parse_special: bool = False) -> list[tuple[int, int, int]]:
+    def partition(
+        self, text: str, *, parse_special: bool = False, protect: Sequence[tuple[int, int]] = ()
+    ) -> list[tuple[int, int, int]]:
         """llama.cpp's special-token partition: `(special_id or -1, start, end)` fragments in order.
+
+        Args:
+            text: the text to cut.
+            parse_special: also cut control and unknown tokens (user-defined ones always are).
+            protect: character spans `[start, end)` inside which control and unknown token
+                texts stay plain text even with `parse_special` (message contents in a
+                rendered chat), as if `parse_special` were off there.
 
         Example: "a<|im_end|>b" with parse_special -> [(-1, 0, 1), (151645, 1, 11), (-1, 11, 12)].
         """
         fragments = [(_NO_SPECIAL, 0, len(text))] if text else []
         candidates = self._parsed_special if parse_special else self._parsed_always
+        guard = _SpanGuard(protect) if parse_special and protect else None
         for tid in candidates:
             needle = self.vocab.tokens[tid]
             if needle not in text:
                 continue
             lstrip, rstrip = tid in self.vocab.lstrip, tid in self.vocab.rstrip
+            guarded = guard if guard and self.vocab.types[tid] != TokenType.USER_DEFINED else None
             out: list[tuple[int, int, int]] = []
             for frag in fragments:
                 if frag[0] != _NO_SPECIAL:
                     out.append(frag)
                     continue
                 _, pos, end = frag
-                while (hit := text.find(needle, pos, end)) >= 0:
+                search = pos
+                while (hit := text.find(needle, search, end)) >= 0:
+                    if guarded and guarded.overlaps(hit, hit + len(needle)):
+                        search = hit + 1
+                        continue
                     left_end = hit
                     while lstrip and left_end > pos and text[left_end - 1] in C_SPACE:
                         left_end -= 1
@@ -223,62 +277,78 @@ class GGUFTokenizer:
                     pos = hit + len(needle)
                     while rstrip and pos < end and text[pos] in C_SPACE:
                         pos += 1
+                    search = pos
                 if pos < end:
                     out.append((_NO_SPECIAL, pos, end))
             fragments = out
         return fragments
 
-    def _model_inputs(self, text: str, fragments) -> list[tuple[str, int]]:
-        """Per text fragment: the string the model gets and how many leading characters were added."""
-        inputs = []
+    def _units(self, text: str, fragments: list[tuple[int, int, int]]) -> list[_Unit]:
+        """The fragments as the model sees them: fixed tokens, and strings for the `tokenizers` model
+        (spaces escaped and a space put in front where llama.cpp does)."""
+        units: list[_Unit] = []
         prev_special = True
         for tid, start, end in fragments:
             if tid != _NO_SPECIAL:
+                units.append(_Unit(tid, True, start, end, None, 0))
                 prev_special = True
                 continue
             piece = text[start:end]
-            added = 0
             if self._spm:
-                if self.vocab.add_space_prefix and prev_special:
-                    piece, added = " " + piece, 1
-                piece = piece.replace(" ", SPM_SPACE)
-            inputs.append((piece, added))
+                added = 1 if self.vocab.add_space_prefix and prev_special else 0
+                units.append(_Unit(-1, False, start, end, (" " * added + piece).replace(" ", SPM_SPACE), added))
+            elif self._newline_runs:
+                for m in _NEWLINE_RUN.finditer(piece):
+                    run, a, b = m.group(), start + m.start(), start + m.end()
+                    whole = self.vocab.text_to_id.get(run) if run[0] == "\n" else None
+                    units.append(_Unit(whole, False, a, b, None, 0) if whole is not None
+                                 else _Unit(-1, False, a, b, run.replace(" ", SPM_SPACE), 0))
+            else:
+                units.append(_Unit(-1, False, start, end,
+                                   piece.replace(" ", SPM_SPACE) if self._escaped else piece, 0))
             prev_special = False
-        return inputs
+        return units
 
-    def _run(self, strings: list[str], offsets: bool):
+    def _run(self, units: list[_Unit], offsets: bool) -> Iterator:
+        strings = [u.model_text for u in units if u.model_text is not None]
         try:
+            if not strings:
+                return iter(())
             if len(strings) == 1:
-                return [self.hf.encode(strings[0], add_special_tokens=False)]
+                return iter([self.hf.encode(strings[0], add_special_tokens=False)])
             if offsets:
-                return self.hf.encode_batch(strings, add_special_tokens=False)
-            return self.hf.encode_batch_fast(strings, add_special_tokens=False)
+                return iter(self.hf.encode_batch(strings, add_special_tokens=False))
+            return iter(self.hf.encode_batch_fast(strings, add_special_tokens=False))
         except (TypeError, ValueError, UnicodeError) as exc:
             raise TokenizerError(f"the text cannot be tokenized: {exc}") from None
 
-    def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
-        """Token ids of `text`, no BOS/EOS added (llama.cpp's add_special=false)."""
-        fragments = self.partition(text, parse_special=parse_special)
-        inputs = self._model_inputs(text, fragments)
-        encodings = iter(self._run([s for s, _ in inputs], offsets=False)) if inputs else iter(())
+    def encode(
+        self, text: str, *, parse_special: bool = False, protect: Sequence[tuple[int, int]] = ()
+    ) -> list[int]:
+        """Token ids of `text`, no BOS/EOS added (llama.cpp's add_special=false); see `partition`."""
+        units = self._units(text, self.partition(text, parse_special=parse_special, protect=protect))
+        encodings = self._run(units, offsets=False)
         ids: list[int] = []
-        for tid, _, _ in fragments:
-            ids.extend([tid] if tid != _NO_SPECIAL else next(encodings).ids)
+        for unit in units:
+            if unit.model_text is None:
+                ids.append(unit.id)
+            else:
+                ids.extend(next(encodings).ids)
         return ids
 
-    def tokenize(self, text: str, *, parse_special: bool = False) -> list[Token]:
-        """Tokens of `text` with pieces and character spans, no BOS/EOS added."""
-        fragments = self.partition(text, parse_special=parse_special)
-        inputs = self._model_inputs(text, fragments)
-        encodings = iter(self._run([s for s, _ in inputs], offsets=True)) if inputs else iter(())
-        added = iter([a for _, a in inputs])
+    def tokenize(
+        self, text: str, *, parse_special: bool = False, protect: Sequence[tuple[int, int]] = ()
+    ) -> list[Token]:
+        """Tokens of `text` with pieces and character spans, no BOS/EOS added; see `partition`."""
+        units = self._units(text, self.partition(text, parse_special=parse_special, protect=protect))
+        encodings = self._run(units, offsets=True)
+        piece = self._piece_cached
         out: list[Token] = []
-        for tid, start, end in fragments:
-            if tid != _NO_SPECIAL:
-                out.append(Token(tid, self._piece_cached(tid), True, start, end))
+        for unit in units:
+            if unit.model_text is None:
+                out.append(Token(unit.id, piece(unit.id), unit.special, unit.start, unit.end))
                 continue
-            enc, shift = next(encodings), next(added)
-            piece = self._piece_cached
+            enc, shift, start = next(encodings), unit.shift, unit.start
             if shift:  # the added space prefix belongs to no character of the text
                 spans = [(max(s - shift, 0), max(e - shift, 0)) for s, e in enc.offsets]
             else:
@@ -309,7 +379,7 @@ class GGUFTokenizer:
             return bytes([int(m.group(1), 16)]) if m else text.encode()
         if kind != TokenType.NORMAL:
             return b""  # unused / undefined: llama.cpp renders nothing
-        if self._spm:
+        if self._escaped:
             return text.replace(SPM_SPACE, " ").encode()
         return b"".join(
             bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode() for c in text)

@@ -39,8 +39,8 @@ from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.pretokenizers import PreTokenizerSpec, resolve
 
 T = Keys.Tokenizer
-SPM, BPE = "llama", "gpt2"
-SUPPORTED_MODELS = (SPM, BPE)
+SPM, BPE, GEMMA4 = "llama", "gpt2", "gemma4"
+SUPPORTED_MODELS = (SPM, BPE, GEMMA4)  # gemma4: BPE on UTF-8 text, its pre-tokenizer fixed
 PRE_WITHOUT_BOS = frozenset({"chatglm-bpe", "glm4", "glm5"})  # load(): special_bos_id = NULL
 
 # Token texts llama.cpp turns into control tokens whatever their stored type
@@ -80,12 +80,12 @@ class VocabError(WalkthroughError):
 class Vocab:
     """The tokenizer metadata of one file, checked, with llama.cpp's defaults and fixes applied."""
 
-    model: str  # tokenizer.ggml.model: "gpt2" or "llama"
-    pre: PreTokenizerSpec | None  # gpt2 only
+    model: str  # tokenizer.ggml.model: "gpt2", "gemma4" or "llama"
+    pre: PreTokenizerSpec | None  # BPE models (gpt2, gemma4) only
     tokens: list[str]  # text per id (empty ones renamed "[EMPTY_<id>]" as llama.cpp does)
     types: np.ndarray  # int32 [n_tokens], TokenType values after llama.cpp's fixes
     scores: np.ndarray | None  # float32 [n_tokens] (SPM merge priority), None when absent
-    merges: list[str] | None  # gpt2 only: "left right" strings, rank = index
+    merges: list[str] | None  # BPE models only: "left right" strings, rank = index
     text_to_id: dict[str, int]  # last id wins for duplicated texts, as llama.cpp's token_to_id
     bos_id: int | None = None
     eos_id: int | None = None
@@ -187,7 +187,7 @@ def _special_id(f: GGUFFile, key: str, default: int | None, n: int, warnings: li
     return value
 
 
-def _fix_types(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int]) -> None:
+def _fix_types(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int], eos_text: str | None) -> None:
     """llama.cpp's text-based type fixes (control-looking tokens, gpt-oss channel tokens), in place."""
     texts = set(CONTROL_BY_TEXT)
     for key, candidates in FIM_BY_TEXT.items():
@@ -205,6 +205,9 @@ def _fix_types(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int]) -> No
         {"<|return|>", "<|call|>"} <= present or {"<|calls|>", "<|flush|>"} <= present
     ):
         types[text_to_id["<|end|>"]] = TokenType.USER_DEFINED
+    # Gemma 4 and PLaMo-2 have an ordinary "</s>" token.
+    if "</s>" in present and ("<|tool_response>" in present or eos_text == "<|plamo:eos|>"):
+        types[text_to_id["</s>"]] = TokenType.NORMAL
 
 
 def _strip_flags(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int]):
@@ -245,7 +248,7 @@ def read_vocab(f: GGUFFile) -> Vocab:
     if model not in SUPPORTED_MODELS:
         raise VocabError(
             f"{f.path.name}: tokenizer model {model!r} is not supported "
-            f"(only {' and '.join(map(repr, SUPPORTED_MODELS))}); the rest of the file can still be inspected")
+            f"(only {', '.join(map(repr, SUPPORTED_MODELS))}); the rest of the file can still be inspected")
     tokens = _tokens(f, warnings)
     n = len(tokens)
     raw_types = _per_token(f, T.TOKEN_TYPE, n, (GGUFValueType.INT32,), warnings)
@@ -258,30 +261,33 @@ def read_vocab(f: GGUFFile) -> Vocab:
 
     pre = None
     merges = None
-    if model == BPE:
-        pre_value = f.get(T.PRE)
+    if model in (BPE, GEMMA4):
+        pre_value = "gemma4" if model == GEMMA4 else f.get(T.PRE)  # load() forces "gemma4"
         pre = resolve(pre_value if isinstance(pre_value, str) else None)
         if pre.warning:
             warnings.append(pre.warning)
         merges = _array(f, T.MERGES, (GGUFValueType.STRING,), "llama.cpp refuses this vocabulary")
         if merges is None:
-            raise VocabError(f"{f.path.name}: a gpt2 (BPE) vocabulary needs {T.MERGES}, and the file has none")
+            raise VocabError(f"{f.path.name}: a {model} (BPE) vocabulary needs {T.MERGES}, and the file has none")
     elif scores is None:
         warnings.append(f"no {T.SCORES}: every merge has score 0, as in llama.cpp")
 
-    _fix_types(f, types, text_to_id)
+    spm, gpt2 = model == SPM, model == BPE
+    default_bos = 1 if spm else (11 if gpt2 and pre.name not in PRE_WITHOUT_BOS else None)
+    default_eos = 2 if spm else (11 if gpt2 else None)
+    eos_id = _special_id(f, T.EOS_ID, default_eos, n, warnings)
+    _fix_types(f, types, text_to_id, tokens[eos_id] if eos_id is not None else None)
     lstrip, rstrip = _strip_flags(f, types, text_to_id)
-    spm = model == SPM
-    default_bos = 1 if spm else (None if pre and pre.name in PRE_WITHOUT_BOS else 11)
     vocab = Vocab(
         model=model, pre=pre, tokens=tokens, types=types, scores=scores, merges=merges,
         text_to_id=text_to_id,
         bos_id=_special_id(f, T.BOS_ID, default_bos, n, warnings),
-        eos_id=_special_id(f, T.EOS_ID, 2 if spm else 11, n, warnings),
+        eos_id=eos_id,
         eot_id=_special_id(f, T.EOT_ID, None, n, warnings),
         pad_id=_special_id(f, T.PAD_ID, None, n, warnings),
         unk_id=_special_id(f, T.UNK_ID, 0 if spm else None, n, warnings),
-        add_bos=_flag(f, T.ADD_BOS, spm or bool(pre and pre.add_bos), warnings),
+        add_bos=_flag(f, T.ADD_BOS, spm or bool(pre and pre.add_bos), warnings)
+        or bool(pre and pre.gemma4),  # load() forces add_bos for Gemma 4
         add_eos=_flag(f, T.ADD_EOS, False, warnings),
         add_space_prefix=_flag(f, T.ADD_PREFIX, spm, warnings),
         lstrip=lstrip, rstrip=rstrip, warnings=warnings,
