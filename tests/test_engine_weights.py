@@ -10,6 +10,7 @@ from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
 
+from walkthrough.engine.config import UnsupportedArchitecture
 from walkthrough.engine.model import Model
 from walkthrough.engine.session import Session
 from walkthrough.engine.validate import IncompleteModel
@@ -145,3 +146,9 @@ def test_shapes_that_disagree_with_the_metadata_are_refused(tmp_path):
     cut = _rewrite(QWEN2, tmp_path / "cut.gguf", drop={"blk.1.ffn_down.weight"})
     with pytest.raises(IncompleteModel, match="no tensor blk.1.ffn_down.weight"):
         Model.open(cut)
+
+
+def test_rope_scaling_the_engine_does_not_implement_is_refused(tmp_path):
+    yarn = _rewrite(QWEN2, tmp_path / "yarn.gguf", metadata={"qwen2.rope.scaling.type": (V.STRING, "yarn")})
+    with pytest.raises(UnsupportedArchitecture, match="yarn"):
+        Model.open(yarn)

@@ -1,7 +1,8 @@
 """The record of one forward pass (a prefill chunk or one decoded token), as screens and `trace` show it.
 
 A `Step` says what went in (phase, positions [start, end), input ids), what
-each layer did (experts chosen per token with their router weights, the
+each layer did (its kind and what it keeps: KV rows and bytes for attention,
+a fixed state for linear attention; experts chosen per token with their router weights, the
 experts woken over the pass, the last token's attention weights per head when
 asked for, KV rows and bytes), what it cost (bytes read per tensor group in
 stored formats, FLOPs, seconds), and what came out (the last position's logits,
@@ -11,7 +12,7 @@ token). `to_json()` is the JSON Lines record of `walkthrough trace --json`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,10 @@ class LayerTrace:
     index: int
     mixer: str  # "full" (attention with KV cache) or "linear" (fixed recurrent state)
     ffn: str  # "dense" or "moe"
-    experts: np.ndarray | None = None  # [n_tokens, k] chosen expert ids, best first (MoE layers)
-    expert_weights: np.ndarray | None = None  # [n_tokens, k] router weights applied to them
+    # MoE layers: [rows, k] chosen expert ids (best first) and the router weights applied to them. Rows are
+    # the pass's tokens, except in the last layer of a pass that only needs the last logits (1 row).
+    experts: np.ndarray | None = None
+    expert_weights: np.ndarray | None = None
     attention: np.ndarray | None = None  # [n_head, kv_len] last token's attention weights (opt-in)
     kv_len: int = 0  # positions cached after this pass (attention layers)
     kv_bytes: int = 0  # bytes of this layer's cache after this pass
@@ -40,6 +43,12 @@ class LayerTrace:
     def woken(self) -> tuple[int, ...]:
         """Distinct experts any token of the pass chose, ascending."""
         return () if self.experts is None else tuple(np.unique(self.experts).tolist())
+
+    def cache_record(self) -> dict[str, Any]:
+        """The layer's kind and what it keeps: KV rows and bytes (attention) or its fixed state's bytes (linear)."""
+        if self.mixer == "linear":
+            return {"kind": self.mixer, "ffn": self.ffn, "state_bytes": self.state_bytes}
+        return {"kind": self.mixer, "ffn": self.ffn, "kv_len": self.kv_len, "kv_bytes": self.kv_bytes}
 
 
 @dataclass
@@ -61,7 +70,6 @@ class Step:
     all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
     stopped: bool = False  # the chosen token ends the generation
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def positions(self) -> tuple[int, int]:
@@ -96,6 +104,7 @@ class Step:
         }
         if self.state_bytes:
             out["state_bytes"] = self.state_bytes
+        out["layers"] = [t.cache_record() for t in self.layers]
         if self.is_moe:
             out["experts"] = [None if t.experts is None else t.experts.tolist() for t in self.layers]
             out["expert_weights"] = [
