@@ -10,6 +10,10 @@ ids chosen for a decode token; for a prefill chunk how many distinct experts
 woke out of all, per layer), stored bytes read, KV cache size after the pass,
 time, the chosen token, and the three most likely next tokens with their
 probabilities (cut first when the terminal is narrow).
+
+Hybrid models (linear-attention layers beside full attention) get a strip of
+layer kinds under the title, a "state" column beside "KV" (the fixed state,
+the same at every pass, while KV grows), and a closing line for each kind.
 """
 
 from __future__ import annotations
@@ -65,13 +69,18 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
     card = model.card
     console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
                             f"{card.n_experts or 'no'} experts{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
+    hybrid = "linear" in model.config.mixers
+    if hybrid:
+        console.print(_kinds_strip(model.config.mixers))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
     for name, justify, width in (("phase", "left", 7), ("pos", "left", 5), ("in", "left", 8),
                                  ("experts", "left", 7), ("read", "right", 9), ("KV", "right", 8),
+                                 *((("state", "right", 8),) if hybrid else ()),
                                  ("ms", "right", 5), ("chosen", "left", 6), ("top", "left", 4)):
         table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", min_width=width)
     totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}
     generated: list[int] = []
+    step = None
     for step in steps:
         totals[step.phase][0] += step.end - step.start
         totals[step.phase][1] += step.seconds
@@ -81,12 +90,36 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
             chosen.append(" (end)", style="dim")
         if step.chosen is not None:
             generated.append(step.chosen)
+        state = (human_bytes(step.state_bytes),) if hybrid else ()
         table.add_row(step.phase, f"{step.start}:{step.end}", fed, _experts(step, card.n_experts),
-                      human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), f"{step.seconds * 1000:.1f}",
-                      chosen, _top(step, piece))
+                      human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), *state,
+                      f"{step.seconds * 1000:.1f}", chosen, _top(step, piece))
     console.print(table)
     for phase, (tokens, seconds) in totals.items():
         if tokens:
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
             console.print(f"{phase}: {tokens} tokens in {seconds * 1000:.1f} ms{rate}")
+    if hybrid and step is not None:
+        for line in _cache_lines(step):
+            console.print(line)
     console.print(Text("generated: ").append_text(safe_text("".join(piece(i) for i in generated))))
+
+
+def _kinds_strip(kinds: tuple[str, ...]) -> str:
+    """One letter per layer: l = linear attention (fixed state), F = full attention (KV cache)."""
+    letters = "".join("l" if kind == "linear" else "F" for kind in kinds)
+    return f"layers: {letters}  (l = linear attention, fixed state; F = full attention, KV cache)"
+
+
+def _layer_list(indices: list[int]) -> str:
+    return ", ".join(map(str, indices)) if len(indices) <= 8 else f"{indices[0]}, {indices[1]}, ... {indices[-1]}"
+
+
+def _cache_lines(step: Step) -> list[str]:
+    """What each kind of layer keeps after the last pass, from its layer records."""
+    full = [t for t in step.layers if t.mixer != "linear"]
+    linear = [t for t in step.layers if t.mixer == "linear"]
+    kv = f"KV cache: full attention in layers {_layer_list([t.index for t in full])}, {step.kv_len} rows"
+    state = f"fixed state: linear attention in layers {_layer_list([t.index for t in linear])}"
+    return [f"{kv}, {human_bytes(step.kv_bytes)}: a row more per token",
+            f"{state}, {human_bytes(step.state_bytes)}: the same every pass"]
