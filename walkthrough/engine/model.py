@@ -57,6 +57,7 @@ class Model:
         check_tensors(f, self.config)
         self.weights = Weights(f, max_cache_bytes=max_cache_bytes)
         self.tied_output = not self.weights.has(OUTPUT)
+        self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
         self._rope_factors = self.weights.get("rope_freqs.weight") if self.weights.has("rope_freqs.weight") else None
 
     @classmethod
@@ -66,11 +67,14 @@ class Model:
 
     def group_of(self, name: str) -> str:
         """The card's tensor group of a tensor, attention of linear layers counted as linear attention."""
-        group = tensor_group(name)
-        if group == "attention":
+        group = self._groups.get(name)
+        if group is None:
+            group = tensor_group(name)
             layer = tensor_layer(name)
-            if layer is not None and layer < self.config.n_layers and self.config.mixers[layer] == "linear":
-                return "linear_attention"
+            if group == "attention" and layer is not None and layer < self.config.n_layers \
+                    and self.config.mixers[layer] == "linear":
+                group = "linear_attention"
+            self._groups[name] = group
         return group
 
     def meter(self) -> Meter:
