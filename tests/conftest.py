@@ -6,6 +6,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = REPO_ROOT.parent / "shared" / "fixtures"
+# Benchmark scripts in tests/bench are run by hand and print figures: pytest never collects them.
+collect_ignore = ["bench"]
 
 
 @pytest.fixture(scope="session")

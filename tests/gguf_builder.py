@@ -121,6 +121,25 @@ def tensor_nbytes(shape: Sequence[int], ggml_type: int) -> int:
     return n // block * type_size
 
 
+def llama_shaped_tensors(
+    n_layers: int = 42, width: int = 8192, ffn: int = 28672, vocab: int = 128256
+) -> list[Tensor]:
+    """A llama-like tensor table (Q4_K projections, Q6_K embedding and down projections).
+
+    With the defaults it describes about 20.8 GB of data: for header-only
+    sparse files (`write_gguf(..., sparse=True)`) that stand in for a big model.
+    """
+    tensors = [Tensor("token_embd.weight", (width, vocab), GGMLQuantizationType.Q6_K)]
+    for i in range(n_layers):
+        tensors += [
+            Tensor(f"blk.{i}.attn_qkv.weight", (width, 3 * width), GGMLQuantizationType.Q4_K),
+            Tensor(f"blk.{i}.attn_output.weight", (width, width), GGMLQuantizationType.Q4_K),
+            Tensor(f"blk.{i}.ffn_up.weight", (width, ffn), GGMLQuantizationType.Q4_K),
+            Tensor(f"blk.{i}.ffn_down.weight", (ffn, width), GGMLQuantizationType.Q6_K),
+        ]
+    return tensors
+
+
 def _alignment(metadata: Mapping[str, MetadataValue]) -> int:
     v = metadata.get("general.alignment")
     return v[1] if v is not None and v[0] == GGUFValueType.UINT32 else DEFAULT_ALIGNMENT

@@ -192,6 +192,31 @@ def test_string_array_element_over_one_gib(tmp_path):
     refused(tmp_path, blob, "'a.list'", "element 0", "1 GiB")
 
 
+def _sparse_string_array(path: Path, lengths: list[int]) -> Path:
+    """A file whose one key is a string array with elements of these lengths, their bytes holes."""
+    with open(path, "wb") as fh:
+        fh.write(header(0, 1) + string("a.big") + u32(V.ARRAY) + u32(V.STRING) + u64(len(lengths)))
+        for n in lengths:
+            fh.write(u64(n))
+            fh.seek(n, 1)
+        fh.truncate()  # extend the file to the end of the last element, as a hole
+    return path
+
+
+def test_string_array_over_one_gib_in_total_opens(tmp_path):
+    path = _sparse_string_array(tmp_path / "big.gguf", [600 << 20, 600 << 20])
+    field = open_gguf(path).fields["a.big"]
+    assert field.count == 2 and field.end == path.stat().st_size
+
+
+def test_string_array_element_over_one_gib_in_a_big_file(tmp_path):
+    path = _sparse_string_array(tmp_path / "big.gguf", [1, (1 << 30) + 1])
+    with pytest.raises(
+        GGUFError, match=r"'a\.big': element 1 claims 1073741825 bytes, over the 1 GiB"
+    ):
+        open_gguf(path)
+
+
 @pytest.mark.parametrize(
     ("value", "words"),
     [

@@ -7,15 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf.constants import GGMLQuantizationType, GGUFValueType
-from gguf_builder import Tensor, tensor_nbytes, write_gguf
+from gguf.constants import GGUFValueType
+from gguf_builder import Tensor, llama_shaped_tensors, tensor_nbytes, write_gguf
 
 from walkthrough.inspect.gguf import open_gguf
 
-Q = GGMLQuantizationType
-N_LAYERS = 42
-WIDTH = 8192
-FFN = 28672
 TARGET_BYTES = 20 * 10**9
 
 
@@ -32,15 +28,8 @@ def _rss_bytes() -> int | None:
 
 @pytest.fixture(scope="module")
 def big_sparse_model(tmp_path_factory) -> tuple[Path, list[Tensor]]:
-    """A header describing a 42-layer Q4_K model of about 20 GB, its data a hole in a sparse file."""
-    tensors = [Tensor("token_embd.weight", (WIDTH, 128256), Q.Q6_K)]
-    for i in range(N_LAYERS):
-        tensors += [
-            Tensor(f"blk.{i}.attn_qkv.weight", (WIDTH, 3 * WIDTH), Q.Q4_K),
-            Tensor(f"blk.{i}.attn_output.weight", (WIDTH, WIDTH), Q.Q4_K),
-            Tensor(f"blk.{i}.ffn_up.weight", (WIDTH, FFN), Q.Q4_K),
-            Tensor(f"blk.{i}.ffn_down.weight", (FFN, WIDTH), Q.Q6_K),
-        ]
+    """A header describing a llama-shaped model of about 20 GB, its data a hole in a sparse file."""
+    tensors = llama_shaped_tensors()
     meta = {"general.architecture": (GGUFValueType.STRING, "llama")}
     path = write_gguf(tmp_path_factory.mktemp("big") / "big.gguf", meta, tensors, sparse=True)
     if path.stat().st_blocks * 512 > 64 << 20:
