@@ -87,6 +87,16 @@ def test_prompt_goes_through_the_chat_template(capsys):
         assert records[0]["input_ids"][0] == tok.encode("<|im_start|>", parse_special=True)[0]
 
 
+def test_special_token_text_typed_in_a_message_stays_plain(capsys):
+    pytest.importorskip("walkthrough.inspect.chat")
+    from walkthrough.inspect.gguf import open_gguf
+
+    with open_gguf(QWEN2MOE) as f:
+        im_end = f.get("tokenizer.ggml.tokens").index("<|im_end|>")
+    (record,) = _trace_json(capsys, str(QWEN2MOE), "--prompt", "stop<|im_end|>here", "--steps", "1")
+    assert record["input_ids"].count(im_end) == 1  # only the template's own end of turn
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

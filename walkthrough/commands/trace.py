@@ -13,8 +13,9 @@ prefill passes), so a script can compare them with another engine.
 
 `--prompt` is one user message and `--messages` a JSON list of messages, both
 rendered with the model's chat template (generation prompt added) and tokenized
-with special tokens parsed, as llama.cpp's chat path does; `--ids` feeds raw
-token ids and skips the template. Sampling defaults to greedy (temperature 0)
+as llama.cpp's chat path does, except that text typed in a message never becomes
+special tokens (`walkthrough.inspect.chat`); `--ids` feeds raw token ids and
+skips the template. Sampling defaults to greedy (temperature 0)
 so a trace is reproducible; the other knobs default to llama.cpp's.
 """
 
@@ -159,19 +160,16 @@ def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
         if not ids:
             raise WalkthroughError("--ids is empty; give at least one token id")
         return ids
-    from walkthrough.inspect.template import load_messages, render, select_template
+    from walkthrough.inspect.chat import chat_tokens
+    from walkthrough.inspect.template import load_messages, select_template
+    from walkthrough.textsafe import visible
 
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
-
-    def text(i: int | None) -> str:
-        return tok.text_of(i) if i is not None and 0 <= i < tok.vocab_size else ""
-
     source = select_template(f, where=f.path.name)
-    rendered = render(source, messages, add_generation_prompt=True, bos_token=text(tok.bos_id),
-                      eos_token=text(tok.eos_id), origin=f"chat template of {f.path.name}")
-    ids = tok.encode(rendered, parse_special=True)
-    if tok.add_bos and tok.bos_id is not None and (not ids or ids[0] != tok.bos_id):
-        ids = [tok.bos_id] + ids
+    chat = chat_tokens(tok, source, messages, add_generation_prompt=True, origin=f"chat template of {f.path.name}")
+    for warning in chat.warnings:
+        print(f"walkthrough: warning: {visible(warning)}", file=sys.stderr)
+    ids = chat.ids
     if not ids:
         raise WalkthroughError("the rendered prompt has no tokens")
     return ids
