@@ -247,6 +247,13 @@ def test_tensor_name_huge_is_refused_before_reading(tmp_path):
     refused(tmp_path, blob, "tensor 0", str(1 << 40), "at most 63")
 
 
+@pytest.mark.parametrize(
+    ("name", "words"), [(b"", ("tensor 0", "empty name")), (b"w\xff", ("tensor 0", "UTF-8"))]
+)
+def test_bad_tensor_name(tmp_path, name, words):
+    refused(tmp_path, one_tensor_file(name, (8,)), *words)
+
+
 def test_duplicate_tensor_name(tmp_path):
     blob = build_gguf({}, [Tensor("w", (8,)), Tensor("w", (8,))])
     refused(tmp_path, blob, "'w'", "twice")
