@@ -72,6 +72,15 @@ def test_single_file_is_its_own_shard(tmp_path):
     assert open_gguf(path).paths == [path]
 
 
+@pytest.mark.parametrize(
+    "name", ["x-00001-of-00000.gguf", "x-00000-of-00002.gguf", "x-00003-of-00002.gguf"]
+)
+def test_impossible_shard_numbers_are_plain_file_names(tmp_path, name):
+    path = write_gguf(tmp_path / name, {}, [Tensor("w", (8,))])
+    assert shard_paths(path) == [path]
+    assert list(open_gguf(path).tensors) == ["w"]
+
+
 def test_missing_shard_is_named(split_set):
     split_set[1].unlink()
     with pytest.raises(GGUFError) as info:

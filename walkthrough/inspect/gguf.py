@@ -129,7 +129,7 @@ class TensorInfo:
 class _Shard:
     path: Path
     size: int
-    buf: Any  # mmap.mmap, or bytes for an empty file
+    buf: Any  # the mmap.mmap of the whole file
     version: int
     alignment: int
     fields: dict[str, MetadataField]
@@ -527,20 +527,33 @@ def shard_name(prefix: str, number: int, count: int) -> str:
     return f"{prefix}-{number:05d}-of-{count:05d}.gguf"
 
 
+def split_name_parts(name: str) -> tuple[str, int, int] | None:
+    """(prefix, shard number, shard count) of a shard's file name; None for any other name.
+
+    Example: `Qwen-Q4-00002-of-00003.gguf` -> ("Qwen-Q4", 2, 3); `x-00003-of-00002.gguf` -> None.
+    """
+    match = SPLIT_NAME.match(name)
+    if match is None:
+        return None
+    number, count = int(match["no"]), int(match["count"])
+    return (match["prefix"], number, count) if 1 <= number <= count else None
+
+
 def shard_paths(path: Path) -> list[Path]:
     """Every shard of the split model `path` belongs to, in order, or `[path]` for a single file.
 
     Split models are recognised by name, as llama.cpp writes them:
-    `NAME-00002-of-00003.gguf` -> `NAME-00001-of-00003.gguf` ... `NAME-00003-of-00003.gguf`.
+    `NAME-00002-of-00003.gguf` -> `NAME-00001-of-00003.gguf` ... `NAME-00003-of-00003.gguf`
+    (see `split_name_parts`).
 
     Raises:
         GGUFError: a shard is missing (the message names every missing shard).
     """
-    match = SPLIT_NAME.match(path.name)
-    if match is None:
+    parts = split_name_parts(path.name)
+    if parts is None:
         return [path]
-    n = int(match["count"])
-    paths = [path.with_name(shard_name(match["prefix"], i, n)) for i in range(1, n + 1)]
+    prefix, _, n = parts
+    paths = [path.with_name(shard_name(prefix, i, n)) for i in range(1, n + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise GGUFError(

@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.gguf import SPLIT_NAME, shard_name, shard_paths
+from walkthrough.inspect.gguf import shard_name, shard_paths, split_name_parts
 
 OLLAMA_PREFIX = "ollama:"
 HF_PREFIX = "hf:"
@@ -103,9 +103,10 @@ def gguf_models_in(folder: Path, recursive: bool = False) -> list[Path]:
     pattern = "**/*.gguf" if recursive else "*.gguf"
     models = set()
     for path in folder.glob(pattern):
-        match = SPLIT_NAME.match(path.name)
-        if match is not None:
-            models.add(path.with_name(shard_name(match["prefix"], 1, int(match["count"]))))
+        parts = split_name_parts(path.name)
+        if parts is not None:
+            prefix, _, count = parts
+            models.add(path.with_name(shard_name(prefix, 1, count)))
         elif path.is_file():
             models.add(path)
     return sorted(models)
