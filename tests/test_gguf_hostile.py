@@ -491,6 +491,7 @@ def test_file_without_tensors_may_end_before_its_padding(tmp_path):
     blob = header(0, 1) + ARCH
     f = open_gguf(write(tmp_path, blob))
     assert f.tensors == {} and f.layout()["data"] == 0 and sum(f.layout().values()) == len(blob)
+    assert f.header_bytes == len(blob)
 
 
 def test_missing_file_is_an_os_error(tmp_path):

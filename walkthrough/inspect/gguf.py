@@ -643,7 +643,7 @@ class GGUFFile:
     @property
     def header_bytes(self) -> int:
         """Bytes before the tensor data (header, metadata, tensor table, padding), over all shards."""
-        return sum(s.data_offset for s in self._shards)
+        return sum(min(s.data_offset, s.size) for s in self._shards)  # no tensors: may end unpadded
 
     @property
     def data_bytes(self) -> int:
