@@ -101,8 +101,8 @@ class HybridDims:
 def text_rope_pairs(sections: tuple[int, ...], n_pairs: int) -> np.ndarray:
     """[n_pairs] bool: which rotary pairs a text position turns under interleaved multi-section rope.
 
-    Example: sections (3, 3, 2, 0) over 8 pairs -> all True (plain NEOX); (1, 1, 1, 0) over
-    4 pairs -> [True, True, True, False] (the fourth pair is in no section: position 0, no turn).
+    Example: sections (3, 3, 2, 0) over 8 pairs -> all True (plain NEOX); (1, 1, 1, 1) over
+    4 pairs -> [True, True, True, False] (the fourth pair takes the fourth position, 0: no turn).
     Sections all zero (no key): every pair turns.
     """
     s = (list(sections) + [0, 0, 0, 0])[:4]
