@@ -372,8 +372,8 @@ def test_trace_shows_both_kinds_of_layer(capsys):
     assert main(["trace", str(FIXTURE), "--ids", "5,6,7,8", "--steps", "3", "--chunk", "2"]) == 0
     out = capsys.readouterr().out
     assert "layers: lllF" in out
-    assert "fixed state: linear attention in layers 0, 1, 2" in out
-    assert "KV cache: full attention in layers 3, 6 rows" in out
+    assert "fixed state: linear attention (layers 0, 1, 2)" in out
+    assert "KV cache: full attention (layer 3): 6 rows" in out
     assert main(["trace", str(FIXTURE), "--ids", "5,6,7,8", "--steps", "2", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [layer["kind"] for layer in records[-1]["layers"]] == ["linear", "linear", "linear", "full"]

@@ -111,15 +111,17 @@ def _kinds_strip(kinds: tuple[str, ...]) -> str:
     return f"layers: {letters}  (l = linear attention, fixed state; F = full attention, KV cache)"
 
 
-def _layer_list(indices: list[int]) -> str:
-    return ", ".join(map(str, indices)) if len(indices) <= 8 else f"{indices[0]}, {indices[1]}, ... {indices[-1]}"
+def _layer_list(indices: list[int], noun: str) -> str:
+    """"layer 3", "layers 0, 1, 2", "layers 0, 1, ... 38" (long lists cut in the middle)."""
+    shown = ", ".join(map(str, indices)) if len(indices) <= 8 else f"{indices[0]}, {indices[1]}, ... {indices[-1]}"
+    return f"{noun}{'s' if len(indices) != 1 else ''} {shown}"
 
 
 def _cache_lines(step: Step) -> list[str]:
     """What each kind of layer keeps after the last pass, from its layer records."""
     full = [t for t in step.layers if t.mixer != "linear"]
     linear = [t for t in step.layers if t.mixer == "linear"]
-    kv = f"KV cache: full attention in layers {_layer_list([t.index for t in full])}, {step.kv_len} rows"
-    state = f"fixed state: linear attention in layers {_layer_list([t.index for t in linear])}"
-    return [f"{kv}, {human_bytes(step.kv_bytes)}: a row more per token",
-            f"{state}, {human_bytes(step.state_bytes)}: the same every pass"]
+    kv = f"KV cache: full attention ({_layer_list([t.index for t in full], 'layer')}): {step.kv_len} rows"
+    state = f"fixed state: linear attention ({_layer_list([t.index for t in linear], 'layer')})"
+    return [f"{kv}, {human_bytes(step.kv_bytes)}, a row more per token",
+            f"{state}: {human_bytes(step.state_bytes)}, the same every pass"]
