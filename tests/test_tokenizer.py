@@ -294,3 +294,16 @@ def test_small_utf8_bpe_vocabulary_follows_gemma4_rules(tmp_path):
     assert ids == [7, 10, 6, 8, 9, 9, 3]
     assert tok.decode(ids) == "ab\n\n\nb a\n\nc"
     assert [(t.start, t.end) for t in tok.tokenize("b a")] == [(0, 1), (1, 3)]
+
+
+def test_hostile_spm_scores_and_huge_tokens_give_warnings(tmp_path):
+    huge = "x" * 300
+    tok = _write(tmp_path, {
+        "tokenizer.ggml.model": (V.STRING, "llama"),
+        "tokenizer.ggml.tokens": (V.ARRAY, V.STRING, ["<unk>", "<s>", "</s>", "x", "xx", huge]),
+        "tokenizer.ggml.token_type": (V.ARRAY, V.INT32, [2, 3, 3, 1, 1, 1]),
+        "tokenizer.ggml.scores": (V.ARRAY, V.FLOAT32, [0, 0, 0, -1, float("nan"), -2]),
+    })
+    assert any("NaN" in w for w in tok.warnings)
+    assert any("longer than" in w for w in tok.warnings)
+    assert tok.decode(tok.encode("xxx")) == "xxx"

@@ -12,7 +12,9 @@ which also tokenizes the same text so the ids can be compared.
 
 With `--agreement DIR`, every `ggml-vocab-*.gguf` in DIR (llama.cpp's models/
 folder, say) is also checked: ids against its `.inp`/`.out` pair when present,
-and against llama.cpp itself on those strings, with and without special parsing.
+and against llama.cpp itself on those strings plus `--random N` seeded random
+strings (mixed scripts, whitespace runs, digits, contractions, special-token
+texts), with and without special parsing.
 """
 
 from __future__ import annotations
@@ -193,11 +195,36 @@ def bench_vocab(path: Path, repeat: int, llama_python: Path) -> None:
         )
 
 
-def agreement(folder: Path, llama_python: Path) -> None:
+ALPHABET = [*"aAbZz09 '\t\n\r.,!?-_/<>|()[]{}\"$+=^~`@#%&*;:", *"éÄöß½²³µ°€£¥", *"нещоБългарски",
+            *"我想在工作天～、。，", *"\u3000\u00a0\u2003\u200b\u2028", *"กขค", "🦙", "😀", "👍🏽",
+            "\u0301", "\u0308", "\u2115", "\u216b", "\u0663", "\u07c0", "\ufb01", "\u212a",
+            "\u017f", "\u0130", "\x00"]
+PIECES = ["'s", "'S", "'ll", "'LL", "'re", "'ve", "'d", "'t", "'m", " hello", "Hello", "HELLO", "  ",
+          "   ", "\n\n", " \n", "123456", "3.14", "don't", "<|im_start|>", "<|im_end|>", "<s>", "</s>",
+          "<|endoftext|>", "<|end|>", "<unk>", "<|eot_id|>", "<|begin_of_text|>", "<eos>", "<bos>",
+          "<start_of_turn>", "<|turn>", "<turn|>", "[PAD151650]", "<tool_call>", "<think>", "<0x41>",
+          "\u2581", "\u2581\u2581hi", "\u0120", "\n\n\n\n", "\t\t"]
+
+
+def random_texts(n: int, seed: int = 1) -> list[str]:
+    """Seeded strings built from ALPHABET characters and PIECES, 1 to 12 parts each."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            if rng.random() < 0.4:
+                parts.append(rng.choice(PIECES))
+            else:
+                parts.append("".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 8))))
+        texts.append("".join(parts))
+    return texts
+
+
+def agreement(folder: Path, llama_python: Path, n_random: int) -> None:
     """Pass counts per vocabulary: against the .out file, and against llama.cpp (special off / on)."""
-    standard = (
-        (VOCAB_DIR / "ggml-vocab-qwen35.gguf.inp").read_text(encoding="utf-8").split(SEPARATOR)
-    )
+    standard = (VOCAB_DIR / "ggml-vocab-qwen35.gguf.inp").read_text(encoding="utf-8").split(SEPARATOR)
+    extra = random_texts(n_random)
     print(f"\nagreement on {folder}")
     for path in sorted(folder.glob("ggml-vocab-*.gguf")):
         try:
@@ -215,6 +242,7 @@ def agreement(folder: Path, llama_python: Path) -> None:
             ]
             ok = sum(tok.encode(t) == e for t, e in zip(texts, expected))
             line += f" .out {ok}/{len(texts)}"
+        texts = texts + extra
         cases = [[t, s] for s in (False, True) for t in texts]
         ref = run_llama(llama_python, path, cases, 1)
         if ref:
@@ -233,11 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--llama-python", type=Path, default=LLAMA_PYTHON)
     parser.add_argument("--agreement", type=Path, help="folder of ggml-vocab-*.gguf files to check")
+    parser.add_argument("--random", type=int, default=500, help="random strings for --agreement")
     args = parser.parse_args(argv)
     for path in args.vocab or DEFAULT_VOCABS:
         bench_vocab(path, args.repeat, args.llama_python)
     if args.agreement:
-        agreement(args.agreement, args.llama_python)
+        agreement(args.agreement, args.llama_python, args.random)
     return 0
 
 

@@ -66,6 +66,7 @@ SPM_SPACE = "\u2581"  # what SentencePiece vocabularies store for a space
 C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale: what lstrip/rstrip remove
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _NO_SPECIAL = -1
+SPM_MAX_SPLIT_CHARS = 256  # longest SentencePiece token split into merges (real ones: under 40)
 _NEWLINE_RUN = re.compile(r"\n+|[^\n]+")
 
 
@@ -136,20 +137,31 @@ class _SpanGuard:
 def _spm_merges(vocab: Vocab) -> list[tuple[str, str]]:
     """Every split of every token into two tokens, best-scoring result first.
 
+    Tokens longer than `SPM_MAX_SPLIT_CHARS` are not split (a hostile vocabulary
+    could otherwise make this quadratic in a huge token); a warning says so.
+
     Example: tokens "a" "b" "c" "ab" "bc" "abc" with scores 0 0 0 -1 -2 -3
     -> [("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")].
     """
     text_to_id = vocab.text_to_id
-    scores = vocab.scores if vocab.scores is not None else np.zeros(len(vocab.tokens), np.float32)
+    scores = vocab.scores.tolist() if vocab.scores is not None else [0.0] * len(vocab.tokens)
     found: list[tuple[float, int, int, str, str]] = []
+    too_long = 0
     for text, i in text_to_id.items():
-        if len(text) < 2:
+        n = len(text)
+        if n > SPM_MAX_SPLIT_CHARS:
+            too_long += 1
             continue
-        score = -float(scores[i])
-        for k in range(1, len(text)):
-            left, right = text[:k], text[k:]
-            if left in text_to_id and right in text_to_id:
-                found.append((score, i, k, left, right))
+        for k in range(1, n):
+            left = text[:k]
+            if left in text_to_id:
+                right = text[k:]
+                if right in text_to_id:
+                    found.append((-scores[i], i, k, left, right))
+    if too_long:
+        vocab.warnings.append(
+            f"{too_long} token(s) longer than {SPM_MAX_SPLIT_CHARS} characters are never produced by "
+            "joining smaller tokens here (llama.cpp would)")
     found.sort()
     return [(left, right) for _, _, _, left, right in found]
 

@@ -122,7 +122,7 @@ def _tokens(f: GGUFFile, warnings: list[str]) -> list[str]:
         raise VocabError(f"{f.path.name}: no {T.LIST} in the file, so it has no vocabulary to tokenize with")
     if not tokens:
         raise VocabError(f"{f.path.name}: {T.LIST} is empty")
-    empty = [i for i, t in enumerate(tokens) if not t]
+    empty = [i for i, t in enumerate(tokens) if not t] if "" in tokens else []
     if empty:
         tokens = list(tokens)
         for i in empty:
@@ -256,6 +256,10 @@ def read_vocab(f: GGUFFile) -> Vocab:
     scores = _per_token(f, T.SCORES, n, (GGUFValueType.FLOAT32, GGUFValueType.INT32), warnings)
     if scores is not None:
         scores = np.asarray(scores, np.float32)
+        if not np.isfinite(scores).all():
+            bad = int(np.count_nonzero(~np.isfinite(scores)))
+            scores = np.nan_to_num(scores, nan=-np.inf)
+            warnings.append(f"{bad} score(s) in {T.SCORES} are NaN or infinite; NaN counts as the lowest score")
     text_to_id = dict(zip(tokens, range(n)))
     _duplicates(tokens, text_to_id, warnings)
 
