@@ -201,6 +201,7 @@ def test_small_bpe_vocabulary_works(tmp_path):
         ({"tokenizer.ggml.tokens": (V.ARRAY, V.STRING, [])}, "empty"),
         ({"tokenizer.ggml.model": None}, "no tokenizer.ggml.model"),
         ({"tokenizer.ggml.model": (V.STRING, "bert")}, "not supported"),
+        ({"tokenizer.ggml.model": (V.UINT32, 2)}, "not a string"),
         ({"tokenizer.ggml.token_type": (V.ARRAY, V.INT32, [1, 1])}, "2 entries for 7 tokens"),
         ({"tokenizer.ggml.token_type": (V.ARRAY, V.FLOAT32, [1.0] * 7)}, "not array"),
         ({"tokenizer.ggml.scores": (V.ARRAY, V.FLOAT32, [0.0] * 3)}, "3 entries for 7 tokens"),
@@ -224,6 +225,7 @@ def test_unusable_vocabulary_metadata_is_refused_clearly(tmp_path, over, message
         ({"tokenizer.ggml.add_bos_token": (V.UINT8, 1)}, "not bool"),
         ({"tokenizer.ggml.pre": (V.STRING, "no-such-pre")}, "unknown pre-tokenizer 'no-such-pre'"),
         ({"tokenizer.ggml.pre": None}, "tokenizer.ggml.pre is missing"),
+        ({"tokenizer.ggml.pre": (V.INT32, 7)}, "not a string; ignored"),
         ({"tokenizer.ggml.merges": (V.ARRAY, V.STRING, ["a b", "ab", "x y", "ab c"])},
          "2 of 4 merges"),
         ({"tokenizer.ggml.tokens": (V.ARRAY, V.STRING, ["a", "", *BYTE_LEVEL[2:]])}, "empty token"),
@@ -307,3 +309,27 @@ def test_hostile_spm_scores_and_huge_tokens_give_warnings(tmp_path):
     assert any("NaN" in w for w in tok.warnings)
     assert any("longer than" in w for w in tok.warnings)
     assert tok.decode(tok.encode("xxx")) == "xxx"
+
+
+def test_every_known_pre_tokenizer_splits_without_losing_text():
+    from walkthrough.inspect.pretokenizers import NAMES, build_pre_tokenizer, resolve
+    from walkthrough.inspect.tokenizer import gpt2_byte_chars
+
+    to_byte = {c: b for b, c in gpt2_byte_chars().items()}
+    text = "Hello, y'all! 1234567 Ünïcode 我想 🦙\u3000x  \n\n\tend"
+    for name in NAMES:
+        spec = resolve(name)
+        assert spec.warning is None
+        words = [w for w, _ in build_pre_tokenizer(spec).pre_tokenize_str(text)]
+        if spec.byte_level:
+            words = [bytes(to_byte[c] for c in w).decode() for w in words]
+        assert "".join(words) == text, name
+
+
+def test_unknown_and_unsupported_pre_tokenizers_fall_back_with_a_warning():
+    from walkthrough.inspect.pretokenizers import REGEXES, resolve
+
+    for name in ("no-such-pre", "kimi-k2", "afmoe"):
+        spec = resolve(name)
+        assert spec.regexes == REGEXES["default"]
+        assert name in spec.warning and "may differ from llama.cpp" in spec.warning

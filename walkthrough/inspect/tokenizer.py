@@ -215,7 +215,7 @@ class GGUFTokenizer:
         self.pre: str | None = vocab.pre.name if vocab.pre else None
         self.vocab_size: int = len(vocab.tokens)
         self.bos_id, self.eos_id = vocab.bos_id, vocab.eos_id
-        self.eot_id, self.pad_id = vocab.eot_id, vocab.pad_id
+        self.eot_id, self.pad_id, self.unk_id = vocab.eot_id, vocab.pad_id, vocab.unk_id
         self.add_bos, self.add_eos = vocab.add_bos, vocab.add_eos
         self.warnings: list[str] = vocab.warnings
         self.special_ids: frozenset[int] = vocab.special_ids

@@ -244,7 +244,9 @@ def read_vocab(f: GGUFFile) -> Vocab:
     model_field = f.fields.get(T.MODEL)
     if model_field is None:
         raise VocabError(f"{f.path.name}: no {T.MODEL} key, so the file has no tokenizer")
-    model = model_field.scalar if model_field.type == GGUFValueType.STRING else None
+    if model_field.type != GGUFValueType.STRING:
+        raise VocabError(f"{f.path.name}: {T.MODEL} is {model_field.type_name}, not a string")
+    model = model_field.scalar
     if model not in SUPPORTED_MODELS:
         raise VocabError(
             f"{f.path.name}: tokenizer model {model!r} is not supported "
@@ -267,7 +269,10 @@ def read_vocab(f: GGUFFile) -> Vocab:
     merges = None
     if model in (BPE, GEMMA4):
         pre_value = "gemma4" if model == GEMMA4 else f.get(T.PRE)  # load() forces "gemma4"
-        pre = resolve(pre_value if isinstance(pre_value, str) else None)
+        if pre_value is not None and not isinstance(pre_value, str):
+            warnings.append(f"{T.PRE} is {f.fields[T.PRE].type_name}, not a string; ignored")
+            pre_value = None
+        pre = resolve(pre_value)
         if pre.warning:
             warnings.append(pre.warning)
         merges = _array(f, T.MERGES, (GGUFValueType.STRING,), "llama.cpp refuses this vocabulary")
