@@ -54,8 +54,11 @@ class Shape:
     n_experts: int = 8
     n_used: int = 2
     ff: int = 64
+    mtp: int = 0  # multi-token-prediction blocks after the trunk (nextn_predict_layers)
 
     def is_recurrent(self, i: int) -> bool:
+        if i >= self.n_layers:
+            return False  # MTP blocks are full attention
         if self.recurrent is not None:
             return self.recurrent[i]
         return (i + 1) % (self.interval or 4) != 0  # llama.cpp's default interval is 4
@@ -75,7 +78,7 @@ def _tensors(shape: Shape, rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = {"token_embd.weight": rng.standard_normal((vocab, d)).astype(np.float32),
            "output_norm.weight": norm(d), "output.weight": mat(vocab, d)}
     key_dim, value_dim = s.n_k * s.head_k, s.n_v * s.head_k
-    for i in range(s.n_layers):
+    for i in range(s.n_layers + s.mtp):
         b = f"blk.{i}."
         out[b + "attn_norm.weight"], out[b + "post_attention_norm.weight"] = norm(d), norm(d)
         if s.is_recurrent(i):
@@ -99,6 +102,9 @@ def _tensors(shape: Shape, rng: np.random.Generator) -> dict[str, np.ndarray]:
                 b + "ffn_gate_inp_shexp.weight": (0.3 * rng.standard_normal(d)).astype(np.float32),
                 b + "ffn_gate_shexp.weight": mat(s.ff, d), b + "ffn_up_shexp.weight": mat(s.ff, d),
                 b + "ffn_down_shexp.weight": mat(d, s.ff)}
+        if i >= s.n_layers:
+            out |= {b + "nextn.eh_proj.weight": mat(d, 2 * d), b + "nextn.enorm.weight": norm(d),
+                    b + "nextn.hnorm.weight": norm(d)}
     return out
 
 
@@ -114,7 +120,9 @@ def write_qwen35moe(
     s, arch = shape, "qwen35moe"
     w = GGUFWriter(str(path), arch)
     w.add_name(f"random-{arch}")
-    w.add_block_count(s.n_layers)
+    w.add_block_count(s.n_layers + s.mtp)
+    if s.mtp:
+        w.add_uint32(f"{arch}.nextn_predict_layers", s.mtp)
     w.add_context_length(256)
     w.add_embedding_length(s.n_embd)
     w.add_feed_forward_length(s.ff)
@@ -315,6 +323,17 @@ def test_other_shapes_run_and_stay_chunk_invariant(tmp_path, name: str):
     for i, layer in enumerate(model.card.layers):
         if layer.attention == "linear":
             assert whole[0].cache.state_bytes_by_layer[i] == layer.state_bytes
+
+
+def test_a_multi_token_prediction_block_is_not_run(tmp_path):
+    # As llama.cpp's main pass: the MTP block (full attention, after the trunk) is loaded but not executed.
+    plain = Model.open(write_qwen35moe(tmp_path / "plain.gguf", Shape(), seed=5))
+    with_mtp = Model.open(write_qwen35moe(tmp_path / "mtp.gguf", Shape(mtp=1), seed=5))
+    assert with_mtp.file.tensors.keys() > plain.file.tensors.keys()
+    assert with_mtp.config.mixers == plain.config.mixers == ("linear", "linear", "linear", "full")
+    a = Session(plain).feed(PROMPT, phase="prefill", all_logits=True).all_logits
+    b = Session(with_mtp).feed(PROMPT, phase="prefill", all_logits=True).all_logits
+    assert np.array_equal(a, b)
 
 
 def test_rebuilding_the_fixture_with_the_builder_gives_its_tensors(tmp_path):
