@@ -27,6 +27,7 @@ from walkthrough.engine.qwen35 import hybrid_dims, text_rope_pairs
 from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.session import Session
 from walkthrough.engine.validate import IncompleteModel
+from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 
@@ -109,13 +110,15 @@ def _tensors(shape: Shape, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def write_qwen35moe(
-    path: Path, shape: Shape, *, seed: int = 0, qtype: Q = Q.F32, tensors_of: Shape | None = None
+    path: Path, shape: Shape, *, seed: int = 0, qtype: Q = Q.F32, tensors_of: Shape | None = None,
+    omit: tuple[str, ...] = (),
 ) -> Path:
     """Write a random qwen35moe GGUF with the fixture's tokenizer; 2-D weights stored as `qtype`.
 
     Vectors and the convolution kernel stay F32, as llama.cpp's converter keeps them
     (ggml's `ssm_conv` needs an F32 kernel). `tensors_of` writes another shape's tensors
-    under this shape's metadata (a file whose metadata and tensors disagree).
+    under this shape's metadata (a file whose metadata and tensors disagree); `omit` leaves out
+    metadata keys (without the `qwen35moe.` prefix) and tensors by name.
     """
     s, arch = shape, "qwen35moe"
     w = GGUFWriter(str(path), arch)
@@ -157,7 +160,11 @@ def write_qwen35moe(
         w.add_bos_token_id(ref.get("tokenizer.ggml.bos_token_id"))
         w.add_eos_token_id(ref.get("tokenizer.ggml.eos_token_id"))
         w.add_add_bos_token(False)
+    for key in omit:
+        w.kv_data[0].pop(f"{arch}.{key}", None)
     for name, array in _tensors(tensors_of or s, np.random.default_rng(seed)).items():
+        if name in omit:
+            continue
         if qtype != Q.F32 and array.ndim >= 2 and "conv1d" not in name:
             w.add_tensor(name, quants.quantize(array, qtype), raw_dtype=qtype)
         else:
@@ -236,6 +243,20 @@ def test_tensors_that_disagree_with_the_layer_kinds_are_refused(tmp_path):
     f = open_gguf(path)
     assert build_config(f, build_card(f)).mixers == ("linear", "full", "linear", "full")
     with pytest.raises(IncompleteModel, match=r"tensor blk\.1\.attn_qkv\.weight has shape"):
+        Model.open(path)
+
+
+@pytest.mark.parametrize(
+    ("omit", "message"),
+    [
+        (("ssm.state_size",), r"lacks qwen35moe\.ssm\.state_size"),
+        (("blk.3.attn_q_norm.weight",), r"no tensor blk\.3\.attn_q_norm\.weight"),
+        (("blk.0.ssm_a",), r"no tensor blk\.0\.ssm_a"),
+    ],
+)
+def test_missing_pieces_are_one_line_errors(tmp_path, omit: tuple[str, ...], message: str):
+    path = write_qwen35moe(tmp_path / "m.gguf", Shape(), omit=omit)
+    with pytest.raises(WalkthroughError, match=message):
         Model.open(path)
 
 

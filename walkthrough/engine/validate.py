@@ -53,8 +53,8 @@ def _check_attention(f: GGUFFile, c: Config, pre: str, h_kv: int) -> None:
             _check(f, pre + f"attn_{part}.bias", (width,), required=False)
     _check(f, pre + "attn_output.weight", (h * dv, d))
     _check(f, pre + "attn_output.bias", (d,), required=False)
-    _check(f, pre + "attn_q_norm.weight", (dk,), required=False)
-    _check(f, pre + "attn_k_norm.weight", (dk,), required=False)
+    _check(f, pre + "attn_q_norm.weight", (dk,), required=c.spec.attention_gate)  # qwen35moe needs its q/k norms
+    _check(f, pre + "attn_k_norm.weight", (dk,), required=c.spec.attention_gate)
 
 
 def _check_ffn(f: GGUFFile, c: Config, pre: str, kind: str) -> None:
@@ -85,6 +85,9 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
         raise IncompleteModel(f"{f.path.name}: {c.n_head} query heads cannot share {list(set(c.n_head_kv))} KV heads")
     if c.rope_dims % 2 or c.rope_dims > c.head_dim_k:
         raise IncompleteModel(f"{f.path.name}: RoPE over {c.rope_dims} dims does not fit heads of {c.head_dim_k}")
+    if c.spec.attention_gate and c.head_dim_k != c.head_dim_v:  # the gate multiplies the output per value
+        raise IncompleteModel(f"{f.path.name}: a gated attention head needs keys and values of one size, "
+                              f"not {c.head_dim_k} and {c.head_dim_v}")
     if "moe" in c.ffns and not 0 < c.n_experts_used <= c.n_experts:
         raise IncompleteModel(f"{f.path.name}: {c.n_experts_used} experts used out of {c.n_experts}")
     _check(f, "token_embd.weight", (c.n_embd, c.n_vocab))
