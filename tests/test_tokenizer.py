@@ -140,7 +140,6 @@ def test_spm_space_prefix_follows_each_special_token(tokenizer_for):
     assert tok.text_of(eos) == "</s>" and tok.add_bos and not tok.add_eos
     ids = tok.encode("Hello</s>world", parse_special=True)
     assert ids == [*tok.encode("Hello"), eos, *tok.encode("world")]
-    assert tok.encode("Hello</s>world") == tok.encode("Hello</s>world".replace("</s>", "</s>"))
     assert eos not in tok.encode("Hello</s>world")
     first = tok.tokenize("Hello")[0]
     assert (first.start, first.end, first.piece) == (0, 5, " Hello")
@@ -236,7 +235,9 @@ def test_unusable_vocabulary_metadata_is_refused_clearly(tmp_path, over, message
 def test_tolerated_vocabulary_problems_are_warnings(tmp_path, over, warning):
     tok = _write(tmp_path, _bpe_meta(over))
     assert any(warning in w for w in tok.warnings), tok.warnings
-    tok.decode(tok.encode("abc ab c"))  # still usable
+    ids = tok.encode("abc ab c")  # still usable: ids inside the vocabulary, text from the input
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert ids and set(tok.decode(ids)) <= set("abc ab c")
 
 
 def test_special_id_outside_vocabulary_falls_back_to_llama_cpp_default(tmp_path):
