@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python tests/bench/bench_engine.py [--prompt 128] [--decode 32] [MODEL.gguf ...]
+    python tests/bench/bench_engine.py [--prompt 128] [--decode 32] [--blas-threads N] [MODEL.gguf ...]
 
 Models: every reference model the engine runs (`../shared/fixtures/reference/`),
 the bundled tiny model (`assets/tiny-clinical-moe.gguf`) when it has been built,
@@ -21,17 +21,25 @@ tiny model exists. Each figure is measured in this run:
 - budget: the UI wants one tiny-model decode step well under 20 ms; the ratio
   printed is median step / 20 ms.
 
+`--blas-threads N` caps OpenBLAS's threads (OPENBLAS_NUM_THREADS, set before
+numpy loads). On a small, busy machine one thread is much faster for models this
+small: two threads wait on each other for matrices of a few hundred rows.
+
 Nothing is asserted: this prints figures (tests never time things).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+if "--blas-threads" in sys.argv[:-1]:  # must be set before numpy loads OpenBLAS
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--blas-threads") + 1]
 
 import numpy as np
 
@@ -132,7 +140,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads (default: OpenBLAS's own choice)")
     args = parser.parse_args(argv)
+    print(f"OpenBLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     paths = list(args.models) or sorted(REFERENCE.glob("ref-*.gguf"))
     if not args.models and TINY.exists():
         paths.append(TINY)

@@ -34,7 +34,7 @@ DEFAULT_STEPS = 16
 
 def add_parser(subparsers) -> None:
     """Register `trace` and its options."""
-    from walkthrough.engine.sampler import LLAMA_CPP_DEFAULTS
+    from walkthrough.engine.knobs import LLAMA_CPP_DEFAULTS
 
     p = subparsers.add_parser(
         "trace",

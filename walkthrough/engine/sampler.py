@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-# llama.cpp's defaults (common_params_sampling in common/common.h).
-LLAMA_CPP_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+from walkthrough.engine.knobs import LLAMA_CPP_DEFAULTS
 
 
 @dataclass(frozen=True)
