@@ -38,7 +38,7 @@ async def test_help_shows_the_stage_and_its_keys(fixtures_dir):
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         text = screen_text(app)
-        assert stage.TITLE in text and "Glossary" in text
+        assert stage.TITLE in text and "Terms" in text and "Quit" in text
         await pilot.press("escape")
         assert app.screen is stage
 

@@ -8,6 +8,7 @@ screen watches.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
@@ -25,7 +26,8 @@ from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.state import RequestState, load_messages
 
 AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves from one stage to the next
-AUTOPLAY_TICKS = 8  # autoplay steps a stage this many times per AUTOPLAY_SECONDS
+AUTOPLAY_TICKS = 8  # autoplay ticks per AUTOPLAY_SECONDS (a stepping stage runs one pass per tick)
+QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
 PLAY_SECONDS = 0.15  # pause between passes while playing
 
 
@@ -59,7 +61,7 @@ class WalkthroughApp(App):
         self.error: str | None = None
         self.loaded: set[str] = set()
         self.stepping = False  # a pass is running in a worker
-        self._dwell = 0  # autoplay ticks spent on the current stage
+        self._arrived = time.monotonic()  # when autoplay reached the current stage
 
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
@@ -214,19 +216,24 @@ class WalkthroughApp(App):
         if "run" not in self.loaded or self.stepping:
             return  # still loading, or a pass is running
         if self.screen.autoplay_step():
+            self._arrived = time.monotonic()
             return
-        self._dwell += 1
-        if self._dwell < AUTOPLAY_TICKS:
+        if time.monotonic() - self._arrived < self.pace:
             return
-        self._dwell = 0
         if self.screenshots is not None:
+            svg = self.export_screenshot()
+            if QUIT_LABEL not in svg:
+                return  # the footer is rebuilding itself (bindings changed): take the picture next tick
             self.screenshots.mkdir(parents=True, exist_ok=True)
-            self.save_screenshot(f"{self._stage_index() + 1}-{self.current_mode}.svg", str(self.screenshots))
+            name = f"{self._stage_index() + 1}-{self.current_mode}.svg"
+            (self.screenshots / name).write_text(svg, encoding="utf-8")
+        self._arrived = time.monotonic()
         if self._stage_index() == len(STAGE_IDS) - 1:
             if self.exit_at_end:
                 self.exit(0)
             return
         self.action_next_stage()
+
 
 def make_app(
     model: str | None = None,

@@ -140,13 +140,13 @@ def overview(f, card, engine_note: Text) -> Group:
     params.append(f", {human_bytes(card.bytes_per_token)} read per token")
     return Group(
         head,
+        params,
         engine_note,
         _section("Layout on disk"),
         layout_table(f),
         _section("Architecture"),
         architecture_table(card),
-        _section("Parameters"),
-        params,
+        _section("Parameters by group"),
         params_table(card),
         _section("Quant mix"),
         quant_mix_table(card),

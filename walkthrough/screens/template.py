@@ -89,16 +89,8 @@ the template's own text dimmed. v switches between the three views.
 
     def refresh_view(self) -> None:
         state = self.state
-        options = self.query_one("#message-list", OptionList)
-        highlighted = options.highlighted
-        options.clear_options()
-        for i, message in enumerate(state.messages):
-            content = message.get("content") or ""
-            line = Text.assemble((f"{i + 1}. ", "bold"), safe_text(f"{message.get('role', '?')}: ", "bold"),
-                                 safe_text(content[:PREVIEW_CHARS] + ("…" if len(content) > PREVIEW_CHARS else "")))
-            options.add_option(Option(line))
-        if state.messages:
-            options.highlighted = min(highlighted or 0, len(state.messages) - 1)
+        if state.messages != self._listed:
+            self._list_messages()
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")
         source = state.template_source
         self.query_one("#template-source", Static).update(
@@ -115,7 +107,23 @@ the template's own text dimmed. v switches between the three views.
         else:
             rendered.update(Text.assemble(("Cannot render: ", "bold"), safe_text(problem or "still preparing")))
 
+    def _list_messages(self) -> None:
+        """Fill the message list (only when the messages changed, so the highlight stays put)."""
+        messages = self.state.messages
+        self._listed = [dict(m) for m in messages]
+        options = self.query_one("#message-list", OptionList)
+        highlighted = options.highlighted
+        options.clear_options()
+        for i, message in enumerate(messages):
+            content = message.get("content") or ""
+            line = Text.assemble((f"{i + 1}. ", "bold"), safe_text(f"{message.get('role', '?')}: ", "bold"),
+                                 safe_text(content[:PREVIEW_CHARS] + ("…" if len(content) > PREVIEW_CHARS else "")))
+            options.add_option(Option(line))
+        if messages:
+            options.highlighted = min(highlighted or 0, len(messages) - 1)
+
     def on_mount(self) -> None:
+        self._listed: list[dict[str, str]] | None = None
         super().on_mount()
         self.query_one("#message-list").focus()
 
