@@ -28,7 +28,7 @@ from walkthrough.screens.state import RequestState, load_messages
 AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves from one stage to the next
 AUTOPLAY_TICKS = 8  # autoplay ticks per AUTOPLAY_SECONDS (a stepping stage runs one pass per tick)
 QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
-PLAY_SECONDS = 0.15  # pause between passes while playing
+PLAY_SECONDS = 0.1  # pause between passes while playing
 
 
 class WalkthroughApp(App):

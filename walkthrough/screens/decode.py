@@ -79,7 +79,9 @@ change the head.
             Group(Text("the reply so far", style="bold"), safe_text(reply, keep_newlines=True))
         )
         if not steps:
-            note = "Press space to run prefill first." if not state.prefill_done else "Press space to decode a token."
+            done = state.steps[-1].end if state.steps else 0
+            note = (f"Prefill has run {done} of {len(state.prompt_ids)} prompt tokens: space runs its next chunk, "
+                    "enter plays on into the answer." if not state.prefill_done else "Press space to decode a token.")
             token_view.update(Text(note))
             self.query_one("#decode-detail", Static).update("")
             return
