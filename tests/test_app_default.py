@@ -1,0 +1,67 @@
+"""`walkthrough` with no argument: the bundled tiny model and the default request; quitting leaves no work behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from app_support import app_for, screen_text, settle
+
+from walkthrough import cli
+from walkthrough.app import make_app
+from walkthrough.screens.state import DEFAULT_MODEL, DEFAULT_REQUEST
+
+
+def test_default_messages_are_the_bundled_request(fixtures_dir):
+    app = make_app(str(fixtures_dir / "reference" / "ref-qwen2-f32.gguf"))
+    expected = json.loads(DEFAULT_REQUEST.read_text(encoding="utf-8"))
+    assert [(m["role"], m["content"]) for m in app.state.messages] == [(m["role"], m["content"]) for m in expected]
+
+
+@pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="the tiny model is not built into assets/ yet")
+async def test_no_argument_opens_the_tiny_model_with_the_default_request():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.state.path == DEFAULT_MODEL
+        assert DEFAULT_MODEL.name in screen_text(app)
+        await pilot.press("2")
+        await pilot.pause()
+        first_user = next(m for m in app.state.messages if m["role"] == "user")
+        assert first_user["content"].splitlines()[0] in screen_text(app)
+
+
+@pytest.mark.skipif(DEFAULT_MODEL.is_file(), reason="the tiny model is there")
+def test_no_argument_without_the_tiny_model_is_one_line(capsys):
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and DEFAULT_MODEL.name in err
+
+
+async def test_quitting_while_playing_leaves_no_worker_running(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("5", "enter")
+        await pilot.pause(0.3)
+        assert app.playing
+        await pilot.press("q")
+    assert not [w for w in app.workers if w.is_running]
+    assert app.state._lock.acquire(timeout=5)  # no pass is still running in a thread
+    app.state._lock.release()
+    passes = app.state.session.steps_run
+    await asyncio.sleep(0.3)
+    assert app.state.session.steps_run == passes  # and none starts after the app is gone
+
+
+async def test_message_text_is_shown_literally(fixtures_dir):
+    hostile = "[bold red]not markup[/] \x1b[2J and \x07"
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", [{"role": "user", "content": hostile}])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "[bold red]not markup[/] \\x1b[2J and \\x07" in text
+        assert "\x1b[2J" not in text
