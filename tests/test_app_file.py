@@ -47,14 +47,19 @@ async def test_tensor_filter_keeps_matching_rows(fixtures_dir):
 
 
 async def test_views_cycle_with_v(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / "ref-llama-q4_0.gguf")
-    async with app.run_test(size=(80, 24)) as pilot:
+    path = fixtures_dir / "reference" / "ref-llama-q4_0.gguf"
+    with open_gguf(path) as f:
+        n_vocab = f.fields["tokenizer.ggml.tokens"].count
+    app = app_for(path)
+    async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("v")
         assert "attn_q.weight" in screen_text(app)
         await pilot.press("v")
         await pilot.pause()
-        assert "general.architecture" in screen_text(app)
+        text = screen_text(app)
+        assert "general.architecture" in text
+        assert f"{n_vocab} items: [" in text  # the vocabulary summarised, not dumped
 
 
 async def test_vocabulary_only_file_opens_and_says_it_cannot_run(fixtures_dir):

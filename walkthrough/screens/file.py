@@ -18,24 +18,17 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
-from walkthrough.textsafe import safe_text, visible
+from walkthrough.textsafe import safe_text
 
 VIEWS = ("overview", "tensors", "metadata")
 MAX_VALUE_CHARS = 80  # metadata values longer than this are cut in the table
 
 
 def metadata_value(f, key: str) -> Text:
-    """A metadata value as literal text: scalars whole (cut if long), arrays by count and a few items."""
-    field = f.fields[key]
-    if not field.is_array:
-        value = field.scalar
-        text = value if isinstance(value, str) else repr(value)
-        cut = len(text) > MAX_VALUE_CHARS
-        return safe_text(text[:MAX_VALUE_CHARS] + ("…" if cut else ""))
-    head = f"[{field.count} items]"
-    if field.count <= 8:
-        return safe_text(f"{head} {visible(repr(list(f.get(key))))}")
-    return Text(head)
+    """A metadata value as literal text: long arrays by count and first items (`inspect.metadata`), cut if long."""
+    from walkthrough.inspect.metadata import describe, summarize_value
+
+    return safe_text(describe(summarize_value(f, key), MAX_VALUE_CHARS))
 
 
 class FileScreen(StageScreen):
