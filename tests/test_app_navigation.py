@@ -94,3 +94,13 @@ def test_malformed_messages_file_is_one_line_and_exit_2(tmp_path, capsys, fixtur
     assert cli.main([str(model), "--messages", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "content" in err
+
+
+def test_unknown_hardware_is_one_line_and_exit_2(capsys, fixtures_dir):
+    from walkthrough.engine.hardware import load_profiles
+
+    model = fixtures_dir / "reference" / "ref-qwen2-f32.gguf"
+    assert cli.main([str(model), "--hardware", "no-such-machine"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no-such-machine" in err
+    assert next(iter(load_profiles())) in err  # the known profiles are listed

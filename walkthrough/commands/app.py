@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.screens.state import resolve_model
 
     resolve_model(args.model)  # a missing file is a one-line error before the screen is taken
+    if args.hardware is not None:
+        from walkthrough.engine.hardware import load_profiles, pick
+
+        pick(load_profiles(), args.hardware)  # an unknown profile name lists the known ones
     app = make_app(
         args.model,
         args.messages,
