@@ -129,3 +129,40 @@ async def test_play_runs_to_the_end(fixtures_dir):
                 break
         assert app.state.finished and not app.playing
         assert len(app.state.decode_steps) <= 3
+
+
+async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir):
+    from walkthrough.commands.estimate import fmt
+    from walkthrough.engine.costs import estimate
+    from walkthrough.engine.hardware import load_profiles
+
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    profiles = list(load_profiles().values())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("7")
+        await pilot.pause()
+        for profile in profiles[:2]:
+            prompt = len(state.prompt_ids)
+            e = estimate(state.card, profile, prompt + state.max_new_tokens, prompt, state.max_new_tokens)
+            text = screen_text(app)
+            assert profile.name[:40] in text.replace("\n ", " ")
+            assert fmt(e.memory.needed.value, "B") in text
+            await pilot.press("h")
+            await pilot.pause()
+
+
+async def test_summary_adds_up_the_passes(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await _step(pilot, 3)  # the prompt in one chunk, then two tokens
+        await pilot.press("8")
+        await pilot.pause()
+        text = screen_text(app)
+        n_prompt = len(app.state.prompt_ids)
+        assert f"1 passes, {n_prompt} prompt tokens" in text
+        assert "2 passes, 2 tokens" in text
+        assert f"{app.state.steps[-1].kv_len} positions" in text

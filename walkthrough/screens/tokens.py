@@ -118,10 +118,22 @@ it came from are shown above the strip.
     def action_move(self, delta: int) -> None:
         self.cursor += delta
         self.refresh_view()
+        self._follow_cursor()
+
+    def _follow_cursor(self) -> None:
+        """Scroll the strip so the cursor's part of the prompt is in view (by its share of the tokens)."""
+        chat = self.state.chat
+        if not chat or not chat.tokens:
+            return
+        box = self.query_one("#token-strip-box", VerticalScroll)
+        line = self.cursor / len(chat.tokens) * box.virtual_size.height
+        if not box.scroll_y <= line < box.scroll_y + box.size.height - 1:
+            box.scroll_to(y=max(line - box.size.height // 2, 0), animate=False)
 
     def action_jump(self, where: int) -> None:
         self.cursor = where if where >= 0 else len(self.state.chat.tokens) - 1 if self.state.chat else 0
         self.refresh_view()
+        self._follow_cursor()
 
     def action_toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
