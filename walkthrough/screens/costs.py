@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text
@@ -59,12 +60,12 @@ prompt's token count plus the answer budget.
         head = self.query_one("#costs-head", Static)
         if state.card is None:
             return
-        try:
-            from walkthrough.commands.estimate import _rows
-            from walkthrough.engine.costs import estimate
+        from walkthrough.commands.estimate import _rows  # the rows `walkthrough estimate` prints
+        from walkthrough.engine.costs import estimate
 
+        try:
             profile = state.profile
-        except Exception as exc:  # noqa: BLE001 - a broken hardware file is shown, not raised
+        except WalkthroughError as exc:  # a broken user hardware file is shown, not raised
             head.update(Text.assemble(("No hardware profiles: ", "bold"), safe_text(str(exc))))
             return
         prompt = max(len(state.prompt_ids), 1)
