@@ -61,6 +61,7 @@ class WalkthroughApp(App):
         self.error: str | None = None
         self.loaded: set[str] = set()
         self.stepping = False  # a pass is running in a worker
+        self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._arrived = time.monotonic()  # when autoplay reached the current stage
 
     # ---- lifecycle ----------------------------------------------------------
@@ -112,7 +113,13 @@ class WalkthroughApp(App):
         if message.part == "run":
             self.stepping = False
         self.revision += 1
-        if message.part == "file" and self.exit_at_end and not self.autoplay:
+        if message.part == "file":
+            self.call_after_refresh(self._file_drawn)
+
+    def _file_drawn(self) -> None:
+        """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
+        self.first_screen_at = time.time()
+        if self.exit_at_end and not self.autoplay:
             self.exit(0)
 
     def on_stage_unavailable(self, message: msg.StageUnavailable) -> None:
