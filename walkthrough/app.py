@@ -21,13 +21,11 @@ from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens import messages as msg
+from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
 from walkthrough.screens.base import STAGE_IDS, STAGES
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.state import RequestState, load_messages
 
-AUTOPLAY_SECONDS = 2.0  # pause between autoplay moves from one stage to the next
-AUTOPLAY_TICKS = 8  # autoplay ticks per AUTOPLAY_SECONDS (a stepping stage runs one pass per tick)
-QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
 PLAY_SECONDS = 0.1  # pause between passes while playing
 
 
@@ -56,21 +54,19 @@ class WalkthroughApp(App):
         self.state = state
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
-        self.screenshots = screenshots
-        self.pace = pace
+        self.walk = Autoplay(self, pace, screenshots, exit_at_end) if self.autoplay else None
         self.error: str | None = None
         self.loaded: set[str] = set()
         self.stepping = False  # a pass is running in a worker
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
-        self._arrived = time.monotonic()  # when autoplay reached the current stage
 
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
         self.switch_mode(STAGE_IDS[0])
         self.load_request()
         self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
-        if self.autoplay:
-            self.set_interval(self.pace / AUTOPLAY_TICKS, self._autoplay_tick, name="autoplay")
+        if self.walk is not None:
+            self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
 
     def on_unmount(self) -> None:
         self.workers.cancel_all()
@@ -217,30 +213,14 @@ class WalkthroughApp(App):
             yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
             yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
 
-    # ---- autoplay and screenshots ---------------------------------------------
-    def _autoplay_tick(self) -> None:
-        """Advance the walk: let the stage step if it wants to, else dwell, save its picture and move on."""
-        if "run" not in self.loaded or self.stepping:
-            return  # still loading, or a pass is running
-        if self.screen.autoplay_step():
-            self._arrived = time.monotonic()
-            return
-        if time.monotonic() - self._arrived < self.pace:
-            return
-        if self.screenshots is not None:
-            svg = self.export_screenshot()
-            if QUIT_LABEL not in svg:
-                return  # the footer is rebuilding itself (bindings changed): take the picture next tick
-            self.screenshots.mkdir(parents=True, exist_ok=True)
-            name = f"{self._stage_index() + 1}-{self.current_mode}.svg"
-            (self.screenshots / name).write_text(svg, encoding="utf-8")
-        self._arrived = time.monotonic()
-        if self._stage_index() == len(STAGE_IDS) - 1:
-            if self.exit_at_end:
-                self.exit(0)
-            return
-        self.action_next_stage()
+    @property
+    def stage_number(self) -> int:
+        """1-based number of the current stage."""
+        return self._stage_index() + 1
 
+    @property
+    def is_last_stage(self) -> bool:
+        return self._stage_index() == len(STAGE_IDS) - 1
 
 def make_app(
     model: str | None = None,

@@ -1,0 +1,60 @@
+"""Autoplay: walk every stage at a steady pace for a screencast, optionally saving an SVG of each.
+
+On each tick the current stage may take a step (`StageScreen.autoplay_step`,
+e.g. one prefill chunk or one decoded token); when it has nothing left to do
+and has been shown for `pace` seconds, its picture is saved (if asked) and the
+walk moves to the next stage, or ends (and the app exits with `exit_at_end`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
+TICKS_PER_PACE = 8  # ticks per pace (a stepping stage runs one pass per tick)
+QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
+
+
+class Autoplay:
+    """The walk's position and timing; `tick` is called by an app timer every `pace / TICKS_PER_PACE` s."""
+
+    def __init__(self, app: Any, pace: float, screenshots: Path | None, exit_at_end: bool) -> None:
+        self.app = app
+        self.pace = pace
+        self.screenshots = screenshots
+        self.exit_at_end = exit_at_end
+        self.arrived = time.monotonic()  # when the walk reached the current stage (or it last stepped)
+
+    @property
+    def interval(self) -> float:
+        return self.pace / TICKS_PER_PACE
+
+    def tick(self) -> None:
+        app = self.app
+        if "run" not in app.loaded or app.stepping:
+            return  # still loading, or a pass is running
+        if app.screen.autoplay_step():
+            self.arrived = time.monotonic()
+            return
+        if time.monotonic() - self.arrived < self.pace:
+            return
+        if self.screenshots is not None and not self._save_picture():
+            return
+        self.arrived = time.monotonic()
+        if app.is_last_stage:
+            if self.exit_at_end:
+                app.exit(0)
+            return
+        app.action_next_stage()
+
+    def _save_picture(self) -> bool:
+        """Save `N-stage.svg`; False (try again next tick) while the footer is rebuilding its keys."""
+        app = self.app
+        svg = app.export_screenshot()
+        if QUIT_LABEL not in svg:
+            return False
+        self.screenshots.mkdir(parents=True, exist_ok=True)
+        (self.screenshots / f"{app.stage_number}-{app.current_mode}.svg").write_text(svg, encoding="utf-8")
+        return True
