@@ -98,3 +98,20 @@ async def test_a_file_that_is_not_gguf_ends_the_app_with_one_line(tmp_path):
         await settle(pilot)
     assert app.return_code == 2
     assert app.error and "notes.gguf" in app.error and "\n" not in app.error
+
+
+async def test_a_failing_part_leaves_the_file_stage_up(fixtures_dir, monkeypatch):
+    from walkthrough.screens.state import RequestState
+
+    def broken(self):
+        raise RuntimeError("tokenizer exploded")
+
+    monkeypatch.setattr(RequestState, "build_tokenizer", broken)
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert "tokenizer exploded" in app.state.unavailable["tokenizer"]
+        assert "bits per weight" in screen_text(app)
+        await pilot.press("3")
+        await pilot.pause()
+        assert "tokenizer exploded" in screen_text(app)

@@ -93,12 +93,20 @@ class WalkthroughApp(App):
             try:
                 build()
             except WalkthroughError as exc:
-                self.post_message(msg.StageUnavailable(part, str(exc)))
+                self._part_failed(part, str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
+                self._part_failed(part, f"internal error (a bug): {type(exc).__name__}: {exc}")
                 continue
             self.post_message(msg.StageLoaded(part))
         self.state.start_run()
         self.post_message(msg.StageLoaded("run"))
         self.post_message(msg.Progress(""))
+
+    def _part_failed(self, part: str, reason: str) -> None:
+        """From the loader thread: record the reason at once (later parts read it), then tell the UI."""
+        self.state.unavailable[part] = reason
+        self.post_message(msg.StageUnavailable(part, reason))
 
     # ---- worker reports -----------------------------------------------------
     def on_progress(self, message: msg.Progress) -> None:

@@ -69,7 +69,7 @@ it came from are shown above the strip.
         chat = state.chat
         counts = self.query_one("#token-counts", Static)
         if chat is None:
-            problem = state.unavailable.get("tokens") or state.unavailable.get("tokenizer")
+            problem = state.unavailable.get("tokenizer") or state.unavailable.get("tokens")
             counts.update(Text.assemble(("No tokens: ", "bold"), safe_text(problem or "still preparing")))
             return
         self.cursor = min(max(self.cursor, 0), max(len(chat.tokens) - 1, 0))
