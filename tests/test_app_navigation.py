@@ -71,13 +71,19 @@ def test_every_screen_term_is_in_the_glossary():
             assert all(s in terms for s in t.see), f"{t.key} points to a missing term"
 
 
-async def test_palette_lists_the_stages(fixtures_dir):
+async def test_palette_lists_the_stages_and_the_stage_actions(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-    assert sum(t.startswith("Stage ") for t in titles) == len(STAGE_IDS)
-    assert "Glossary" in titles and "Help" in titles
+        assert sum(t.startswith("Stage ") for t in titles) == len(STAGE_IDS)
+        assert "Glossary" in titles and "Help" in titles
+        await pilot.press("6")
+        await pilot.pause()
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        assert {"Step", "Play", "Restart", "Temperature up", "Seed"} <= set(commands)
+        await commands["Temperature up"].callback()
+        assert app.state.settings.temperature > 0
 
 
 def test_missing_model_is_one_line_and_exit_2(tmp_path, capsys):

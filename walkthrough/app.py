@@ -220,6 +220,18 @@ class WalkthroughApp(App):
         if hasattr(screen, "action_glossary"):
             yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
             yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
+        # The stage's own keys (step, play, knobs, views...), each under its description.
+        seen = {"Glossary", "Help", "Terms", "Quit", "Next stage", "Previous stage"}
+        for key, active in screen.active_bindings.items():
+            binding = active.binding
+            if not binding.description or binding.description in seen or binding.action.startswith("app.goto"):
+                continue
+            seen.add(binding.description)
+
+            async def run(action: str = binding.action, node=active.node) -> None:
+                await self.run_action(action, node)
+
+            yield SystemCommand(binding.description, f"key {key}", run)
 
     @property
     def stage_number(self) -> int:
