@@ -115,3 +115,13 @@ async def test_a_failing_part_leaves_the_file_stage_up(fixtures_dir, monkeypatch
         await pilot.press("3")
         await pilot.pause()
         assert "tokenizer exploded" in screen_text(app)
+
+
+async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3moe-q8_0.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert "Quant mix" not in screen_text(app)
+        await pilot.press("end")
+        await pilot.pause()
+        assert "Quant mix" in screen_text(app) and "Q8_0" in screen_text(app)

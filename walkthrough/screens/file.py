@@ -66,6 +66,7 @@ Metadata: every key with its type and value, shown literally.
     def __init__(self) -> None:
         super().__init__()
         self._shown = None  # the GGUFFile on display
+        self._filtering = False  # `/` pressed from another view: focus the filter when the view is shown
 
     def compose_body(self) -> ComposeResult:
         with TabbedContent(id="file-views"):
@@ -137,13 +138,33 @@ Metadata: every key with its type and value, shown literally.
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#tensor-table").focus()
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._focus_view()
+
+    def _focus_view(self) -> None:
+        """Focus what scrolls in the active view, so up/down/page keys move through it."""
+        target = {"overview": "#overview-box", "tensors": "#tensor-table", "metadata": "#metadata-table"}
+        active = self.query_one(TabbedContent).active
+        if active == "tensors" and self._filtering:
+            self._filtering = False
+            target["tensors"] = "#tensor-filter"
+        self.query_one(target[active]).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._focus_view()
+
     def action_next_view(self) -> None:
         tabs = self.query_one(TabbedContent)
         tabs.active = VIEWS[(VIEWS.index(tabs.active) + 1) % len(VIEWS)]
 
     def action_filter(self) -> None:
-        self.query_one(TabbedContent).active = "tensors"
-        self.query_one("#tensor-filter", Input).focus()
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == "tensors":
+            self.query_one("#tensor-filter", Input).focus()
+        else:
+            self._filtering = True  # focus the filter once the tensors view is shown
+            tabs.active = "tensors"
 
     def action_leave_filter(self) -> None:
         if self.query_one(TabbedContent).active == "tensors":

@@ -131,6 +131,12 @@ the template's own text dimmed. v switches between the three views.
         tabs = self.query_one(TabbedContent)
         tabs.active = VIEWS[(VIEWS.index(tabs.active) + 1) % len(VIEWS)]
 
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """Focus what scrolls in the active view, so up/down/page keys move through it."""
+        pane = self.query_one(f"#{event.pane.id}")
+        target = pane.query("OptionList, VerticalScroll").first()
+        target.focus()
+
     def _highlighted(self) -> int | None:
         index = self.query_one("#message-list", OptionList).highlighted
         return index if index is not None and index < len(self.state.messages) else None
