@@ -224,7 +224,9 @@ class WalkthroughApp(App):
         seen = {"Glossary", "Help", "Terms", "Quit", "Next stage", "Previous stage"}
         for key, active in screen.active_bindings.items():
             binding = active.binding
-            if not binding.description or binding.description in seen or binding.action.startswith("app.goto"):
+            if active.node is not screen or not binding.description or binding.description in seen:
+                continue  # only the stage's own keys, each once
+            if binding.action.startswith("app.goto"):
                 continue
             seen.add(binding.description)
 

@@ -33,7 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="walkthrough",
         description="Follow one request to a language model, from the file on disk to the last token.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    app_module = _app_command()
+    if app_module is not None:  # without a COMMAND, `walkthrough [MODEL] [options]` opens the app
+        app_parser = argparse.ArgumentParser(prog="walkthrough", add_help=False)
+        app_module.add_arguments(app_parser)
+        parser.epilog = "without a COMMAND, opens the app:\n" + app_parser.format_help()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = _load_command(name)

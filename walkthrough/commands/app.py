@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The app's own options."""
     parser.description = "Follow one request to a language model, stage by stage, in the terminal."
     parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                        help="a .gguf file (default: the bundled tiny model)")
+                        help="a .gguf file, a folder, ollama:NAME[:TAG] or hf:ORG/REPO[/FILE] (default: the bundled tiny model)")
     parser.add_argument("--messages", metavar="F.json",
                         help='chat messages: a JSON list of {"role", "content"} (default: the bundled request)')
     parser.add_argument("--seed", type=int, default=0, help="seed for sampling (default 0)")

@@ -47,9 +47,12 @@ class HelpScreen(ModalScreen):
         seen: set[str] = set()
         for key, active in self.stage.active_bindings.items():
             binding = active.binding
+            if active.node is not self.stage:
+                continue  # the stage's own keys, not those of the widget that has focus (scrolling...)
             if binding.description and binding.description not in seen:
                 seen.add(binding.description)
                 keys.add_row(_key_label(key), binding.description)
+        keys.add_row("ctrl+p", "command palette: every action by name")
         box = Table.grid()
         box.add_row(Text(f"{title}", style="bold"))
         box.add_row(keys)
