@@ -123,7 +123,7 @@ change the head.
         tokens = state.session_tokens(len(row))
         for pos in np.argsort(-row, kind="stable")[:ATTENTION_SHOWN]:
             piece = state.piece(tokens[pos]) if pos < len(tokens) else "?"
-            table.add_row(str(pos), safe_text(piece), f"{row[pos]:.3f}", bar(float(row[pos]), 12))
+            table.add_row(str(pos), safe_text(piece), f"{row[pos]:.3f}", bar(float(row[pos] / row.max()), 12))  # bars relative to the strongest
         return Group(title, table)
 
     def action_layer(self, delta: int) -> None:
