@@ -24,11 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=train.DEFAULT_STEPS)
     ap.add_argument("--examples", type=int, default=train.DEFAULT_EXAMPLES)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads (1 is faster when other jobs share the cores)")
     args = ap.parse_args(argv)
     t0 = time.time()
     print(f"wrote {write_default_request()}")
     summary = train.train(train.DEFAULT_OUT, args.examples, args.steps, train.DEFAULT_BATCH,
-                          train.DEFAULT_LR, threads=2)
+                          train.DEFAULT_LR, threads=args.threads, log_every=50,
+                          save_every=200)
     out = export(train.DEFAULT_OUT, args.out)
     print(f"trained: {summary}")
     print(f"wrote {out} ({out.stat().st_size} bytes); rebuild took {time.time() - t0:.0f}s")

@@ -68,21 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     llm = load(args.model)
     messages = json.loads((ASSETS / "default_request.json").read_text(encoding="utf-8"))
     prompt = render_chat(messages)
+    facts = load_facts()
+    examples = make_examples(EVAL_SEED, args.records, facts)
     ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    print(f"default request: {len(ids)} tokens")
     if args.tokenizer.exists():
         from tokenizers import Tokenizer
 
-        ours = Tokenizer.from_file(str(args.tokenizer)).encode(prompt).ids
-        same = ours == ids
-        print(f"default request: {len(ids)} tokens; llama.cpp ids == training tokenizer ids: {same}")
+        ours = Tokenizer.from_file(str(args.tokenizer))
+        texts = [prompt] + [render_chat(e.messages) + e.answer for e in examples]
+        same = sum(ours.encode(t).ids == llm.tokenize(t.encode(), add_bos=False, special=True)
+                   for t in texts)
+        print(f"llama.cpp ids == training tokenizer ids on {same}/{len(texts)} texts")
     else:
-        print(f"default request: {len(ids)} tokens ({args.tokenizer} missing: not compared)")
+        print(f"{args.tokenizer} missing: token ids not compared")
     text, n, stopped = greedy(llm, prompt)
     print(f"answer ({n} tokens, ended with {IM_END}: {stopped}):\n{text}\n")
 
-    facts = load_facts()
     named_ok = wrong = 0
-    for i, ex in enumerate(make_examples(EVAL_SEED, args.records, facts)):
+    for i, ex in enumerate(examples):
         answer, _, _ = greedy(llm, render_chat(ex.messages))
         in_record = drugs_named(ex.messages[1]["content"], facts)
         named = drugs_named(answer, facts)

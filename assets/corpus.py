@@ -28,6 +28,8 @@ TRAIN_SEED = 1  # training examples (and the tokenizer) come from this seed only
 EVAL_SEED = 9001  # held-out records for quality checks; never used in training
 DEFAULT_SEED = 1808  # the first example of this seed is the default request (chosen by eye)
 DEFAULT_REQUEST_PATH = Path(__file__).with_name("default_request.json")
+POSITIVE_SHARE = 0.6  # questions with an interaction; half the rest ask about a drug from the table
+CONTRAST = "iodinated contrast"  # only ever the new "drug" (a scan), never a record medication
 
 SYSTEM_PROMPT = (
     "You are a clinical assistant. Answer only from the patient record and cite the record line "
@@ -131,16 +133,18 @@ def _pick_drugs(facts: dict, rng: random.Random) -> tuple[str, list[str], list[s
     """Choose the new drug, the interacting record drugs and the other record drugs."""
     names = sorted(facts["drugs"])
     partners = facts["partners"]
-    if rng.random() < 0.72:  # a question with at least one interaction
+    if rng.random() < POSITIVE_SHARE:  # a question with at least one interaction
         pair = rng.choice(facts["pairs"])["drugs"]
-        new = rng.choice(pair)
+        new = CONTRAST if CONTRAST in pair else rng.choice(pair)
         hits = [pair[1] if new == pair[0] else pair[0]]
         more = [d for d in partners[new] if d not in hits]
         if more and rng.random() < 0.2:
             hits.append(rng.choice(more))
+    elif rng.random() < 0.5:  # a drug from the table whose partners are all absent
+        new, hits = rng.choice([d for d in names if partners[d]]), []
     else:
         new, hits = rng.choice(names), []
-    safe = [d for d in names if d != new and d not in partners[new] and d != "iodinated contrast"]
+    safe = [d for d in names if d != new and d not in partners[new] and d != CONTRAST]
     others = rng.sample(safe, rng.randint(3, 8) - len(hits))
     return new, hits, others
 

@@ -28,8 +28,8 @@ VOCAB_SIZE = 2048
 PROMPT_WEIGHT = 0.2
 BALANCE_WEIGHT = 0.02
 DEFAULT_OUT = Path(__file__).parent / "build"
-DEFAULT_EXAMPLES = 20000
-DEFAULT_STEPS = 1200
+DEFAULT_EXAMPLES = 40000
+DEFAULT_STEPS = 2400
 DEFAULT_BATCH = 16
 DEFAULT_LR = 3e-3
 
@@ -44,6 +44,20 @@ def encode_examples(tok, examples) -> list[tuple[list[int], list[float]]]:
         weights = [PROMPT_WEIGHT] * (len(p.ids) - 1) + [1.0] * len(a.ids)  # target i+1 of input i
         out.append((ids, weights))
     return out
+
+
+def epoch_batches(lengths: list[int], batch: int, rng: random.Random) -> list[list[int]]:
+    """One shuffled pass as batches of similar length (less padding): sorted within pools of
+    32 batches, then the batches shuffled. A tail shorter than `batch` is dropped."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    pool = batch * 32
+    batches = []
+    for at in range(0, len(order), pool):
+        chunk = sorted(order[at : at + pool], key=lambda i: lengths[i])
+        batches += [chunk[k : k + batch] for k in range(0, len(chunk) - batch + 1, batch)]
+    rng.shuffle(batches)
+    return batches
 
 
 def make_batch(rows, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,9 +75,10 @@ def make_batch(rows, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 def train(out_dir: Path, n_examples: int, steps: int, batch: int, lr: float, threads: int,
-          config_overrides: dict | None = None, log_every: int = 50) -> dict:
+          config_overrides: dict | None = None, log_every: int = 50, save_every: int = 0) -> dict:
     """Build tokenizer and model from fixed seeds and train; returns a summary dict."""
     torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)  # decaying optimizer moments must not turn into slow denormals
     torch.manual_seed(TORCH_SEED)
     rng = random.Random(TORCH_SEED)
     t0 = time.time()
@@ -82,14 +97,14 @@ def train(out_dir: Path, n_examples: int, steps: int, batch: int, lr: float, thr
     print(f"{len(data)} examples, vocab {config.n_vocab}, "
           f"{sum(p.numel() for p in model.parameters())} parameters, setup {time.time() - t0:.1f}s",
           flush=True)
-    order: list[int] = []
+    lengths = [len(ids) for ids, _ in data]
+    queue: list[list[int]] = []
     ce_avg = bal_avg = None
     t_train = time.time()
     for step in range(1, steps + 1):
-        if len(order) < batch:
-            order = list(range(len(data)))
-            rng.shuffle(order)
-        rows = [data[order.pop()] for _ in range(batch)]
+        if not queue:
+            queue = epoch_batches(lengths, batch, rng)
+        rows = [data[i] for i in queue.pop()]
         inp, tgt, wts = make_batch(rows, pad_id)
         scale = step / warmup if step <= warmup else 0.5 * (
             1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
@@ -110,12 +125,21 @@ def train(out_dir: Path, n_examples: int, steps: int, batch: int, lr: float, thr
         if step % log_every == 0 or step == steps:
             print(f"step {step}/{steps} loss {ce_avg:.4f} balance {bal_avg:.3f} "
                   f"{time.time() - t_train:.0f}s", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+        if save_every and step % save_every == 0 and step < steps:
+            save(model, out_dir, {"steps": step, "batch": batch, "examples": n_examples,
+                                  "final_loss": ce_avg, "balance": bal_avg,
+                                  "train_seconds": time.time() - t_train})
     summary = {"steps": steps, "batch": batch, "examples": n_examples, "final_loss": ce_avg,
                "balance": bal_avg, "train_seconds": time.time() - t_train}
-    torch.save({"config": config.to_dict(), "state": model.state_dict(), "summary": summary},
-               out_dir / "model.pt")
+    save(model, out_dir, summary)
     return summary
+
+
+def save(model: TinyMoE, out_dir: Path, summary: dict) -> None:
+    """Write out_dir/model.pt: config, weights and the training summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": model.c.to_dict(), "state": model.state_dict(), "summary": summary},
+               out_dir / "model.pt")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=DEFAULT_LR)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--save-every", type=int, default=0, help="also save every N steps")
     args = ap.parse_args(argv)
     summary = train(args.out_dir, args.examples, args.steps, args.batch, args.lr, args.threads,
-                    log_every=args.log_every)
+                    log_every=args.log_every, save_every=args.save_every)
     print(summary)
     return 0
 
