@@ -38,9 +38,15 @@ def _greedy_run(model: Model, chunk: int | None, n_new: int = 6, kv_type: str = 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_chunk_size_changes_nothing_but_the_passes(model: Model):
-    whole, whole_steps = _greedy_run(model, None)
+    # Plain float products: chunking may only change float summation order (about 1e-6). With llama.cpp's
+    # input rounding (the default), such differences can move a value across a rounding step, as in
+    # llama.cpp itself; the chosen tokens must still agree (checked on the default model below).
+    exact = Model(model.file, card=model.card, match_llama_cpp=False)
+    whole, whole_steps = _greedy_run(exact, None)
+    default_tokens = [s.chosen for s in _greedy_run(model, None)[1] if s.chosen is not None]
     for chunk in (1, 4, 5):
-        split, split_steps = _greedy_run(model, chunk)
+        assert [s.chosen for s in _greedy_run(model, chunk)[1] if s.chosen is not None] == default_tokens
+        split, split_steps = _greedy_run(exact, chunk)
         prefill = [s for s in split_steps if s.phase == "prefill"]
         assert len(prefill) == -(-len(PROMPT) // chunk)
         assert [s.positions for s in prefill][-1] == (len(PROMPT) - (len(PROMPT) - 1) % chunk - 1, len(PROMPT))

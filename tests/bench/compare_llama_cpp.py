@@ -82,13 +82,13 @@ def quantize(kind: str, src: str, dst: str) -> None:
         raise SystemExit(f"llama.cpp could not quantize {src} to {kind}")
 
 
-def compare(model: Path, llama_python: str) -> None:
+def compare(model: Path, llama_python: str, *, match_llama_cpp: bool = True) -> None:
     import numpy as np
 
     from walkthrough.engine.model import Model
     from walkthrough.engine.session import Session
 
-    engine = Model.open(model)
+    engine = Model.open(model, match_llama_cpp=match_llama_cpp)
     ids = np.random.default_rng(SEED).integers(0, engine.config.n_vocab, N_PROMPT).tolist()
     out = subprocess.run(
         [llama_python, __file__, "--llama-side", str(model), ",".join(map(str, ids))],
@@ -129,11 +129,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--llama-python", default=LLAMA_PYTHON)
     parser.add_argument("--quantize", nargs=3, metavar=("TYPE", "IN", "OUT"))
+    parser.add_argument("--float", action="store_true", help="plain float32 products (no llama.cpp input rounding)")
     args = parser.parse_args(argv)
     if args.quantize:
         subprocess.run([args.llama_python, __file__, "--quantize-side", *args.quantize], check=True)
     for model in args.models:
-        compare(model, args.llama_python)
+        compare(model, args.llama_python, match_llama_cpp=not args.float)
 
 
 if __name__ == "__main__":

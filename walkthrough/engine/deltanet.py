@@ -104,10 +104,10 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     dims = c.hybrid
     hk, hv, dk, dv = dims.n_k_heads, dims.n_v_heads, dims.head_k, dims.head_v
     state = p.cache.states[layer]
-    qkv = ops.linear(x, m.matrix(pre + "attn_qkv.weight", n))  # [n, C]
-    z = ops.linear(x, m.matrix(pre + "attn_gate.weight", n)).reshape(n, hv, dv)  # [n, Hv, dv] output gate
-    beta = ops.sigmoid(ops.linear(x, m.matrix(pre + "ssm_beta.weight", n)))  # [n, Hv]
-    alpha = ops.linear(x, m.matrix(pre + "ssm_alpha.weight", n)) + m.tensor(pre + "ssm_dt.bias")  # [n, Hv]
+    qkv = m.linear(pre + "attn_qkv.weight", x)  # [n, C]
+    z = m.linear(pre + "attn_gate.weight", x).reshape(n, hv, dv)  # [n, Hv, dv] output gate
+    beta = ops.sigmoid(m.linear(pre + "ssm_beta.weight", x))  # [n, Hv]
+    alpha = m.linear(pre + "ssm_alpha.weight", x) + m.tensor(pre + "ssm_dt.bias")  # [n, Hv]
     decay = np.exp(softplus(alpha) * m.tensor(pre + "ssm_a"))  # [n, Hv], ssm_a < 0 so decay in (0, 1]
     conv, state["conv"] = causal_conv(qkv, state["conv"], m.tensor(pre + "ssm_conv1d.weight"))
     mixed = ops.silu(conv)  # [n, C]
@@ -120,7 +120,7 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     nbytes = p.cache.state_bytes_by_layer[layer]
     m.read_state(nbytes, n * (2 * dims.conv_kernel * dims.conv_channels + STATE_FLOPS_PER_VALUE * hv * dv * dk))
     trace.state_bytes = nbytes
-    return ops.linear(out.reshape(n, hv * dv), m.matrix(pre + "ssm_out.weight", n))
+    return m.linear(pre + "ssm_out.weight", out.reshape(n, hv * dv))
 
 
 MIXERS["linear"] = gated_deltanet

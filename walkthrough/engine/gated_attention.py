@@ -34,7 +34,7 @@ def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTr
     q, k = ops.rope(q, cos, sin, neox=True), ops.rope(k, cos, sin, neox=True)
     out = attend(p, layer, q, k, v, trace) * ops.sigmoid(gate)  # [n, h, hd_v]
     o = out.reshape(n, c.n_head * c.head_dim_v)
-    return ops.linear(o, m.matrix(pre + "attn_output.weight", n), m.optional(pre + "attn_output.bias"))
+    return m.linear(pre + "attn_output.weight", o, pre + "attn_output.bias")
 
 
 MIXERS["gated_full"] = gated_full_attention

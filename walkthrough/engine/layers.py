@@ -50,13 +50,11 @@ def project_qkv(
     h_kv = c.n_head_kv[layer]
     q_dim = q_dim or c.head_dim_k
     if m.weights.has(pre + "attn_qkv.weight"):
-        qkv = ops.linear(x, m.matrix(pre + "attn_qkv.weight", n), m.optional(pre + "attn_qkv.bias"))
+        qkv = m.linear(pre + "attn_qkv.weight", x, pre + "attn_qkv.bias")
         nq, nk = c.n_head * q_dim, h_kv * c.head_dim_k
         q, k, v = qkv[:, :nq], qkv[:, nq : nq + nk], qkv[:, nq + nk :]
     else:
-        q = ops.linear(x, m.matrix(pre + "attn_q.weight", n), m.optional(pre + "attn_q.bias"))
-        k = ops.linear(x, m.matrix(pre + "attn_k.weight", n), m.optional(pre + "attn_k.bias"))
-        v = ops.linear(x, m.matrix(pre + "attn_v.weight", n), m.optional(pre + "attn_v.bias"))
+        q, k, v = (m.linear(pre + f"attn_{part}.weight", x, pre + f"attn_{part}.bias") for part in "qkv")
     return (
         q.reshape(n, c.n_head, q_dim),
         k.reshape(n, h_kv, c.head_dim_k),
@@ -77,8 +75,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     neox = c.spec.rope == "neox"
     q, k = ops.rope(q, p.cos, p.sin, neox), ops.rope(k, p.cos, p.sin, neox)
     out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
-    o = out.reshape(n, c.n_head * c.head_dim_v)
-    return ops.linear(o, m.matrix(pre + "attn_output.weight", n), m.optional(pre + "attn_output.bias"))
+    return m.linear(pre + "attn_output.weight", out.reshape(n, c.n_head * c.head_dim_v), pre + "attn_output.bias")
 
 
 def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, trace: LayerTrace) -> np.ndarray:
@@ -90,7 +87,9 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     c = p.config
     start = int(p.positions[0])
     keys, values = p.cache.write(layer, start, k, v)  # [L, h_kv, hd], [L, h_kv, hd_v]
-    out, weights = ops.attention(q, keys, values, p.positions, c.attention_scale)  # [n, h, hd_v], [h, n, L]
+    # llama.cpp's CPU backend rounds q and the attention weights to F16 against an F16 cache.
+    fmt = "f16" if p.cache.cache_type == "f16" and p.meter.match_llama_cpp else "f32"
+    out, weights = ops.attention(q, keys, values, p.positions, c.attention_scale, fmt)  # [n, h, hd_v], [h, n, L]
     visible = int(np.sum(p.positions + 1))  # query-key pairs the causal mask lets through
     p.meter.read_cache(
         p.cache.layer_bytes(layer, keys.shape[0]), 2 * c.n_head * (c.head_dim_k + c.head_dim_v) * visible
@@ -104,30 +103,30 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
 
 def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: SwiGLU with the layer's ffn_gate / ffn_up / ffn_down (optional biases)."""
-    m, n, pre = p.meter, x.shape[0], f"blk.{layer}."
-    gate = ops.linear(x, m.matrix(pre + "ffn_gate.weight", n), m.optional(pre + "ffn_gate.bias"))
-    up = ops.linear(x, m.matrix(pre + "ffn_up.weight", n), m.optional(pre + "ffn_up.bias"))
-    return ops.linear(ops.silu(gate) * up, m.matrix(pre + "ffn_down.weight", n), m.optional(pre + "ffn_down.bias"))
+    m, pre = p.meter, f"blk.{layer}."
+    gate = m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias")
+    up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")
+    return m.linear(pre + "ffn_down.weight", ops.swiglu(gate, up), pre + "ffn_down.bias")
 
 
 def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: softmax router, top-k experts per token (only those dequantized), shared expert if any."""
-    c, m, n, pre = p.config, p.meter, x.shape[0], f"blk.{layer}."
-    router = m.matrix(pre + "ffn_gate_inp.weight", n)  # [E, d]
-    chosen, weights = ops.route(x @ router.T, c.n_experts_used, c.spec.moe_norm_weights)  # [n, k], [n, k]
+    c, m, pre = p.config, p.meter, f"blk.{layer}."
+    router_logits = m.linear(pre + "ffn_gate_inp.weight", x)  # [n, E]
+    chosen, weights = ops.route(router_logits, c.n_experts_used, c.spec.moe_norm_weights)  # [n, k], [n, k]
     trace.experts, trace.expert_weights = chosen, weights
     out = np.zeros_like(x)
-    names = [pre + f"ffn_{w}_exps.weight" for w in ("gate", "up", "down")]
+    gate, up, down = (pre + f"ffn_{w}_exps.weight" for w in ("gate", "up", "down"))
     for e in np.unique(chosen).tolist():
         tokens, slot = np.nonzero(chosen == e)  # which tokens chose e, and in which of their k slots
-        wg, wu, wd = (m.expert(name, e, len(tokens)) for name in names)
-        out[tokens] += weights[tokens, slot, None] * ops.swiglu_ffn(x[tokens], wg, wu, wd)
+        xe = x[tokens]  # [t, d]
+        h = ops.swiglu(m.expert_linear(gate, e, xe), m.expert_linear(up, e, xe))  # [t, ff_exp]
+        out[tokens] += weights[tokens, slot, None] * m.expert_linear(down, e, h)
     if m.weights.has(pre + "ffn_up_shexp.weight"):
-        shared = ops.swiglu_ffn(x, m.matrix(pre + "ffn_gate_shexp.weight", n), m.matrix(pre + "ffn_up_shexp.weight", n),
-                                m.matrix(pre + "ffn_down_shexp.weight", n))
+        h = ops.swiglu(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
+        shared = m.linear(pre + "ffn_down_shexp.weight", h)  # [n, d]
         if m.weights.has(pre + "ffn_gate_inp_shexp.weight"):
-            gate_w = m.matrix(pre + "ffn_gate_inp_shexp.weight", n).reshape(-1, c.n_embd)  # [1, d]
-            shared = shared * ops.sigmoid(x @ gate_w.T)  # [n, 1]: one gate per token
+            shared = shared * ops.sigmoid(m.linear(pre + "ffn_gate_inp_shexp.weight", x))  # [n, 1]: a gate per token
         out += shared
     return out
 

@@ -12,6 +12,11 @@ FLOPs count multiply-adds as 2 per weight per token for matrix products, and
 2 x (key size + value size) per head per visible cached position for attention.
 Linear-attention layers of hybrid models read their fixed state once per pass
 (group "state", beside "kv_cache").
+
+`linear` and `expert_linear` also apply the product the way llama.cpp's CPU
+backend does: the input is first rounded to the weight's "vec_dot" format
+(`walkthrough.engine.activations`), unless the meter was made with
+`match_llama_cpp=False` (plain float32 products).
 """
 
 from __future__ import annotations
@@ -20,15 +25,19 @@ from collections.abc import Callable
 
 import numpy as np
 
+from walkthrough.engine import ops
+from walkthrough.engine.activations import round_activations, vec_dot_format
 from walkthrough.engine.weights import Weights, row_nbytes
 
 
 class Meter:
     """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
 
-    def __init__(self, weights: Weights, group_of: Callable[[str], str]):
+    def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True):
         self.weights = weights
         self.group_of = group_of
+        self.match_llama_cpp = match_llama_cpp
+        self._rounded: tuple[np.ndarray, str, np.ndarray] | None = None  # last input rounded: (x, format, result)
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0
         self._seen: set[object] = set()
@@ -56,6 +65,28 @@ class Meter:
         w = self.tensor(name, group)
         self.flops += 2 * n_tokens * w.size
         return w
+
+    def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
+        """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
+        fmt = vec_dot_format(self.weights.info(name).ggml_type) if self.match_llama_cpp else "f32"
+        if fmt == "f32":
+            return x
+        last = self._rounded
+        if last is not None and last[0] is x and last[1] == fmt:  # q, k and v share one rounded input
+            return last[2]
+        out = round_activations(x, fmt)
+        self._rounded = (x, fmt, out)
+        return out
+
+    def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None) -> np.ndarray:
+        """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted."""
+        w = self.matrix(name, x.shape[0], group)
+        b = self.optional(bias) if bias else None
+        return ops.linear(self.rounded_input(name, x), w.reshape(-1, x.shape[-1]), b)
+
+    def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:
+        """[n, d_in] -> [n, d_out] through expert e's slice of a stacked expert tensor."""
+        return ops.linear(self.rounded_input(name, x), self.expert(name, e, x.shape[0]))
 
     def expert(self, name: str, e: int, n_tokens: int) -> np.ndarray:
         """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""

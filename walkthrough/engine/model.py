@@ -44,8 +44,22 @@ OUTPUT = "output.weight"
 class Model:
     """Everything needed to run one file; holds no per-request state (that is the Session's)."""
 
-    def __init__(self, f: GGUFFile, *, card: ModelCard | None = None, max_cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(
+        self,
+        f: GGUFFile,
+        *,
+        card: ModelCard | None = None,
+        max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        match_llama_cpp: bool = True,
+    ):
+        """Prepare an opened file to run (header only; weights are read on first use).
+
+        Args:
+            match_llama_cpp: round each matrix product's input as llama.cpp's CPU backend does for the
+                weight's stored type (`activations`); False gives plain float32 products.
+        """
         self.file = f
+        self.match_llama_cpp = match_llama_cpp
         self.card = card or build_card(f)
         self.config: Config = build_config(f, self.card)
         for i, (mixer, ffn) in enumerate(zip(self.config.mixers, self.config.ffns)):
@@ -79,7 +93,7 @@ class Model:
 
     def meter(self) -> Meter:
         """A fresh meter for one pass."""
-        return Meter(self.weights, self.group_of)
+        return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp)
 
     def check_ids(self, ids: list[int]) -> None:
         bad = [i for i in ids if not 0 <= i < self.config.n_vocab]
@@ -117,11 +131,8 @@ class Model:
             x = block(p, i, x, trace, last_only=last_only)
             traces.append(trace)
         x = ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps)
-        if self.tied_output:
-            w = meter.matrix(EMBEDDING, x.shape[0], group="output")
-        else:
-            w = meter.matrix(OUTPUT, x.shape[0])
-        logits = ops.linear(x, w, meter.optional("output.bias"))  # [n or 1, n_vocab]
+        head = EMBEDDING if self.tied_output else OUTPUT
+        logits = meter.linear(head, x, "output.bias", group="output")  # [n or 1, n_vocab]
         return logits, traces
 
 

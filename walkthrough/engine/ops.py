@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from walkthrough.engine.activations import round_activations
+
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
 # see `build_moe_ffn` in src/llama-graph.cpp.
 MOE_WEIGHT_SUM_MIN = 6.103515625e-5
@@ -79,7 +81,7 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
 
 
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float, kv_format: str = "f32"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -89,6 +91,8 @@ def attention(
         v: [L, h_kv, hd_v] every cached value.
         q_pos: [n] absolute positions of the queries; query i sees keys 0..q_pos[i].
         scale: multiplies q.k before the softmax (1/sqrt(hd)).
+        kv_format: "f16" rounds q and the weights to F16 before their products with the cache, as
+            llama.cpp's CPU backend does against an F16 cache; "f32" leaves them.
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -97,20 +101,21 @@ def attention(
     n, h, _ = q.shape
     big_l, h_kv, _ = k.shape
     group = h // h_kv
+    q = round_activations(q, kv_format)
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
     kt = k.transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L]
     scores = (qg @ kt) * np.float32(scale)  # [h_kv, group, n, L]
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
     scores = np.where(masked, -np.inf, scores)
     weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
-    out = weights @ v.transpose(1, 0, 2)[:, None]  # [h_kv, group, n, hd_v]
+    out = round_activations(weights, kv_format) @ v.transpose(1, 0, 2)[:, None]  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
 
 
-def swiglu_ffn(x: np.ndarray, w_gate: np.ndarray, w_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
-    """[n, d] -> [n, d]: down(silu(gate(x)) * up(x))"""
-    return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: silu(gate) * up, the gated unit of a SwiGLU FFN (down(swiglu(...)))"""
+    return silu(gate) * up
 
 
 def route(logits: np.ndarray, k: int, normalize: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,64 @@
+"""Rounding a product's input as llama.cpp's CPU backend does: Q8_0, Q8_K, BF16, and its effect on the logits."""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.engine.activations import round_activations
+
+
+def _x(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (4, n)).astype(np.float32)
+
+
+def test_q8_0_agrees_with_the_gguf_reference_quantizer():
+    x = _x(256)
+    ours = round_activations(x, "q8_0")
+    # gguf-py's Q8_0 (d = max/127, codes = round(x / d)) rounds half away from zero and keeps d in F16:
+    # the same grid, so values agree except where x * 127 / max lands within an ulp of a .5 tie.
+    theirs = quants.dequantize(quants.quantize(x, Q.Q8_0), Q.Q8_0)
+    step = np.abs(x).reshape(4, -1, 32).max(-1, keepdims=True) / 127
+    assert np.mean(ours == theirs) > 0.999
+    assert np.all(np.abs(ours - theirs).reshape(4, -1, 32) <= step * 1.01)
+
+
+def _q8_k_reference(block: np.ndarray) -> np.ndarray:
+    """quantize_row_q8_K_ref (ggml-quants.c) then dequantize, one value at a time."""
+    peak = max(block.tolist(), key=abs)
+    if peak == 0:
+        return np.zeros_like(block)
+    iscale = np.float32(-127.0) / np.float32(peak)
+    d = np.float32(1.0) / iscale  # block_q8_K.d; dequantize_row_q8_K gives d * code
+    out = []
+    for v in block:
+        code = min(127, int(np.rint(np.float32(iscale * v))))
+        out.append(d * np.float32(code))
+    return np.array(out, np.float32)
+
+
+def test_q8_k_follows_the_reference_loop():
+    x = _x(512, seed=1)
+    ours = round_activations(x, "q8_K")
+    for row in range(4):
+        for b in range(2):
+            block = x[row, 256 * b : 256 * (b + 1)]
+            assert np.allclose(ours[row, 256 * b : 256 * (b + 1)], _q8_k_reference(block), rtol=0, atol=0)
+
+
+def test_bf16_is_the_nearest_bf16_value():
+    x = _x(64, seed=2).ravel()
+    ours = round_activations(x, "bf16")
+    bits = ours.view(np.uint32)
+    assert np.all(bits & 0xFFFF == 0)  # a BF16 value: the low 16 bits of the F32 pattern are zero
+    down = (x.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    up = ((x.view(np.uint32) & 0xFFFF0000) + 0x10000).view(np.float32)
+    nearest = np.where(np.abs(x - down) <= np.abs(up - x), down, up)
+    assert np.array_equal(ours, nearest)
+
+
+def test_f16_and_f32():
+    x = _x(32, seed=3)
+    assert round_activations(x, "f32") is x
+    assert np.array_equal(round_activations(x, "f16"), x.astype(np.float16).astype(np.float32))
