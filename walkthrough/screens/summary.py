@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.format import human_bytes, human_count
 from walkthrough.textsafe import safe_text
@@ -64,6 +65,9 @@ its number key; r on a stepping stage restarts the request.
             s = state.settings
             table.add_row("6 sampling", f"temperature {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}, "
                                         f"min-p {s.min_p:g}, seed {s.seed}")
+        costs = self._costs()
+        if costs is not None:
+            table.add_row("7 costs", costs)
         if state.steps:
             last = state.steps[-1]
             table.add_row("KV cache", f"{last.kv_len} positions, {human_bytes(last.kv_bytes)}")
@@ -77,6 +81,24 @@ its number key; r on a stepping stage restarts the request.
         self.query_one("#summary-reply", Static).update(
             Group(Text(f"\nthe reply{end}", style="bold"), safe_text(reply, keep_newlines=True)) if reply else ""
         )
+
+    def _costs(self) -> Text | None:
+        """The Costs stage's headline for the chosen machine: time to first token and decode speed."""
+        from walkthrough.commands.estimate import fmt
+        from walkthrough.engine.costs import estimate
+
+        state = self.state
+        try:
+            profile = state.profile
+        except WalkthroughError:
+            return None
+        prompt = max(len(state.prompt_ids), 1)
+        e = estimate(state.card, profile, prompt + state.max_new_tokens, prompt, state.max_new_tokens)
+        text = Text.assemble("on ", safe_text(profile.name), ": ")
+        if not e.fits:
+            return text.append(f"does not fit ({e.memory.verdict})")
+        return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}, "
+                           f"decode {fmt(e.decode.tokens_per_s.value, 'tokens/s')}")
 
     @staticmethod
     def _passes(steps, unit: str) -> str:
