@@ -14,8 +14,10 @@ model's end-of-generation ids, `Config.end_ids`: EOS, EOT and `<|im_end|>`-like
 control tokens, as llama.cpp decides them) or after `max_tokens` passes.
 
 The chunk size changes only how the prompt is split into passes: positions,
-cache contents, logits (up to float rounding, about 1e-6) and chosen tokens
-are the same for any chunk size.
+cache contents, logits and chosen tokens are the same for any chunk size, up
+to float summation order (about 1e-6 with plain float products; with
+llama.cpp's input rounding, the default, such a difference can occasionally
+push a value across a rounding step, as it can in llama.cpp itself).
 """
 
 from __future__ import annotations
