@@ -73,11 +73,15 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
     if hybrid:
         console.print(_kinds_strip(model.config.mixers))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
-    for name, justify, width in (("phase", "left", 7), ("pos", "left", 5), ("in", "left", 8),
-                                 ("experts", "left", 7), ("read", "right", 9), ("KV", "right", 8),
-                                 *((("state", "right", 8),) if hybrid else ()),
-                                 ("ms", "right", 5), ("chosen", "left", 6), ("top", "left", 4)):
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", min_width=width)
+    # Minimum widths fit "1000:1001" positions, "1005.0 KiB" sizes and "1331.2" ms, so only the token
+    # text, the experts and the top candidates get cut on a narrow terminal.
+    for name, justify, width in (("phase", "left", 7), ("pos", "left", 9), ("in", "left", 6),
+                                 ("experts", "left", 5), ("read", "right", 10), ("KV", "right", 9),
+                                 *((("state", "right", 9),) if hybrid else ()),
+                                 ("ms", "right", 6), ("chosen", "left", 6), ("top", "left", 4)):
+        flexible = name in ("experts", "top")  # these share what is left; the others keep their width
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", min_width=width,
+                         ratio=(2 if name == "top" else 1) if flexible else None)
     totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}
     generated: list[int] = []
     step = None
