@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from walkthrough.errors import WalkthroughError
 
 SUBCOMMANDS = ("inspect", "tokenize", "template", "trace", "estimate")
 EXIT_USAGE = 2
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _load_command(name: str):
@@ -54,6 +56,12 @@ def _app_command():
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit status."""
+    # One BLAS thread unless the user set one (before numpy loads). The engine's products are small,
+    # and on a busy machine a second OpenBLAS thread makes every product wait for it: a 286-token
+    # prefill of the tiny model took 45-55 ms with one thread and 1.1-1.6 s with OpenBLAS's default
+    # of two, on the 2-core development machine under load (tests/bench/bench_engine.py --blas-threads).
+    for variable in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(variable, "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     # `walkthrough [MODEL] [app options]` (no subcommand) opens the app.
     opens_app = not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"))

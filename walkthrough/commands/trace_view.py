@@ -1,6 +1,7 @@
 """The human output of `walkthrough trace`: one table row per forward pass, then totals.
 
 Presentation only: every figure is a field of the engine's `Step` records.
+Spaces inside token text show as ␣ (U+2423), so " with" and "with" differ.
 Token text comes from the file, so it goes through `safe_text` and the console
 interprets no markup.
 
@@ -33,14 +34,16 @@ from walkthrough.textsafe import safe_text
 
 TOP_SHOWN = 3
 PIECE_CHARS = 12  # longest token text shown in a cell
+SPACE = "\u2423"  # ␣, how a space inside a token is shown
 PIPE_WIDTH = 120  # columns when the output is a file or a pipe (rich would assume 80)
 
 
 def _piece(piece: Callable[[int], str], i: int) -> Text:
-    text = piece(i)
+    """A token's text for a cell: spaces shown as ␣ (a token is often " word"), control characters escaped."""
+    text = piece(i).replace(" ", SPACE)
     if len(text) > PIECE_CHARS:
         text = text[: PIECE_CHARS - 1] + "…"
-    return safe_text(repr(text)[1:-1] if text.strip() != text or not text else text)
+    return safe_text(text)
 
 
 def _experts(step: Step, n_experts: int) -> str:
