@@ -11,7 +11,7 @@ from walkthrough.cli import main
 from walkthrough.engine.hardware import load_profiles
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.screens.state import DEFAULT_MODEL
+from walkthrough.inspect.locate import BUNDLED_MODEL
 
 REQUIRED = ("hardware", "bytes_per_token", "decode_tokens_per_s_ceiling", "decode_tokens_per_s",
             "prefill_tokens_per_s", "ttft_s", "answer_s", "memory_needed_gb", "fits")
@@ -136,9 +136,9 @@ def test_missing_model_file(tmp_path, capsys):
 def test_default_model_is_the_bundled_one(capsys):
     code = main(["estimate", "--hardware", "cpu-here", "--json"])
     captured = capsys.readouterr()
-    if DEFAULT_MODEL.is_file():
+    if BUNDLED_MODEL.is_file():
         assert code == 0
-        assert json.loads(captured.out)[0]["model"]["path"] == str(DEFAULT_MODEL)
+        assert json.loads(captured.out)[0]["model"]["path"] == str(BUNDLED_MODEL)
     else:
         assert code == 2
         assert "bundled model" in captured.err and captured.err.strip().count("\n") == 0

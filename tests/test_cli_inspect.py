@@ -203,11 +203,11 @@ def test_folder_ollama_and_hf_specs_are_located(monkeypatch, tmp_path: Path, cap
 
 
 def test_no_file_means_the_bundled_model(monkeypatch, tmp_path: Path, capsys, fixtures_dir: Path) -> None:
-    from walkthrough.screens import state
+    from walkthrough.inspect import locate
 
-    monkeypatch.setattr(state, "DEFAULT_MODEL", tmp_path / "tiny-clinical-moe.gguf")
+    monkeypatch.setattr(locate, "BUNDLED_MODEL", tmp_path / "tiny-clinical-moe.gguf")
     code, out, err = inspect(capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "bundled model" in err
-    monkeypatch.setattr(state, "DEFAULT_MODEL", fixtures_dir / "reference/ref-qwen2moe-f32.gguf")
+    monkeypatch.setattr(locate, "BUNDLED_MODEL", fixtures_dir / "reference/ref-qwen2moe-f32.gguf")
     code, out, err = inspect(capsys, "--json")
     assert code == 0 and json.loads(out)["name"] == "ref-qwen2moe"

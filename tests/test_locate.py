@@ -358,3 +358,31 @@ def test_hf_cache_location(tmp_path, monkeypatch, env, relative):
     assert locate.hf_hub_cache() == tmp_path / relative
     cache_repo(tmp_path / relative, "org/R", {"r.gguf": gguf_bytes("r")})
     assert resolve_model("hf:org/R/r.gguf")[0].parent.parent.parent.parent == tmp_path / relative
+
+
+# ---- the bundled files ---------------------------------------------------------------------
+
+
+def test_bundled_files_are_the_repository_assets_shipped_as_package_data():
+    """In a checkout, walkthrough/assets/ links to assets/; pyproject ships what is there in the wheel."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    repo = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "walkthrough"
+    ]
+    package = repo / "walkthrough"
+    for path in (locate.BUNDLED_MODEL, locate.DEFAULT_REQUEST):
+        assert path.parent == package / "assets"
+        assert path.resolve() == repo / "assets" / path.name
+        assert any(path.relative_to(package).match(p) for p in patterns), path
+
+
+def test_model_path_none_is_the_bundled_model(tmp_path, monkeypatch):
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(gguf_bytes("tiny"))
+    monkeypatch.setattr(locate, "BUNDLED_MODEL", model)
+    assert locate.model_path(None) == model
+    assert locate.model_path(str(model)) == model
+    model.unlink()
+    with pytest.raises(ModelNotFoundError, match="bundled model .*tiny.gguf is missing; name a MODEL"):
+        locate.model_path(None)

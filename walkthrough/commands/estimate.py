@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from walkthrough.commands.common import add_model_argument, open_model
 from walkthrough.errors import WalkthroughError
 
 DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
@@ -28,8 +29,7 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("estimate", help="memory, time to first token and speed on hardware profiles",
                               description=__doc__.splitlines()[0])
-    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a .gguf file, folder, ollama:NAME or hf:REPO/FILE (default: the bundled tiny model)")
+    add_model_argument(p)
     p.add_argument("--hardware", metavar="NAME", help="one profile id (default: every profile)")
     p.add_argument("--context", type=int, metavar="N", help="context window in tokens (KV cache size)")
     p.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length in tokens")
@@ -41,15 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from walkthrough.commands.inspect import resolve
     from walkthrough.engine.costs import estimate
     from walkthrough.engine.hardware import load_profiles, pick
     from walkthrough.inspect.card import build_card
-    from walkthrough.inspect.gguf import open_gguf
 
     profiles = pick(load_profiles(args.hardware_file), args.hardware)
-    path = resolve(args.model)
-    card = build_card(open_gguf(path))
+    with open_model(args.model) as f:
+        path, card = f.path, build_card(f)
     context, prompt, output = request_sizes(card.context_length, args.context, args.prompt_tokens,
                                             args.output_tokens)
     if args.users < 1:

@@ -1,6 +1,6 @@
-"""`walkthrough inspect [FILE] [--json] [--tensors] [--metadata]`: the model card of a GGUF, from its header.
+"""`walkthrough inspect [MODEL] [--json] [--tensors] [--metadata]`: the model card of a GGUF, from its header.
 
-FILE is a path, `ollama:NAME[:TAG]`, `hf:REPO/FILE` or a folder (resolved by
+MODEL is a path, a folder, `ollama:NAME[:TAG]` or `hf:ORG/REPO[/FILE]` (resolved by
 `walkthrough.inspect.locate`); without it, the bundled tiny model. Nothing but
 the header is read, so a 20 GB file inspects as fast as a small one.
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from walkthrough.commands.common import add_model_argument, open_model
 
 
 def add_parser(subparsers) -> None:
@@ -26,8 +27,7 @@ def add_parser(subparsers) -> None:
         description="Show a GGUF file's model card from its header: architecture, parameters total and "
         "active, size and bits per weight, KV cache per token, per-layer structure.",
     )
-    p.add_argument("file", nargs="?", default=None, metavar="FILE",
-                   help="a .gguf file, ollama:NAME[:TAG], hf:REPO/FILE or a folder (default: the bundled tiny model)")
+    add_model_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (fields listed in the README)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor, grouped by layer")
     p.add_argument("--metadata", action="store_true", help="also list every metadata key and the chat template")
@@ -36,10 +36,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the file, build its card, print it; user errors propagate to the CLI as one line."""
     from walkthrough.inspect.card import build_card
-    from walkthrough.inspect.gguf import open_gguf
 
-    path = resolve(args.file)
-    with open_gguf(path) as f:
+    with open_model(args.model) as f:
         card = build_card(f)
         if args.json:
             print(json.dumps(inspect_json(f, card), indent=2, allow_nan=False))
@@ -48,17 +46,6 @@ def run(args: argparse.Namespace) -> int:
 
         render(f, card, tensors=args.tensors, metadata=args.metadata, out=sys.stdout)
     return 0
-
-
-def resolve(spec: str | None) -> Path:
-    """The GGUF file to open for FILE (first shard of a split model; `open_gguf` opens the rest)."""
-    if spec is None:  # the app's bundled model, with the app's message when it is missing
-        from walkthrough.screens.state import resolve_model as bundled_model
-
-        return bundled_model(None)
-    from walkthrough.inspect.locate import resolve_model
-
-    return resolve_model(spec)[0]
 
 
 def inspect_json(f, card) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from walkthrough.commands.common import add_model_argument, open_model
+
 
 def add_parser(subparsers) -> None:
     """Register `template` and its options."""
@@ -48,13 +50,7 @@ def add_parser(subparsers) -> None:
 
 def add_template_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL and the template options `template` and `tokenize` share."""
-    p.add_argument(
-        "model",
-        nargs="?",
-        default=None,
-        metavar="MODEL",
-        help="a .gguf file, folder, ollama:NAME[:TAG] or hf:REPO/FILE (default: the bundled tiny model)",
-    )
+    add_model_argument(p)
     p.add_argument(
         "--template", metavar="F.jinja", help="use this template file instead of the model's"
     )
@@ -84,14 +80,6 @@ def template_source(args: argparse.Namespace, f: Any | None) -> tuple[str, str]:
     where = Path(f.path).name
     name = args.template_name or "default"
     return select_template(f, args.template_name, where=where), f"chat template {name!r} of {where}"
-
-
-def open_model(spec: str | None):
-    """The opened GGUF for MODEL (the bundled tiny model when None)."""
-    from walkthrough.commands.inspect import resolve
-    from walkthrough.inspect.gguf import open_gguf
-
-    return open_gguf(resolve(spec))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from walkthrough.commands.common import open_model
 from walkthrough.commands.template import add_template_arguments
 
 
@@ -117,7 +118,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Tokenize and print; user errors propagate to the CLI as one line."""
-    from walkthrough.commands.template import open_model, template_source
+    from walkthrough.commands.template import template_source
     from walkthrough.inspect.chat import chat_tokens, raw_tokens
     from walkthrough.inspect.template import load_messages
     from walkthrough.inspect.tokenizer import GGUFTokenizer

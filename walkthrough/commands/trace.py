@@ -25,9 +25,9 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "assets" / "tiny-clinical-moe.gguf"
+from walkthrough.commands.common import add_model_argument, open_model
+
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
 DEFAULT_STEPS = 16
 
@@ -42,8 +42,7 @@ def add_parser(subparsers) -> None:
         description="Run one request through the numpy engine: prefill in chunks, then decode. "
         "One row (or one JSON line) per forward pass.",
     )
-    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a .gguf file, folder, ollama:NAME[:TAG] or hf:REPO/FILE (default: the bundled tiny model)")
+    add_model_argument(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with the chat template")
     source.add_argument("--messages", metavar="F.json", help="a JSON list of {role, content} messages")
@@ -73,13 +72,12 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.engine.sampler import Sampler, SamplerSettings
     from walkthrough.engine.session import Session
     from walkthrough.errors import WalkthroughError
-    from walkthrough.inspect.gguf import open_gguf
 
     if args.steps < 1:
         raise WalkthroughError(f"--steps {args.steps}: give at least 1 token to generate")
     if args.chunk < 1:
         raise WalkthroughError(f"--chunk {args.chunk}: a prefill pass needs at least 1 token")
-    f = open_gguf(resolve(args.model))
+    f = open_model(args.model)
     model = Model(f)
     tok = tokenizer(f, required=args.ids is None)
     ids = prompt_ids(f, tok, args)
@@ -117,22 +115,6 @@ def _print(passes, model, piece, *, as_json: bool, logits: bool) -> None:
     from walkthrough.commands.trace_view import print_trace
 
     print_trace(model, passes, piece, out=sys.stdout)
-
-
-def resolve(spec: str | None) -> Path:
-    """The model file: MODEL as the locator resolves it, or the bundled tiny model."""
-    from walkthrough.errors import WalkthroughError
-
-    if spec is None:
-        if not BUNDLED_MODEL.exists():
-            raise WalkthroughError(
-                f"the bundled tiny model is missing ({BUNDLED_MODEL}); build it with assets/build_tiny_model.py "
-                "or name a MODEL"
-            )
-        return BUNDLED_MODEL
-    from walkthrough.inspect.locate import resolve_model
-
-    return resolve_model(spec)[0]
 
 
 def tokenizer(f, *, required: bool):

@@ -2,9 +2,14 @@
 
 `resolve_model(spec)` returns the model's files, first shard first (a single
 path for an ordinary model, every shard for a split one); pass `paths[0]` to
-`open_gguf`, which opens the other shards itself. Anything that cannot be found
-raises `ModelNotFoundError`, a `WalkthroughError` whose one-line message says
-what was looked for, where, and what is there instead.
+`open_gguf`, which opens the other shards itself. `model_path(spec)` is that
+first path, with None meaning the bundled tiny model (`bundled_model()`).
+Anything that cannot be found raises `ModelNotFoundError`, a `WalkthroughError`
+whose one-line message says what was looked for, where, and what is there instead.
+
+The bundled files (the tiny model and the default request) are made in the
+repository's `assets/` and shipped from `walkthrough/assets/`: in a checkout
+that folder holds links to them, in an installed wheel copies (package data).
 
 What each spec means:
 
@@ -56,6 +61,9 @@ OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 OLLAMA_DIGEST = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 HF_MAIN_REF = "main"
 MAX_LISTED = 20  # names shown in an error before "and N more"
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets"
+BUNDLED_MODEL = BUNDLED_DIR / "tiny-clinical-moe.gguf"
+DEFAULT_REQUEST = BUNDLED_DIR / "default_request.json"
 
 
 class ModelNotFoundError(WalkthroughError):
@@ -89,6 +97,29 @@ def resolve_model(spec: str | os.PathLike) -> list[Path]:
     if ":" in text and "/" not in text:
         hint = f"; for an Ollama model write {OLLAMA_PREFIX}{text}"
     raise ModelNotFoundError(f"no such file or folder: {path}{hint}")
+
+
+def model_path(spec: str | os.PathLike | None) -> Path:
+    """The file to pass to `open_gguf` for MODEL: the bundled tiny model for None, else the first shard.
+
+    Raises:
+        ModelNotFoundError: as `resolve_model`, or the bundled model is missing.
+    """
+    return bundled_model() if spec is None else resolve_model(spec)[0]
+
+
+def bundled_model() -> Path:
+    """The bundled tiny model (`assets/tiny-clinical-moe.gguf`, shipped in the package).
+
+    Raises:
+        ModelNotFoundError: the file is not there (a checkout where it is not built yet).
+    """
+    if not BUNDLED_MODEL.is_file():
+        raise ModelNotFoundError(
+            f"the bundled model {BUNDLED_MODEL} is missing; name a MODEL, or build it in a checkout "
+            "with assets/build_tiny_model.py"
+        )
+    return BUNDLED_MODEL
 
 
 # ---- folders -------------------------------------------------------------------------------

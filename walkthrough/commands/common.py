@@ -1,0 +1,32 @@
+"""What the subcommands share: the MODEL argument and opening the file it names.
+
+Imported when the parser is built, so it stays light: the GGUF reader and the
+locator load only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+MODEL_HELP = (
+    "a .gguf file, a folder, ollama:NAME[:TAG] or hf:ORG/REPO[/FILE] (default: the bundled tiny model)"
+)
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """The optional MODEL positional (`args.model`, None for the bundled tiny model)."""
+    parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
+
+
+def open_model(spec: str | os.PathLike | None) -> Any:
+    """The opened `GGUFFile` for MODEL (first shard of a split model; the bundled tiny model for None).
+
+    Raises:
+        WalkthroughError: nothing found for `spec`, or the file is not a readable GGUF.
+    """
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.inspect.locate import model_path
+
+    return open_gguf(model_path(spec))
