@@ -8,6 +8,7 @@ screen watches.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +27,7 @@ from walkthrough.screens.base import STAGE_IDS, STAGES
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.state import RequestState, load_messages
 
+FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
 
 
@@ -59,6 +61,7 @@ class WalkthroughApp(App):
         self.loaded: set[str] = set()
         self.stepping = False  # a pass is running in a worker
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
+        self._file_shown = threading.Event()
 
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
@@ -69,6 +72,7 @@ class WalkthroughApp(App):
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
 
     def on_unmount(self) -> None:
+        self._file_shown.set()
         self.workers.cancel_all()
         self.state.close()
 
@@ -86,6 +90,8 @@ class WalkthroughApp(App):
             self.post_message(msg.LoadFailed(f"{exc.filename or self.state.spec}: {exc.strerror or exc}"))
             return
         self.post_message(msg.StageLoaded("file"))
+        # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
+        self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
         for part, build in self.state.builders():
             if worker.is_cancelled:
                 return
@@ -123,6 +129,7 @@ class WalkthroughApp(App):
     def _file_drawn(self) -> None:
         """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
         self.first_screen_at = time.time()
+        self._file_shown.set()
         if self.exit_at_end and not self.autoplay:
             self.exit(0)
 
