@@ -20,7 +20,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import bar
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import bytes_table, experts_grid, kv_table
+from walkthrough.screens.views import balance_line, bytes_table, experts_grid, flops_line, kv_table
 from walkthrough.textsafe import safe_text
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
@@ -93,7 +93,8 @@ change the head.
             line.append_text(safe_text(state.piece(step.chosen), "bold reverse"))
         if state.finished or step.stopped:
             line.append("  (end of the answer)", style="italic")
-        token_view.update(line)
+        verdict = balance_line(step, state.balance_point(), state.profile.name if state.profile else "")
+        token_view.update(Group(line, flops_line(step), *([verdict] if verdict else [])))
         parts = []
         if state.card.is_moe:
             parts.append(Group(Text("experts lit for this token", style="bold"),

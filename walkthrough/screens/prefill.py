@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import experts_grid, flops_line, token_strip
+from walkthrough.screens.views import balance_line, experts_grid, flops_line, token_strip
 from walkthrough.textsafe import safe_text
 
 
@@ -71,9 +71,9 @@ dimmed. The KV cache fills by one row per token per attention layer.
                           f"  {bar(done / total, 20)} {done}/{total} tokens"),
             flops_line(step),
         ]
-        balance = state.balance_point()
-        if balance:
-            lines.append(Text(f"balance point of {state.profile.name}: {balance:.0f} FLOPs/byte", style="dim"))
+        verdict = balance_line(step, state.balance_point(), state.profile.name if state.profile else "")
+        if verdict is not None:
+            lines.append(verdict)
         lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))
         if state.prefill_done and step.chosen is not None:
             lines.append(Text.assemble(("first token chosen: ", "bold"), safe_text(state.piece(step.chosen))))

@@ -139,3 +139,17 @@ def flops_line(step) -> Text:
         ("  bytes read ", "bold"), human_bytes(total),
         ("  intensity ", "bold"), f"{intensity:.1f} FLOPs/byte",
     )
+
+
+def balance_line(step, balance: float | None, machine: str) -> Text | None:
+    """The pass's intensity against a machine's balance point: which limit it would hit there."""
+    total = step.bytes_read.get("total", 0)
+    if not balance or not total:
+        return None
+    intensity = step.flops / total
+    bound = "compute" if intensity >= balance else "memory bandwidth"
+    return Text.assemble(
+        f"on {machine} (balance point {balance:.0f} FLOPs/byte) this pass is limited by ",
+        (bound, "bold"),
+        style="dim",
+    )
