@@ -185,3 +185,20 @@ async def test_same_seed_and_keys_give_the_same_screens(fixtures_dir):
     assert first == second
     assert len(first[0]) == 6
     assert other[0] != first[0]  # another seed draws other tokens (at temperature 1 over ~40 candidates)
+
+
+async def test_passes_are_placed_against_the_machine_balance_point(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        state = app.state
+        profile = state.profile
+        balance = profile.compute_tflops * 1e12 / (profile.bandwidth_gbs * 1e9)
+        for stage in ("4", "5"):
+            await pilot.press(stage)
+            await _step(pilot)
+            step = state.steps[-1]
+            intensity = step.flops / step.bytes_read["total"]
+            expected = "compute" if intensity >= balance else "memory bandwidth"
+            text = " ".join(screen_text(app).split())
+            assert f"this pass is limited by {expected}" in text, stage
