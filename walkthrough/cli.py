@@ -5,6 +5,12 @@ Each subcommand lives in `walkthrough/commands/<name>.py` and exposes
 tokenizers) are imported inside `run`, so `walkthrough --help` stays instant.
 Errors from user input (`WalkthroughError`, unreadable files) become one line
 on stderr and exit status 2, never a traceback.
+
+`main()` first sets OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to 1 unless the
+user set them: BLAS reads them once, when numpy is first imported, and nothing
+imports numpy before a command runs. The engine's products are small, and an
+extra BLAS thread on a busy machine makes every product wait for it (see
+`main`); export the variable to choose another count.
 """
 
 from __future__ import annotations
@@ -18,40 +24,37 @@ from walkthrough.errors import WalkthroughError
 
 SUBCOMMANDS = ("inspect", "tokenize", "template", "trace", "estimate")
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 1  # what Rich's Console exits with when its reader leaves
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+USAGE = "%(prog)s [MODEL] [options]        (opens the app)\n       %(prog)s COMMAND [MODEL] [options]"
 
 
-def _load_command(name: str):
-    try:
-        return importlib.import_module(f"walkthrough.commands.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"walkthrough.commands.{name}":
-            return None
-        raise
+def _command(name: str):
+    """The module of a subcommand, or of the app for "app"."""
+    return importlib.import_module(f"walkthrough.commands.{name}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser: the app's own options, then one sub-parser per available subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="walkthrough",
-        description="Follow one request to a language model, from the file on disk to the last token.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    app_module = _app_command()
-    if app_module is not None:  # without a COMMAND, `walkthrough [MODEL] [options]` opens the app
-        app_parser = argparse.ArgumentParser(prog="walkthrough", add_help=False)
-        app_module.add_arguments(app_parser)
-        parser.epilog = "without a COMMAND, opens the app:\n" + app_parser.format_help()
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        module = _load_command(name)
-        if module is not None:
-            module.add_parser(sub)
+def app_parser(**kwargs) -> argparse.ArgumentParser:
+    """The parser of `walkthrough [MODEL] [options]`, which opens the app."""
+    parser = argparse.ArgumentParser(prog="walkthrough", **kwargs)
+    _command("app").add_arguments(parser)
     return parser
 
 
-def _app_command():
-    return _load_command("app")
+def build_parser() -> argparse.ArgumentParser:
+    """The subcommands' parser; its help ends with the app's options."""
+    parser = argparse.ArgumentParser(
+        prog="walkthrough",
+        usage=USAGE,
+        description="Follow one request to a language model, from the file on disk to the last token.",
+        epilog="without a COMMAND, opens the app:\n" + app_parser(add_help=False).format_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        _command(name).add_parser(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,23 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     opens_app = not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"))
     try:
         if opens_app:
-            app_module = _app_command()
-            if app_module is None:
-                print("walkthrough: the app is not built yet; try `walkthrough inspect`", file=sys.stderr)
-                return EXIT_USAGE
-            parser = argparse.ArgumentParser(prog="walkthrough")
-            app_module.add_arguments(parser)
-            return app_module.run(parser.parse_args(argv))
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        module = _load_command(args.command)
-        return module.run(args)
+            return _command("app").run(app_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        return _command(args.command).run(args)
     except WalkthroughError as exc:
         print(f"walkthrough: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `walkthrough ... | head`: the reader left; stop quietly, as Rich does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail
+        return EXIT_BROKEN_PIPE
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         print(f"walkthrough: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

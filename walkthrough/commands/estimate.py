@@ -27,10 +27,16 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("estimate", help="memory, time to first token and speed on hardware profiles",
-                              description=__doc__.splitlines()[0])
+    """Register `estimate` and its options."""
+    p = subparsers.add_parser(
+        "estimate",
+        help="memory, time to first token and speed on hardware profiles",
+        description="Will the model fit, how soon is the first word, how fast does it write: one table "
+        "per hardware profile, each figure with the formula behind it.",
+    )
     add_model_argument(p)
-    p.add_argument("--hardware", metavar="NAME", help="one profile id (default: every profile)")
+    p.add_argument("--hardware", metavar="NAME",
+                   help="one profile id (default: every profile; a wrong NAME lists them)")
     p.add_argument("--context", type=int, metavar="N", help="context window in tokens (KV cache size)")
     p.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length in tokens")
     p.add_argument("--output-tokens", type=int, metavar="N", help="answer length in tokens")

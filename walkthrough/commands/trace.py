@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from walkthrough.commands.common import add_model_argument, open_model
@@ -94,11 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if not last.stopped:
             yield from session.decode(sampler, args.steps - 1, all_logits=args.logits)
 
-    piece = token_pieces(f, tok)
-    try:
-        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
-    except BrokenPipeError:  # `trace ... | head`: the reader left; stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _print(passes(), model, token_pieces(f, tok), as_json=as_json, logits=args.logits)
     return 0
 
 

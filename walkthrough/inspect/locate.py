@@ -93,6 +93,8 @@ def resolve_model(spec: str | os.PathLike) -> list[Path]:
         return model_in_folder(path)
     if path.is_file():
         return shard_paths(path)
+    if path.exists():
+        raise ModelNotFoundError(f"{path} is neither a file nor a folder; name a .gguf file")
     hint = ""
     if ":" in text and "/" not in text:
         hint = f"; for an Ollama model write {OLLAMA_PREFIX}{text}"
