@@ -41,3 +41,10 @@ def svg_text(svg: str) -> str:
     """The visible characters of an SVG screenshot (Textual writes one <text> per run of cells)."""
     runs = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
     return unescape("".join(runs)).replace("\xa0", " ")
+
+
+def widget_text(widget, width: int = 400) -> str:
+    """A Static's content as plain text, laid out wide enough that nothing wraps."""
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
+    console.print(widget.content)
+    return console.export_text(styles=False)

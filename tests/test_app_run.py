@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from app_support import app_for, screen_text, settle
+from app_support import app_for, screen_text, settle, widget_text
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.session import Session
@@ -194,11 +194,11 @@ async def test_passes_are_placed_against_the_machine_balance_point(fixtures_dir)
         state = app.state
         profile = state.profile
         balance = profile.compute_tflops * 1e12 / (profile.bandwidth_gbs * 1e9)
-        for stage in ("4", "5"):
+        for stage, figures in (("4", "#prefill-figures"), ("5", "#decode-token")):
             await pilot.press(stage)
             await _step(pilot)
             step = state.steps[-1]
             intensity = step.flops / step.bytes_read["total"]
             expected = "compute" if intensity >= balance else "memory bandwidth"
-            text = " ".join(screen_text(app).split())
+            text = widget_text(app.screen.query_one(figures))
             assert f"this pass is limited by {expected}" in text, stage
