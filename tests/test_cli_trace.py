@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES_DIR
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from walkthrough.cli import main
 
@@ -72,6 +74,45 @@ def test_human_table_shows_every_pass(capsys):
     assert sum(line.startswith("prefill ") for line in lines) == 3
     assert sum(line.startswith("decode ") for line in lines) == 2
     assert "prefill: 5 tokens" in out and "decode: 2 tokens" in out and "generated:" in out
+
+
+def test_table_at_120_columns_shows_every_layers_experts(capsys):
+    """The experts column is as wide as its widest cell when the row fits (a file or pipe gets 120 columns)."""
+    args = [str(REFERENCE / "ref-qwen35moe-f32.gguf"), "--ids", "5,6,7,8,9", "--steps", "3", "--chunk", "2"]
+    records = _trace_json(capsys, *args)
+    assert main(["trace", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith(("prefill ", "decode "))]
+    assert len(rows) == len(records)
+    for row, record in zip(rows, records):
+        experts = record["experts"] if record["phase"] == "decode" else None
+        if experts is not None:  # the decoded token's ids, layer by layer, as the JSON has them
+            assert " ".join(",".join(map(str, layer[0])) for layer in experts) in row
+        assert "…" not in row.split()[3]
+
+
+@settings(max_examples=200)
+@given(
+    fixed=st.lists(st.integers(1, 20), min_size=1, max_size=9),
+    experts=st.integers(1, 200),
+    top=st.integers(3, 80),
+    width=st.integers(40, 250),
+)
+def test_column_widths_cut_top_first_then_experts(fixed, experts, top, width):
+    from walkthrough.commands.trace_view import EXPERTS_MIN, TOP_KEEP, column_widths
+
+    headers = [f"c{i}" for i in range(len(fixed))] + ["experts", "top"]
+    needed = [*fixed, max(experts, EXPERTS_MIN), top]
+    widths = column_widths(headers, needed, width)
+    left = width - (len(headers) - 1) - sum(fixed)
+    assert widths[: len(fixed)] == fixed  # fixed columns keep what they need
+    assert widths[-2] <= needed[-2] and widths[-1] <= needed[-1]
+    if sum(needed[-2:]) <= left:
+        assert widths[-2:] == needed[-2:]
+    elif left >= EXPERTS_MIN + 3:
+        assert sum(widths[-2:]) == left  # the two share all that is left
+        if widths[-2] < needed[-2]:  # experts are cut only once top is down to TOP_KEEP (or EXPERTS_MIN reached)
+            assert widths[-1] <= max(TOP_KEEP, left - EXPERTS_MIN)
 
 
 def test_prompt_goes_through_the_chat_template(capsys):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -36,6 +37,9 @@ TOP_SHOWN = 3
 PIECE_CHARS = 12  # longest token text shown in a cell
 SPACE = "\u2423"  # ␣, how a space inside a token is shown
 PIPE_WIDTH = 120  # columns when the output is a file or a pipe (rich would assume 80)
+RIGHT_ALIGNED = ("read", "KV", "state", "ms")
+EXPERTS_MIN = len("experts")  # the narrowest the experts column gets: its header
+TOP_KEEP = 24  # cells the top candidates keep before the experts column is cut (one candidate and more)
 
 
 def _piece(piece: Callable[[int], str], i: int) -> Text:
@@ -75,16 +79,8 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
     hybrid = "linear" in model.config.mixers
     if hybrid:
         console.print(_kinds_strip(model.config.mixers))
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
-    # Minimum widths fit "1000:1001" positions, "1005.0 KiB" sizes and "1331.2" ms, so only the token
-    # text, the experts and the top candidates get cut on a narrow terminal.
-    for name, justify, width in (("phase", "left", 7), ("pos", "left", 9), ("in", "left", 6),
-                                 ("experts", "left", 5), ("read", "right", 10), ("KV", "right", 9),
-                                 *((("state", "right", 9),) if hybrid else ()),
-                                 ("ms", "right", 6), ("chosen", "left", 6), ("top", "left", 4)):
-        flexible = name in ("experts", "top")  # these share what is left; the others keep their width
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis", min_width=width,
-                         ratio=(2 if name == "top" else 1) if flexible else None)
+    headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms", "chosen", "top"]
+    rows: list[tuple[str | Text, ...]] = []
     totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}
     generated: list[int] = []
     step = None
@@ -98,9 +94,16 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
         if step.chosen is not None:
             generated.append(step.chosen)
         state = (human_bytes(step.state_bytes),) if hybrid else ()
-        table.add_row(step.phase, f"{step.start}:{step.end}", fed, _experts(step, card.n_experts),
-                      human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), *state,
-                      f"{step.seconds * 1000:.1f}", chosen, _top(step, piece))
+        rows.append((step.phase, f"{step.start}:{step.end}", fed, _experts(step, card.n_experts),
+                     human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), *state,
+                     f"{step.seconds * 1000:.1f}", chosen, _top(step, piece)))
+    needed = [max(cell_len(h), *(_cell_width(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
+    for header, width in zip(headers, column_widths(headers, needed, console.width)):
+        table.add_column(header, justify="right" if header in RIGHT_ALIGNED else "left", no_wrap=True,
+                         overflow="ellipsis", width=width)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     for phase, (tokens, seconds) in totals.items():
         if tokens:
@@ -110,6 +113,27 @@ def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str]
         for line in _cache_lines(step):
             console.print(line)
     console.print(Text("generated: ").append_text(safe_text("".join(piece(i) for i in generated))))
+
+
+def _cell_width(cell: str | Text) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+
+
+def column_widths(headers: list[str], needed: list[int], width: int) -> list[int]:
+    """Column widths for a table `width` cells wide (one cell between columns).
+
+    Every column but "experts" and "top" gets what its widest cell needs. The
+    two share what is left: the top candidates are cut first, down to
+    `TOP_KEEP` cells, then the experts down to `EXPERTS_MIN`, then the top
+    candidates again. Example: with 50 cells left for them, experts needing 15
+    and top 40 get 15 and 35; experts needing 60 get 26 and top 24.
+    """
+    experts, top = headers.index("experts"), headers.index("top")
+    left = width - (len(headers) - 1) - sum(n for i, n in enumerate(needed) if i not in (experts, top))
+    widths = list(needed)
+    widths[experts] = min(needed[experts], max(EXPERTS_MIN, left - min(needed[top], TOP_KEEP)))
+    widths[top] = max(len("top"), min(needed[top], left - widths[experts]))
+    return widths
 
 
 def _kinds_strip(kinds: tuple[str, ...]) -> str:
