@@ -81,7 +81,7 @@ async def test_palette_lists_the_stages_and_the_stage_actions(fixtures_dir):
         await pilot.press("6")
         await pilot.pause()
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
-        assert {"Step", "Play", "Restart", "Temperature up", "Seed"} <= set(commands)
+        assert {"Step", "Play", "Restart", "Temperature up", "New seed"} <= set(commands)
         await commands["Temperature up"].callback()
         assert app.state.settings.temperature > 0
 

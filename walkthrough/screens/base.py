@@ -30,6 +30,7 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 STAGE_IDS = tuple(stage for stage, _ in STAGES)
 STAGE_KEYS = Binding.Group("Stage", compact=True)
+WIDE_FOOTER = 100  # columns from which the footer also shows the command palette key
 
 
 class StageBar(Static):
@@ -116,6 +117,10 @@ class StageScreen(Screen):
             self._redraw()
         else:
             self._stale = True
+
+    def on_resize(self) -> None:
+        # At 80 columns the stage's keys need the footer's room; ctrl+p is listed in the help.
+        self.query_one(Footer).show_command_palette = self.size.width >= WIDE_FOOTER
 
     def _status_changed(self, status: str) -> None:
         self.query_one(StageBar).show(status)

@@ -27,6 +27,7 @@ TOP_KS = (1, 2, 5, 10, 20, 40, 100, 0)  # 0: keep all
 TOP_PS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 MIN_PS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 CANDIDATES_SHOWN = 10
+KNOBS = Binding.Group("Knobs", compact=True)  # one footer entry for the knob and seed keys
 
 
 def _step_value(values: tuple, current: float, delta: int):
@@ -59,15 +60,15 @@ token; final is the probability the draw used.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("t", "knob('temperature', -1)", "Temperature down", group=Binding.Group("Temp", compact=True)),
-        Binding("T", "knob('temperature', 1)", "Temperature up", group=Binding.Group("Temp", compact=True)),
-        Binding("k", "knob('top_k', -1)", "Top-k down", group=Binding.Group("Top-k", compact=True)),
-        Binding("K", "knob('top_k', 1)", "Top-k up", group=Binding.Group("Top-k", compact=True)),
-        Binding("o", "knob('top_p', -1)", "Top-p down", group=Binding.Group("Top-p", compact=True)),
-        Binding("O", "knob('top_p', 1)", "Top-p up", group=Binding.Group("Top-p", compact=True)),
-        Binding("m", "knob('min_p', -1)", "Min-p down", group=Binding.Group("Min-p", compact=True)),
-        Binding("M", "knob('min_p', 1)", "Min-p up", group=Binding.Group("Min-p", compact=True)),
-        Binding("s", "new_seed", "Seed", id="sampling.seed"),
+        Binding("t", "knob('temperature', -1)", "Temperature down", group=KNOBS),
+        Binding("T", "knob('temperature', 1)", "Temperature up", group=KNOBS),
+        Binding("k", "knob('top_k', -1)", "Top-k down", group=KNOBS),
+        Binding("K", "knob('top_k', 1)", "Top-k up", group=KNOBS),
+        Binding("o", "knob('top_p', -1)", "Top-p down", group=KNOBS),
+        Binding("O", "knob('top_p', 1)", "Top-p up", group=KNOBS),
+        Binding("m", "knob('min_p', -1)", "Min-p down", group=KNOBS),
+        Binding("M", "knob('min_p', 1)", "Min-p up", group=KNOBS),
+        Binding("s", "new_seed", "New seed", group=KNOBS),
     ]
     _KNOBS: ClassVar[dict[str, tuple]] = {
         "temperature": TEMPERATURES, "top_k": TOP_KS, "top_p": TOP_PS, "min_p": MIN_PS,
