@@ -1,4 +1,4 @@
-"""What the subcommands share: the MODEL argument and opening the file it names.
+"""What the subcommands share: the MODEL argument, opening the file it names, and warnings.
 
 Imported when the parser is built, so it stays light: the GGUF reader and the
 locator load only when a command runs.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 MODEL_HELP = (
@@ -30,3 +31,10 @@ def open_model(spec: str | os.PathLike | None) -> Any:
     from walkthrough.inspect.locate import model_path
 
     return open_gguf(model_path(spec))
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr; the message may hold file text, so control characters are made visible."""
+    from walkthrough.textsafe import visible
+
+    print(f"walkthrough: warning: {visible(message)}", file=sys.stderr)

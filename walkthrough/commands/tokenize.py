@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from walkthrough.commands.common import open_model
+from walkthrough.commands.common import open_model, warn
 from walkthrough.commands.template import add_template_arguments
 
 
@@ -122,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.inspect.chat import chat_tokens, raw_tokens
     from walkthrough.inspect.template import load_messages
     from walkthrough.inspect.tokenizer import GGUFTokenizer
-    from walkthrough.textsafe import visible
 
     _check_options(args)
     if args.messages is not None:
@@ -137,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         source, origin = (None, "raw text") if args.raw else template_source(args, f)
         model_name = Path(f.path).name
     for warning in tokenizer.warnings:
-        print(f"walkthrough: warning: {model_name}: {visible(warning)}", file=sys.stderr)
+        warn(f"{model_name}: {warning}")
 
     def tokenize(item: Any):
         if args.raw:
@@ -164,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     for warning in result.warnings:
-        print(f"walkthrough: warning: {visible(warning)}", file=sys.stderr)
+        warn(warning)
     from walkthrough.commands.tokenize_view import print_tokens
 
     messages = (

@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 
-from walkthrough.commands.common import add_model_argument, open_model
+from walkthrough.commands.common import add_model_argument, open_model, warn
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
 DEFAULT_STEPS = 16
@@ -139,13 +139,12 @@ def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
         return ids
     from walkthrough.inspect.chat import chat_tokens
     from walkthrough.inspect.template import load_messages, select_template
-    from walkthrough.textsafe import visible
 
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
     source = select_template(f, where=f.path.name)
     chat = chat_tokens(tok, source, messages, add_generation_prompt=True, origin=f"chat template of {f.path.name}")
     for warning in chat.warnings:
-        print(f"walkthrough: warning: {visible(warning)}", file=sys.stderr)
+        warn(warning)
     ids = chat.ids
     if not ids:
         raise WalkthroughError("the rendered prompt has no tokens")
