@@ -21,6 +21,7 @@ from walkthrough.screens.views import token_style
 from walkthrough.textsafe import safe_text
 
 CURSOR_STYLE = "bold reverse yellow"
+TOKEN_KEYS = Binding.Group("Token", compact=True)  # the cursor keys, one footer entry
 
 
 class TokensScreen(StageScreen):
@@ -46,11 +47,11 @@ it came from are shown above the strip.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left,h", "move(-1)", "Previous token", group=Binding.Group("Token", compact=True)),
-        Binding("right,l", "move(1)", "Next token", group=Binding.Group("Token", compact=True)),
+        Binding("i", "toggle_ids", "Ids", id="tokens.ids"),
+        Binding("left,h", "move(-1)", "Previous token", group=TOKEN_KEYS),
+        Binding("right,l", "move(1)", "Next token", group=TOKEN_KEYS),
         Binding("home", "jump(0)", "First token", show=False),
         Binding("end", "jump(-1)", "Last token", show=False),
-        Binding("i", "toggle_ids", "Ids", id="tokens.ids"),
     ]
 
     def __init__(self) -> None:
