@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.gguf import GGUFFile
 
 MODEL_HELP = (
     "a .gguf file, a folder, ollama:NAME[:TAG] or hf:ORG/REPO[/FILE] (default: the bundled tiny model)"
@@ -21,7 +24,7 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
 
 
-def open_model(spec: str | os.PathLike | None) -> Any:
+def open_model(spec: str | os.PathLike | None) -> GGUFFile:
     """The opened `GGUFFile` for MODEL (first shard of a split model; the bundled tiny model for None).
 
     Raises:
