@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST, model_path
 
-ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
-DEFAULT_MODEL = ASSETS_DIR / "tiny-clinical-moe.gguf"
-DEFAULT_REQUEST = ASSETS_DIR / "default_request.json"
+DEFAULT_MODEL = BUNDLED_MODEL  # assets/tiny-clinical-moe.gguf, shipped in the package
 PREFILL_CHUNK = 64  # prompt tokens per prefill pass
 MAX_NEW_TOKENS = 120  # decode passes before the app stops the answer
 
@@ -37,15 +36,7 @@ def resolve_model(spec: str | None) -> Path:
     Raises:
         WalkthroughError: nothing matches the spec; the message says what was looked for.
     """
-    if spec is None:
-        if not DEFAULT_MODEL.is_file():
-            raise WalkthroughError(
-                f"the bundled model {DEFAULT_MODEL} is missing; pass a .gguf file: walkthrough FILE"
-            )
-        return DEFAULT_MODEL
-    from walkthrough.inspect.locate import resolve_model as locate
-
-    return locate(spec)[0]
+    return model_path(spec)
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
