@@ -285,5 +285,8 @@ class RequestState:
         return self.tokenizer.piece(token_id) if self.tokenizer is not None else f"<{token_id}>"
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
+        """Release the file's mapping, after any pass still running in a worker thread has ended."""
+        with self._lock:
+            self._passes = None
+            if self.file is not None:
+                self.file.close()
