@@ -105,6 +105,8 @@ class WalkthroughApp(App):
                 self._part_failed(part, f"internal error (a bug): {type(exc).__name__}: {exc}")
                 continue
             self.post_message(msg.StageLoaded(part))
+        if worker.is_cancelled:
+            return
         self.state.start_run()
         self.post_message(msg.StageLoaded("run"))
         self.post_message(msg.Progress(""))
