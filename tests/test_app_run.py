@@ -202,3 +202,13 @@ async def test_passes_are_placed_against_the_machine_balance_point(fixtures_dir)
             expected = "compute" if intensity >= balance else "memory bandwidth"
             text = widget_text(app.screen.query_one(figures))
             assert f"this pass is limited by {expected}" in text, stage
+
+
+async def test_the_run_starts_at_the_temperature_and_seed_given(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, seed=3, temperature=0.7)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await _step(pilot)
+        sample = app.state.steps[-1].sample
+        assert (sample.settings.temperature, sample.settings.seed) == (0.7, 3)
+        assert sample.u == Sampler(SamplerSettings(seed=3)).rng.random()  # the first draw of that seed

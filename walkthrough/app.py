@@ -258,6 +258,7 @@ def make_app(
     messages: str | Path | list[dict[str, str]] | None = None,
     *,
     seed: int = 0,
+    temperature: float = 0.0,
     hardware: str | None = None,
     autoplay: bool = False,
     exit_at_end: bool = False,
@@ -270,7 +271,7 @@ def make_app(
         WalkthroughError: the messages file is malformed.
     """
     chat = messages if isinstance(messages, list) else load_messages(messages)
-    state = RequestState(spec=model, messages=chat, seed=seed, hardware=hardware)
+    state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware)
     return WalkthroughApp(
         state,
         autoplay=autoplay,

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", metavar="F.json",
                         help='chat messages: a JSON list of {"role", "content"} (default: the bundled request)')
     parser.add_argument("--seed", type=int, default=0, help="seed for sampling (default 0)")
+    parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                        help="sampling temperature to start with (default 0: greedy; t/T change it in the app)")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
     parser.add_argument("--pace", type=float, default=2.0, metavar="SECONDS",
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         args.messages,
         seed=args.seed,
+        temperature=args.temperature,
         hardware=args.hardware,
         autoplay=args.autoplay,
         exit_at_end=args.exit_at_end,

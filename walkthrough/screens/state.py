@@ -61,6 +61,7 @@ class RequestState:
     spec: str | None
     messages: list[dict[str, str]]
     seed: int = 0
+    temperature: float = 0.0  # the run starts greedy unless asked otherwise
     hardware: str | None = None
     chunk: int = PREFILL_CHUNK
     max_new_tokens: int = MAX_NEW_TOKENS
@@ -150,7 +151,7 @@ class RequestState:
             raise WalkthroughError("the file holds no tensors (a vocabulary-only file), so there is nothing to run")
         self.model = Model(self.file, card=self.card)
         if self.settings is None:
-            self.settings = SamplerSettings(temperature=0.0, seed=self.seed)
+            self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
         self.engine_ready = True
 
     def rebuild_prompt(self) -> None:
