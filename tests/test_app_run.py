@@ -208,6 +208,7 @@ async def test_the_run_starts_at_the_temperature_and_seed_given(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, seed=3, temperature=0.7)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
+        await pilot.press("4")
         await _step(pilot)
         sample = app.state.steps[-1].sample
         assert (sample.settings.temperature, sample.settings.seed) == (0.7, 3)
