@@ -213,3 +213,25 @@ async def test_the_run_starts_at_the_temperature_and_seed_given(fixtures_dir):
         sample = app.state.steps[-1].sample
         assert (sample.settings.temperature, sample.settings.seed) == (0.7, 3)
         assert sample.u == Sampler(SamplerSettings(seed=3)).rng.random()  # the first draw of that seed
+
+
+async def test_chunk_key_changes_the_chunk_size_and_restarts(fixtures_dir):
+    from walkthrough.screens.prefill import CHUNK_SIZES
+
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("4")
+        await _step(pilot)
+        first = state.steps[-1]
+        await pilot.press("c")
+        await settle(pilot)
+        assert state.steps == [] and state.chunk == CHUNK_SIZES[CHUNK_SIZES.index(64) + 1]
+        await pilot.press(*"c" * (len(CHUNK_SIZES) - CHUNK_SIZES.index(128)))  # round to the smallest
+        await settle(pilot)
+        assert state.chunk == CHUNK_SIZES[0]
+        n_chunks = -(-len(state.prompt_ids) // state.chunk)
+        await _step(pilot, n_chunks)
+        assert state.prefill_done and len(state.steps) == n_chunks
+        assert state.steps[-1].chosen == first.chosen  # the first token does not depend on the chunk size

@@ -8,15 +8,20 @@ highlighted; progress through the chunks.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.views import balance_line, experts_grid, flops_line, token_strip
 from walkthrough.textsafe import safe_text
+
+CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
 
 
 class PrefillScreen(SteppingScreen):
@@ -41,7 +46,15 @@ by compute, below it by memory.
 
 The prompt strip shows the chunk just run highlighted, the tokens still to run
 dimmed. The KV cache fills by one row per token per attention layer.
+
+c changes the chunk size and restarts the request: bigger chunks read each
+weight once for more tokens, so their intensity rises; the results do not
+change with the chunk size.
 """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "chunk", "Chunk size", id="prefill.chunk"),
+    ]
 
     def compose_main(self) -> ComposeResult:
         yield Static(id="prefill-figures")
@@ -90,6 +103,13 @@ dimmed. The KV cache fills by one row per token per attention layer.
         specials = frozenset(t.id for t in state.chat.tokens if t.special) if state.chat else frozenset()
         strip = token_strip(state, state.prompt_ids, specials=specials, current=current, done=done)
         return Group(Text("\nthe prompt", style="bold"), strip)
+
+    def action_chunk(self) -> None:
+        """The next chunk size, and the request from its start."""
+        state = self.state
+        later = [size for size in CHUNK_SIZES if size > state.chunk]
+        state.chunk = later[0] if later else CHUNK_SIZES[0]
+        self.app.action_restart()
 
     def autoplay_step(self) -> bool:
         if self.state.can_run and not self.state.prefill_done:
