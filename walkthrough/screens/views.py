@@ -2,7 +2,8 @@
 
 Shared by the stepping stages and the live panel. Presentation only: every
 figure is a field of a `Step`/`LayerTrace` (or the model card); the only
-arithmetic here is counting and summing records for display.
+arithmetic here is counting records (tokens per expert) and the ratio of two
+recorded figures (FLOPs / bytes read) for display.
 """
 
 from __future__ import annotations
