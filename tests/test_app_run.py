@@ -132,9 +132,9 @@ async def test_play_runs_to_the_end(fixtures_dir):
 
 
 async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir):
-    from walkthrough.commands.estimate import fmt
     from walkthrough.engine.costs import estimate
     from walkthrough.engine.hardware import load_profiles
+    from walkthrough.units import fmt
 
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
     profiles = list(load_profiles().values())

@@ -134,34 +134,6 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
 
 # --- the tables ------------------------------------------------------------------------------
 
-_SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def fmt(value: float, unit: str) -> str:
-    """A figure as short text in decimal units: 1.84e9 B -> "1.84 GB", 0.0012 s -> "1.2 ms"."""
-    if unit == "s":
-        if value >= 100:
-            return f"{value:,.0f} s"
-        return f"{value:.3g} s" if value >= 1 else f"{value * 1e3:.3g} ms"
-    if unit == "":
-        return f"{value:.0%}"
-    if unit in ("B", "B/s", "FLOP", "FLOP/s"):
-        for scale, prefix in _SCALES:
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {prefix}{unit}"
-        return f"{value:.3g} {unit}"
-    return f"{value:,.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
-
-
-def _show(fig: Any) -> str:
-    return fmt(fig.value, fig.unit)
-
-
-def _why(fig: Any) -> str:
-    """The formula with the values of its direct inputs."""
-    values = ", ".join(f"{name.replace('_', ' ')} {_show(f)}" for name, f in fig.inputs)
-    return f"{fig.formula} ({values})" if values else fig.formula or fig.source
-
 
 def print_tables(path: Path, card: Any, results: list[Any]) -> None:
     """One Rich table per profile; file and profile text is shown literally (never as markup)."""
@@ -169,6 +141,7 @@ def print_tables(path: Path, card: Any, results: list[Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from walkthrough.engine.costs import rows
     from walkthrough.textsafe import safe_text
 
     console = Console()
@@ -180,39 +153,9 @@ def print_tables(path: Path, card: Any, results: list[Any]) -> None:
         table.add_column("", no_wrap=True)
         table.add_column("value", justify="right", no_wrap=True)
         table.add_column("why")
-        for label, value, why in _rows(e):
+        for label, value, why in rows(e):
             table.add_row(Text(label), Text(value), Text(why, style="dim"))
         console.print(table)
         if hw.compute_basis == "peak":
             console.print(Text("  compute is a peak figure: prefill times are a lower bound", style="dim"))
 
-
-def _rows(e: Any) -> list[tuple[str, str, str]]:
-    m = e.memory
-    rows = [
-        ("memory needed", _show(m.needed), _why(m.needed)),
-        ("memory usable", _show(m.usable), _why(m.usable)),
-        ("verdict", m.verdict, m.placement.describe() if m.verdict != "does not fit" else
-         f"short by {_show(m.shortfall)}" if m.shortfall else ""),
-    ]
-    if m.host_needed is not None:
-        rows.append(("in system RAM", _show(m.host_needed), f"of {_show(m.host_usable)} usable on the host"))
-    if not e.fits:
-        return rows
-    d, p = e.decode, e.prefill
-    rows += [
-        ("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
-        ("decode ceiling", _show(d.ceiling), _why(d.ceiling)),
-        ("decode", _show(d.tokens_per_s), _why(d.tokens_per_s)),
-    ]
-    if d.slow_share.value:
-        rows.append(("time in system RAM", _show(d.slow_share), d.slow_share.formula))
-    rows += [
-        ("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token"),
-        (f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
-        (f"answer ({e.output_tokens} tokens)", _show(e.answer), _why(e.answer)),
-    ]
-    for r in e.users_rows:
-        rows.append((f"{r.users} user{'s' if r.users > 1 else ''}, {e.context} tokens each", f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
-    rows.append(("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
-    return rows

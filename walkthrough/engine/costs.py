@@ -30,6 +30,7 @@ tokens/s takes about 70 s; 35.5e9 parameters at 4.89 bits are 21.7 GB.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from walkthrough.engine.budget import (
     MICRO_BATCH,
@@ -49,6 +50,7 @@ from walkthrough.engine.budget import (
 from walkthrough.engine.figure import Figure, derived, given
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
+from walkthrough.units import fmt
 
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
 MAX_USERS_SHOWN = 1 << 12
@@ -319,3 +321,57 @@ def estimate(card: ModelCard, hw: Profile, context: int, prompt_tokens: int, out
                      decode_rate=dec.tokens_per_s)
     rows, fit = users_table(card, hw, context, cache_type, plan.placement, also=users)
     return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, dec, pre, answer, rows, fit)
+
+
+# --- the rows `walkthrough estimate` and the app's Costs stage show --------------------------
+
+
+class Row(NamedTuple):
+    """One line of an estimate as text: what, how much, and why (the formula with its inputs' values)."""
+
+    label: str
+    value: str
+    why: str
+
+
+def _show(fig: Figure) -> str:
+    return fmt(fig.value, fig.unit)
+
+
+def _why(fig: Figure) -> str:
+    """The formula with the values of its direct inputs."""
+    values = ", ".join(f"{name.replace('_', ' ')} {_show(f)}" for name, f in fig.inputs)
+    return f"{fig.formula} ({values})" if values else fig.formula or fig.source
+
+
+def rows(e: Estimate) -> list[Row]:
+    """An estimate's figures as labelled rows: memory and verdict, then (if it fits) decode, prefill, users."""
+    m = e.memory
+    out = [
+        Row("memory needed", _show(m.needed), _why(m.needed)),
+        Row("memory usable", _show(m.usable), _why(m.usable)),
+        Row("verdict", m.verdict, m.placement.describe() if m.verdict != NO_FIT else
+            f"short by {_show(m.shortfall)}" if m.shortfall else ""),
+    ]
+    if m.host_needed is not None:
+        out.append(Row("in system RAM", _show(m.host_needed), f"of {_show(m.host_usable)} usable on the host"))
+    if not e.fits:
+        return out
+    d, p = e.decode, e.prefill
+    out += [
+        Row("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
+        Row("decode ceiling", _show(d.ceiling), _why(d.ceiling)),
+        Row("decode", _show(d.tokens_per_s), _why(d.tokens_per_s)),
+    ]
+    if d.slow_share.value:
+        out.append(Row("time in system RAM", _show(d.slow_share), d.slow_share.formula))
+    out += [
+        Row("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token"),
+        Row(f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
+        Row(f"answer ({e.output_tokens} tokens)", _show(e.answer), _why(e.answer)),
+    ]
+    for r in e.users_rows:
+        out.append(Row(f"{r.users} user{'s' if r.users > 1 else ''}, {e.context} tokens each",
+                       f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
+    out.append(Row("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
+    return out

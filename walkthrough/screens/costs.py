@@ -60,31 +60,28 @@ prompt's token count plus the answer budget.
         head = self.query_one("#costs-head", Static)
         if state.card is None:
             return
-        from walkthrough.commands.estimate import _rows  # the rows `walkthrough estimate` prints
-        from walkthrough.engine.costs import estimate
+        from walkthrough.engine.costs import rows
 
         try:
-            profile = state.profile
+            result = state.estimate()
         except WalkthroughError as exc:  # a broken user hardware file is shown, not raised
             head.update(Text.assemble(("No hardware profiles: ", "bold"), safe_text(str(exc))))
             return
-        prompt = max(len(state.prompt_ids), 1)
-        output = state.max_new_tokens
-        result = estimate(state.card, profile, prompt + output, prompt, output)
+        profile = result.hardware
         n = len(state.profiles())
         head.update(Group(
             Text.assemble(("machine ", "bold"), safe_text(profile.name), (f"  ({state.profile_index % n + 1}/{n}, h)", "dim")),
             Text(f"{profile.memory_gib:g} GiB {profile.memory_kind}, {profile.bandwidth_gbs:g} GB/s, "
                  f"{profile.compute_tflops:g} TFLOPS useful compute"),
-            Text(f"request: {prompt} prompt tokens + {output} answer tokens (decimal units: 1 GB = 1e9 bytes)",
-                 style="dim"),
+            Text(f"request: {result.prompt_tokens} prompt tokens + {result.output_tokens} answer tokens "
+                 "(decimal units: 1 GB = 1e9 bytes)", style="dim"),
             self._measured(),
         ))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("")
         table.add_column("value", justify="right", no_wrap=True)
         table.add_column("why", style="dim")
-        for label, value, why in _rows(result):
+        for label, value, why in rows(result):
             table.add_row(Text(label), Text(value), Text(why))
         self.query_one("#costs-table", Static).update(table)
 

@@ -276,6 +276,17 @@ class RequestState:
         profiles = self.profiles()
         return profiles[self.profile_index % len(profiles)] if profiles else None
 
+    def estimate(self) -> Any:
+        """This request (its prompt and answer budget) on the chosen machine: a `walkthrough.engine.costs.Estimate`.
+
+        Raises:
+            WalkthroughError: the hardware profiles cannot be read (a broken user hardware file).
+        """
+        from walkthrough.engine.costs import estimate
+
+        prompt = max(len(self.prompt_ids), 1)
+        return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
+
     def balance_point(self) -> float | None:
         """FLOPs per byte at which the profile's compute and bandwidth limits meet (the roofline's knee)."""
         p = self.profile

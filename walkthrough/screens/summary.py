@@ -84,17 +84,13 @@ its number key; r on a stepping stage restarts the request.
 
     def _costs(self) -> Text | None:
         """The Costs stage's headline for the chosen machine: time to first token and decode speed."""
-        from walkthrough.commands.estimate import fmt
-        from walkthrough.engine.costs import estimate
+        from walkthrough.units import fmt
 
-        state = self.state
         try:
-            profile = state.profile
+            e = self.state.estimate()
         except WalkthroughError:
             return None
-        prompt = max(len(state.prompt_ids), 1)
-        e = estimate(state.card, profile, prompt + state.max_new_tokens, prompt, state.max_new_tokens)
-        text = Text.assemble("on ", safe_text(profile.name), ": ")
+        text = Text.assemble("on ", safe_text(e.hardware.name), ": ")
         if not e.fits:
             return text.append(f"does not fit ({e.memory.verdict})")
         return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}, "
