@@ -72,6 +72,7 @@ async def test_vocabulary_only_file_opens_and_says_it_cannot_run(fixtures_dir):
         text = screen_text(app)
     assert f"{n_keys} metadata keys, 0 tensors" in text
     assert "The engine cannot run this file" in text
+    assert "(it holds no tensors at" in text and "all: a vocabulary-only file)" in text  # the engine's reason
 
 
 async def test_hostile_metadata_is_shown_literally(tmp_path):

@@ -24,9 +24,9 @@ def _check(f: GGUFFile, name: str, shape: tuple[int, ...], *, required: bool = T
     t = f.tensors.get(name)
     if t is None:
         if required:
+            what = "it holds no tensors at all: a vocabulary-only file" if not f.tensors else "an incomplete file?"
             raise IncompleteModel(
-                f"{f.path.name} has no tensor {name} (a vocabulary-only or incomplete file?); "
-                "the engine cannot run it (inspect still works)"
+                f"{f.path.name} has no tensor {name} ({what}); the engine cannot run it (inspect still works)"
             )
         return False
     if tuple(t.shape) != shape:

@@ -143,12 +143,10 @@ class RequestState:
         self.prompt_ids = self.chat.ids
 
     def prepare_engine(self) -> None:
-        """Prepare the engine's model for this file (header only), or say why it cannot run it."""
+        """Prepare the engine's model for this file (header only); the engine raises WalkthroughError saying why it cannot."""
         from walkthrough.engine.model import Model
         from walkthrough.engine.sampler import SamplerSettings
 
-        if not self.file.tensors:
-            raise WalkthroughError("the file holds no tensors (a vocabulary-only file), so there is nothing to run")
         self.model = Model(self.file, card=self.card)
         if self.settings is None:
             self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
