@@ -336,8 +336,10 @@ OTHER_SHAPES = {
 @pytest.mark.parametrize("name", OTHER_SHAPES)
 def test_other_shapes_run_and_stay_chunk_invariant(tmp_path, name: str):
     shape = OTHER_SHAPES[name]
+    # Plain float products: llama.cpp's 8-bit rounding of a Q8_0 product's input depends on the batch,
+    # so only the float path is exactly chunk-invariant (as in test_session.py).
     model = Model.open(write_qwen35moe(tmp_path / f"{name}.gguf", shape, seed=3,
-                                       qtype=Q.Q8_0 if name == "q8_0" else Q.F32))
+                                       qtype=Q.Q8_0 if name == "q8_0" else Q.F32), match_llama_cpp=False)
     whole = _run(model, None)
     assert np.isfinite(whole[2]).all()
     _assert_same_run(whole, _run(model, 3))
