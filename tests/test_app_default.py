@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from app_support import app_for, screen_text, settle
 
 from walkthrough import cli
 from walkthrough.app import make_app
+from walkthrough.inspect import locate
 from walkthrough.screens.state import DEFAULT_MODEL, DEFAULT_REQUEST
 
 
@@ -19,7 +19,6 @@ def test_default_messages_are_the_bundled_request(fixtures_dir):
     assert [(m["role"], m["content"]) for m in app.state.messages] == [(m["role"], m["content"]) for m in expected]
 
 
-@pytest.mark.skipif(not DEFAULT_MODEL.is_file(), reason="the tiny model is not built into assets/ yet")
 async def test_no_argument_opens_the_tiny_model_with_the_default_request():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -32,11 +31,12 @@ async def test_no_argument_opens_the_tiny_model_with_the_default_request():
         assert first_user["content"].splitlines()[0] in screen_text(app)
 
 
-@pytest.mark.skipif(DEFAULT_MODEL.is_file(), reason="the tiny model is there")
-def test_no_argument_without_the_tiny_model_is_one_line(capsys):
+def test_no_argument_without_the_tiny_model_is_one_line(capsys, monkeypatch, tmp_path):
+    missing = tmp_path / DEFAULT_MODEL.name  # a checkout where the model is not built
+    monkeypatch.setattr(locate, "BUNDLED_MODEL", missing)
     assert cli.main([]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and DEFAULT_MODEL.name in err
+    assert err.count("\n") == 1 and str(missing) in err
 
 
 async def test_quitting_while_playing_leaves_no_worker_running(fixtures_dir):
