@@ -68,6 +68,10 @@ async def test_tokens_stage_counts_and_cursor(fixtures_dir):
         text = screen_text(app)
         row = next(line for line in text.splitlines() if "whole prompt" in line).split()
         assert row[2:5] == [str(len(chat.text)), str(len(chat.text.encode("utf-8"))), str(len(chat.tokens))]
+        user = MESSAGES[1]["content"]  # the template writes it as is
+        row = next(line for line in text.splitlines() if "2. user" in line).split()
+        n_user = sum(1 for t in chat.tokens if t.message == 1)
+        assert row[2:6] == [str(len(user)), str(len(user.encode("utf-8"))), str(n_user), f"{len(user) / n_user:.2f}"]
         assert f"token 1/{len(chat.tokens)}  id {chat.tokens[0].id}" in text
         await pilot.press("right", "right")
         await pilot.pause()

@@ -57,6 +57,24 @@ async def test_decode_matches_an_independent_greedy_run(fixtures_dir):
         assert "KV cache" in text
 
 
+async def test_decode_shows_the_pass_intensity_and_strongest_attention(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("5")
+        await _step(pilot, 1 + 2)  # the prompt, then two tokens
+        step = state.steps[-1]
+        figures = widget_text(app.screen.query_one("#decode-token"))
+        assert f"intensity {step.flops / step.bytes_read['total']:.1f} FLOPs/byte" in figures
+        row = next(layer for layer in step.layers if layer.attention is not None).attention[0]  # layer 0, head 1
+        strongest = max(range(len(row)), key=lambda pos: (row[pos], -pos))
+        detail = widget_text(app.screen.query_one("#decode-detail")).splitlines()
+        title = next(i for i, line in enumerate(detail) if line.startswith("attention layer"))
+        first_row = detail[title + 2].split()  # under the column headers
+        assert first_row[0] == str(strongest) and f"{row[strongest]:.3f}" in first_row
+
+
 async def test_temperature_keys_change_the_probabilities(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
     async with app.run_test(size=(120, 40)) as pilot:

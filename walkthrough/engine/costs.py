@@ -75,6 +75,20 @@ def prompt_seconds(n_tokens: Figure, tokens_per_s: Figure) -> Figure:
     return derived(n_tokens.value / tokens_per_s.value, "s", "prompt tokens / prefill tokens per second",
                    prompt_tokens=n_tokens, prefill_rate=tokens_per_s)
 
+
+def balance_point(hw: Profile) -> float:
+    """FLOPs per byte at which the machine's compute and bandwidth limits meet (the roofline's knee).
+
+    Example: 50e12 FLOP/s / 500e9 B/s = 100 FLOPs per byte.
+    """
+    return hw.compute / hw.bandwidth
+
+
+def limit(intensity: float, hw: Profile) -> str:
+    """Which limit a pass doing `intensity` FLOPs per byte read hits on the machine."""
+    return "compute" if intensity >= balance_point(hw) else "memory bandwidth"
+
+
 def _attention_flops(card: ModelCard, positions: float, window_sum: bool = False) -> float:
     """Attention FLOPs of one token at `positions` visible positions (or, with window_sum, summed
     over the prompt's positions 1..positions): 2 x heads x (k + v dims) per position."""

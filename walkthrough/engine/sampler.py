@@ -75,6 +75,10 @@ class SampleResult:
         """The ids the draw chose among (same order as `probs`)."""
         return self.after_min_p
 
+    def best(self, n: int) -> np.ndarray:
+        """The n ids with the highest raw logits, best first (ties in id order)."""
+        return np.argsort(-self.logits, kind="stable")[:n]
+
     def probs_at_temperature(self) -> np.ndarray:
         """[n_vocab] softmax(logits / T) over the whole vocabulary, for showing the temperature alone."""
         t = self.settings.temperature

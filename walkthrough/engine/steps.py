@@ -12,7 +12,8 @@ token). `to_json()` is the JSON Lines record of `walkthrough trace --json`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,21 @@ class LayerTrace:
     def woken(self) -> tuple[int, ...]:
         """Distinct experts any token of the pass chose, ascending."""
         return () if self.experts is None else tuple(np.unique(self.experts).tolist())
+
+    def tokens_per_expert(self, n_experts: int, *, last_token_only: bool = False) -> np.ndarray | None:
+        """[n_experts] how many of the pass's tokens (or only its last) chose each expert; None for dense layers."""
+        if self.experts is None:
+            return None
+        chosen = self.experts[-1:] if last_token_only else self.experts  # [rows, k]
+        return np.bincount(chosen.ravel(), minlength=n_experts)
+
+    def most_attended(self, head: int, n: int) -> list[tuple[int, float]]:
+        """The n positions the last token's `head` weighted most, with their weights, strongest first.
+
+        Needs the attention weights (recorded when asked for). Ties keep position order.
+        """
+        row = self.attention[head]  # [kv_len]
+        return [(int(pos), float(row[pos])) for pos in np.argsort(-row, kind="stable")[:n]]
 
     def cache_record(self) -> dict[str, Any]:
         """The layer's kind and what it keeps: KV rows and bytes (attention) or its fixed state's bytes (linear)."""
@@ -83,6 +99,12 @@ class Step:
     def is_moe(self) -> bool:
         return any(layer.experts is not None for layer in self.layers)
 
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte read (0.0 for a pass that read nothing)."""
+        total = self.bytes_read.get("total", 0)
+        return self.flops / total if total else 0.0
+
     def top(self, n: int = TOP_CANDIDATES) -> list[tuple[int, float]]:
         """The n most likely next tokens of the model's distribution (softmax of the raw logits)."""
         probs = softmax(self.logits.astype(np.float64))
@@ -120,3 +142,28 @@ class Step:
             rows = self.all_logits if self.all_logits is not None else self.logits[None, :]
             out["logits"] = np.round(rows.astype(np.float64), 5).tolist()
         return out
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What a run of passes adds up to."""
+
+    passes: int
+    tokens: int  # positions the passes covered
+    bytes_read: dict[str, int] = field(default_factory=dict)  # per group, plus "total"
+    flops: int = 0
+    seconds: float = 0.0
+
+    @property
+    def bytes_per_pass(self) -> float:
+        return self.bytes_read.get("total", 0) / self.passes if self.passes else 0.0
+
+
+def totals(steps: Sequence[Step]) -> Totals:
+    """Passes, positions, bytes read per group, FLOPs and seconds summed over `steps`."""
+    read: dict[str, int] = {}
+    for step in steps:
+        for group, nbytes in step.bytes_read.items():
+            read[group] = read.get(group, 0) + nbytes
+    return Totals(len(steps), sum(s.end - s.start for s in steps), read,
+                  sum(s.flops for s in steps), sum(s.seconds for s in steps))

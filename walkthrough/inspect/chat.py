@@ -74,6 +74,19 @@ class Region:
     parse_special: bool  # False for message text (and for unlocated special-looking text)
 
 
+@dataclass(frozen=True)
+class TextCounts:
+    """How long a text is in characters, UTF-8 bytes and tokens."""
+
+    characters: int
+    bytes: int
+    tokens: int
+
+    @property
+    def chars_per_token(self) -> float | None:
+        return self.characters / self.tokens if self.tokens else None
+
+
 @dataclass
 class ChatTokens:
     """The rendered prompt, its regions and its tokens."""
@@ -86,6 +99,15 @@ class ChatTokens:
     @property
     def ids(self) -> list[int]:
         return [t.id for t in self.tokens]
+
+    def counts(self, message: int | None = None) -> TextCounts:
+        """Counts of the whole prompt, or of the text and tokens that came from one message (by index)."""
+        if message is None:
+            text, n_tokens = self.text, len(self.tokens)
+        else:
+            text = "".join(self.text[r.start:r.end] for r in self.regions if r.message == message)
+            n_tokens = sum(1 for t in self.tokens if t.message == message)
+        return TextCounts(len(text), len(text.encode("utf-8")), n_tokens)
 
 
 # ---- where each message's text landed ----------------------------------------------------

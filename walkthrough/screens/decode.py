@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -93,7 +92,7 @@ change the head.
             line.append_text(safe_text(state.piece(step.chosen), "bold reverse"))
         if state.finished or step.stopped:
             line.append("  (end of the answer)", style="italic")
-        verdict = balance_line(step, state.balance_point(), state.profile.name if state.profile else "")
+        verdict = balance_line(step, state)
         token_view.update(Group(line, flops_line(step), *([verdict] if verdict else [])))
         parts = []
         if state.card.is_moe:
@@ -110,21 +109,21 @@ change the head.
         if not layers:
             return Group(Text("attention: not recorded for this pass", style="dim"))
         layer = layers[self.attn_layer % len(layers)]
-        weights = layer.attention  # [n_head, kv_len]
-        head = self.attn_head % weights.shape[0]
-        row = weights[head]
+        n_head, kv_len = layer.attention.shape  # [n_head, kv_len]
+        head = self.attn_head % n_head
         title = Text.assemble(("attention ", "bold"),
-                              f"layer {layer.index}, head {head + 1}/{weights.shape[0]}: most attended earlier tokens",
+                              f"layer {layer.index}, head {head + 1}/{n_head}: most attended earlier tokens",
                               (" ([ ] layer, , . head)", "dim"))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("pos", justify="right")
         table.add_column("token")
         table.add_column("weight", justify="right")
         table.add_column("")
-        tokens = state.session_tokens(len(row))
-        for pos in np.argsort(-row, kind="stable")[:ATTENTION_SHOWN]:
+        ranked = layer.most_attended(head, ATTENTION_SHOWN)
+        tokens = state.session_tokens(kv_len)
+        for pos, weight in ranked:
             piece = state.piece(tokens[pos]) if pos < len(tokens) else "?"
-            table.add_row(str(pos), safe_text(piece), f"{row[pos]:.3f}", bar(float(row[pos] / row.max()), 12))  # bars relative to the strongest
+            table.add_row(str(pos), safe_text(piece), f"{weight:.3f}", bar(weight / ranked[0][1], 12))  # bars relative to the strongest
         return Group(title, table)
 
     def action_layer(self, delta: int) -> None:

@@ -84,7 +84,7 @@ change with the chunk size.
                           f"  {bar(done / total, 20)} {done}/{total} tokens"),
             flops_line(step),
         ]
-        verdict = balance_line(step, state.balance_point(), state.profile.name if state.profile else "")
+        verdict = balance_line(step, state)
         if verdict is not None:
             lines.append(verdict)
         lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))

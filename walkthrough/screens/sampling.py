@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -32,7 +31,7 @@ KNOBS = Binding.Group("Knobs", compact=True)  # one footer entry for the knob an
 
 def _step_value(values: tuple, current: float, delta: int):
     """The next value up or down from `current` in `values` (the nearest one first if current is off the list)."""
-    index = int(np.argmin([abs(v - current) for v in values]))
+    index = min(range(len(values)), key=lambda i: abs(values[i] - current))
     return values[min(max(index + delta, 0), len(values) - 1)]
 
 
@@ -107,7 +106,7 @@ token; final is the probability the draw used.
 
     def _table(self, step, result) -> Group:
         state = self.state
-        order = np.argsort(-result.logits, kind="stable")[:CANDIDATES_SHOWN]  # best raw logits, for display
+        order = result.best(CANDIDATES_SHOWN)
         plain = result.resample(result.settings.with_(temperature=1.0)).probs_at_temperature()
         at_t = result.probs_at_temperature()
         final = dict(zip(result.candidates.tolist(), result.probs.tolist()))

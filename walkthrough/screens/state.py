@@ -241,11 +241,9 @@ class RequestState:
 
     def cumulative_bytes(self) -> dict[str, int]:
         """Bytes read per group (and "total") over every pass of the run so far."""
-        out: dict[str, int] = {}
-        for step in self.steps:
-            for group, nbytes in step.bytes_read.items():
-                out[group] = out.get(group, 0) + nbytes
-        return out
+        from walkthrough.engine.steps import totals
+
+        return totals(self.steps).bytes_read
 
     def preview_sample(self, step: Any) -> Any:
         """The step's sampling stages under the current knobs (what-if): same logits, same draw unless the seed moved."""
@@ -284,11 +282,6 @@ class RequestState:
 
         prompt = max(len(self.prompt_ids), 1)
         return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
-
-    def balance_point(self) -> float | None:
-        """FLOPs per byte at which the profile's compute and bandwidth limits meet (the roofline's knee)."""
-        p = self.profile
-        return p.compute / p.bandwidth if p is not None and p.bandwidth else None
 
     def piece(self, token_id: int) -> str:
         """A token's display text (its id in angle brackets when there is no tokenizer)."""

@@ -44,15 +44,16 @@ its number key; r on a stepping stage restarts the request.
         table.add_column("stage", style="bold", no_wrap=True)
         table.add_column("what happened")
         table.add_row("1 file", Text.assemble(
-            safe_text(f.path.name), f": {card.architecture}, {human_bytes(f.file_size)}, ",
+            safe_text(f.path.name), ": ", safe_text(card.architecture), f", {human_bytes(f.file_size)}, ",
             f"{human_count(card.n_params)} parameters ({human_count(card.n_params_active)} active), ",
             f"{card.bits_per_weight:.2f} bits per weight"))
         chat = state.chat
         if chat is not None:
             n = len(state.messages)
             table.add_row("2 chat", f"{n} message{'' if n == 1 else 's'} rendered to {len(chat.text)} characters")
-            per = len(chat.text) / len(chat.tokens) if chat.tokens else 0.0
-            table.add_row("3 tokens", f"{len(chat.tokens)} tokens ({per:.2f} characters per token)")
+            counts = chat.counts()
+            per = f" ({counts.chars_per_token:.2f} characters per token)" if counts.tokens else ""
+            table.add_row("3 tokens", f"{counts.tokens} tokens{per}")
         else:
             reason = state.unavailable.get("tokens") or state.unavailable.get("template") or "not ready"
             table.add_row("2-3 chat", safe_text(reason))
@@ -98,10 +99,9 @@ its number key; r on a stepping stage restarts the request.
 
     @staticmethod
     def _passes(steps, unit: str) -> str:
-        tokens = sum(s.end - s.start for s in steps)
-        total = sum(s.bytes_read.get("total", 0) for s in steps)
-        flops = sum(s.flops for s in steps)
-        seconds = sum(s.seconds for s in steps)
-        return (f"{len(steps)} passes, {tokens} {unit if unit == 'tokens' else 'prompt tokens'}, "
-                f"{human_bytes(total)} read ({human_bytes(total / len(steps))} per pass), "
-                f"{human_count(flops)} FLOPs, {seconds:.2f} s here")
+        from walkthrough.engine.steps import totals
+
+        t = totals(steps)
+        return (f"{t.passes} passes, {t.tokens} {unit if unit == 'tokens' else 'prompt tokens'}, "
+                f"{human_bytes(t.bytes_read.get('total', 0))} read ({human_bytes(t.bytes_per_pass)} per pass), "
+                f"{human_count(t.flops)} FLOPs, {t.seconds:.2f} s here")

@@ -83,13 +83,11 @@ it came from are shown above the strip.
         table = Table(box=None, padding=(0, 1), show_edge=False)
         for name in ("", "characters", "bytes", "tokens", "chars/token"):
             table.add_column(name, justify="right" if name else "left")
-        rows: list[tuple[str, str, int]] = [("whole prompt", chat.text, len(chat.tokens))]
-        for i, message in enumerate(state.messages):
-            text = "".join(chat.text[r.start:r.end] for r in chat.regions if r.message == i)
-            rows.append((f"{i + 1}. {message.get('role', '?')}", text, sum(1 for t in chat.tokens if t.message == i)))
-        for label, text, n_tokens in rows:
-            per = f"{len(text) / n_tokens:.2f}" if n_tokens else ""
-            table.add_row(safe_text(label), str(len(text)), str(len(text.encode("utf-8"))), str(n_tokens), per)
+        rows = [("whole prompt", chat.counts())]
+        rows += [(f"{i + 1}. {message.get('role', '?')}", chat.counts(i)) for i, message in enumerate(state.messages)]
+        for label, c in rows:
+            per = "" if c.chars_per_token is None else f"{c.chars_per_token:.2f}"
+            table.add_row(safe_text(label), str(c.characters), str(c.bytes), str(c.tokens), per)
         return table
 
     def _selected(self, chat) -> Text:

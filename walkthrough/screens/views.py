@@ -1,21 +1,20 @@
 """Rich renderables built from the engine's Step records: expert grids, bytes read, KV cache, candidates, token strips.
 
 Shared by the stepping stages and the live panel. Presentation only: every
-figure is a field of a `Step`/`LayerTrace` (or the model card); the only
-arithmetic here is counting records (tokens per expert) and the ratio of two
-recorded figures (FLOPs / bytes read) for display.
+figure is a field or method of a `Step`/`LayerTrace` (or the model card), or
+comes from the cost model (`walkthrough.engine.costs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 from rich.table import Table
 from rich.text import Text
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.screens.format import human_bytes, human_count
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import safe_text, visible
 
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
 TOKEN_STYLES = ("on blue", "underline on magenta")
@@ -27,14 +26,6 @@ def token_style(index: int, special: bool) -> str:
     return SPECIAL_STYLE if special else TOKEN_STYLES[index % 2]
 
 
-def expert_counts(layer, last_token_only: bool, n_experts: int) -> np.ndarray | None:
-    """How many tokens of the pass (or only its last token) chose each expert; None for dense layers."""
-    if layer.experts is None:
-        return None
-    chosen = layer.experts[-1:] if last_token_only else layer.experts  # [n_tokens, k]
-    return np.bincount(chosen.ravel(), minlength=n_experts)
-
-
 def experts_grid(step, n_experts: int, *, last_token_only: bool, counts: bool = True) -> Table:
     """A layer x expert grid: lit cells for experts chosen (digits: how many tokens, when more than one)."""
     show_counts = counts
@@ -44,7 +35,7 @@ def experts_grid(step, n_experts: int, *, last_token_only: bool, counts: bool = 
     if show_counts:
         table.add_column(justify="right")
     for layer in step.layers:
-        counts = expert_counts(layer, last_token_only, n_experts)
+        counts = layer.tokens_per_expert(n_experts, last_token_only=last_token_only)
         if counts is None:
             table.add_row(f"L{layer.index}", Text("dense", style="dim"), *([""] if show_counts else []))
             continue
@@ -133,24 +124,29 @@ def figure_line(label: str, value: str, note: str = "") -> Text:
 
 def flops_line(step) -> Text:
     """FLOPs, bytes and their ratio (arithmetic intensity) for one pass."""
-    total = step.bytes_read.get("total", 0)
-    intensity = step.flops / total if total else 0.0
     return Text.assemble(
         ("FLOPs ", "bold"), human_count(step.flops),
-        ("  bytes read ", "bold"), human_bytes(total),
-        ("  intensity ", "bold"), f"{intensity:.1f} FLOPs/byte",
+        ("  bytes read ", "bold"), human_bytes(step.bytes_read.get("total", 0)),
+        ("  intensity ", "bold"), f"{step.intensity:.1f} FLOPs/byte",
     )
 
 
-def balance_line(step, balance: float | None, machine: str) -> Text | None:
-    """The pass's intensity against a machine's balance point: which limit it would hit there."""
-    total = step.bytes_read.get("total", 0)
-    if not balance or not total:
+def balance_line(step, state) -> Text | None:
+    """The pass's intensity against the chosen machine's balance point: which limit it would hit there.
+
+    None when the pass read nothing or there is no machine (no profiles, or a broken hardware file).
+    """
+    from walkthrough.engine.costs import balance_point, limit
+
+    try:
+        profile = state.profile
+    except WalkthroughError:
         return None
-    intensity = step.flops / total
-    bound = "compute" if intensity >= balance else "memory bandwidth"
+    if profile is None or not step.bytes_read.get("total"):
+        return None
     return Text.assemble(
-        f"on {machine} (balance point {balance:.0f} FLOPs/byte) this pass is limited by ",
-        (bound, "bold"),
+        f"on {visible(profile.name)} (balance point {balance_point(profile):.0f} FLOPs/byte) "
+        "this pass is limited by ",
+        (limit(step.intensity, profile), "bold"),
         style="dim",
     )
