@@ -92,3 +92,34 @@ async def test_special_looking_message_text_stays_ordinary(fixtures_dir):
         await pilot.press("3", "end")
         await pilot.pause()
         assert "special" in screen_text(app)
+
+
+async def test_t_switches_to_a_named_chat_template(fixtures_dir, tmp_path):
+    from app_support import copy_gguf
+
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.inspect.template import chat_templates
+
+    named = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    path = copy_gguf(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", tmp_path / "named.gguf",
+                     {"tokenizer.chat_template.plain": named})
+    with open_gguf(path) as f:
+        templates = chat_templates(f)
+    assert list(templates) == ["default", "plain"]
+    app = app_for(path, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        default_ids = list(app.state.prompt_ids)
+        assert default_ids == chat_tokens(app.state.tokenizer, templates["default"], MESSAGES).ids
+        await pilot.press("2", "v")
+        await pilot.pause()
+        assert "template default  (1 of 2: default, plain; t switches)" in screen_text(app)
+        await pilot.press("t")
+        await settle(pilot)
+        assert app.state.template_name == "plain" and app.state.template_source == named
+        assert app.state.prompt_ids == chat_tokens(app.state.tokenizer, named, MESSAGES).ids != default_ids
+        assert app.state.steps == []  # the request restarted with the new prompt
+        assert "template plain  (2 of 2" in screen_text(app)
+        await pilot.press("t")
+        await settle(pilot)
+        assert app.state.template_name == "default" and app.state.prompt_ids == default_ids

@@ -70,6 +70,8 @@ class RequestState:
     card: Any = None  # walkthrough.inspect.card.ModelCard
     unavailable: dict[str, str] = field(default_factory=dict)  # part -> why it cannot be shown
     tokenizer: Any = None  # walkthrough.inspect.tokenizer.GGUFTokenizer
+    template_name: str | None = None  # which of the file's chat templates (None: the default one)
+    template_names: list[str] = field(default_factory=list)  # the file's templates, "default" first
     template_source: str | None = None
     rendered: str | None = None  # the chat template's output for `messages`
     chat: Any = None  # walkthrough.inspect.chat.ChatTokens: rendered text, tokens (with their message), regions
@@ -116,10 +118,11 @@ class RequestState:
 
     def render_template(self) -> None:
         """Render the file's chat template for the messages (needs the tokenizer for BOS/EOS texts)."""
-        from walkthrough.inspect.template import render, select_template
+        from walkthrough.inspect.template import chat_templates, render, select_template
 
         self.rendered = None
-        self.template_source = select_template(self.file, where=self.path.name)
+        self.template_names = list(chat_templates(self.file))
+        self.template_source = select_template(self.file, self.template_name, where=self.path.name)
         self.rendered = render(
             self.template_source,
             self.messages,
@@ -151,6 +154,20 @@ class RequestState:
         if self.settings is None:
             self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
         self.engine_ready = True
+
+    def next_template(self) -> bool:
+        """Choose the file's next chat template (in `template_names` order, cycling); False when there is no other.
+
+        The prompt must be rebuilt after (`rebuild_prompt`).
+        """
+        from walkthrough.inspect.template import DEFAULT_NAME
+
+        names, current = self.template_names, self.template_name or DEFAULT_NAME
+        following = names[(names.index(current) + 1) % len(names)] if current in names else names[0] if names else None
+        if following is None or following == current:
+            return False
+        self.template_name = following
+        return True
 
     def rebuild_prompt(self) -> None:
         """After the messages changed: render, tokenize and restart the run."""

@@ -66,9 +66,11 @@ Messages: a to add, e or enter to edit (ctrl+s saves, escape cancels), d to
 delete the highlighted message. Every change renders and tokenizes again and
 restarts the request.
 
-Source: the template as stored in the file. Rendered: the text the template
-wrote, special tokens in reverse video, each message's text in its own colour,
-the template's own text dimmed. v switches between the three views.
+Source: the template as stored in the file. A file may hold several (the
+default one and named ones such as tool_use): t switches to the next and
+renders the messages with it. Rendered: the text the template wrote, special
+tokens in reverse video, each message's text in its own colour, the template's
+own text dimmed. v switches between the three views.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -76,6 +78,7 @@ the template's own text dimmed. v switches between the three views.
         Binding("a", "add", "Add", id="template.add"),
         Binding("e", "edit", "Edit", id="template.edit"),
         Binding("d", "delete", "Delete", id="template.delete"),
+        Binding("t", "next_template", "Template", id="template.next"),
     ]
 
     def compose_body(self) -> ComposeResult:
@@ -94,7 +97,8 @@ the template's own text dimmed. v switches between the three views.
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")
         source = state.template_source
         self.query_one("#template-source", Static).update(
-            safe_text(source, keep_newlines=True) if source else Text(problem or "No template yet.")
+            Group(self._template_line(), safe_text(source, keep_newlines=True)) if source
+            else Text(problem or "No template yet.")
         )
         rendered = self.query_one("#template-rendered", Static)
         if state.chat is not None:
@@ -106,6 +110,18 @@ the template's own text dimmed. v switches between the three views.
             rendered.update(safe_text(state.rendered, keep_newlines=True))
         else:
             rendered.update(Text.assemble(("Cannot render: ", "bold"), safe_text(problem or "still preparing")))
+
+    def _template_line(self) -> Text:
+        """Which of the file's templates is shown, and how to switch."""
+        state = self.state
+        names = state.template_names
+        name = state.template_name or (names[0] if names else "")
+        line = Text.assemble(("template ", "bold"), safe_text(name))
+        if len(names) > 1:
+            line.append(f"  ({names.index(name) + 1} of {len(names)}: ", style="dim")
+            line.append_text(safe_text(", ".join(names), "dim"))
+            line.append("; t switches)", style="dim")
+        return line
 
     def _list_messages(self) -> None:
         """Fill the message list (only when the messages changed, so the highlight stays put)."""
@@ -166,6 +182,13 @@ the template's own text dimmed. v switches between the three views.
             self._changed(messages)
 
         self.app.push_screen(MessageEditor(message, title), done)
+
+    def action_next_template(self) -> None:
+        """Render the messages with the file's next chat template (named ones, such as tool_use)."""
+        if self.state.next_template():
+            self._changed(self.state.messages)
+        else:
+            self.notify("This file has only one chat template.", title="Template", markup=False)
 
     def action_delete(self) -> None:
         index = self._highlighted()
