@@ -7,7 +7,9 @@ import re
 from html import unescape
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
+from rich.text import Text
 
 from walkthrough.app import WalkthroughApp, make_app
 
@@ -29,13 +31,8 @@ async def settle(pilot) -> None:
 
 
 def screen_text(app: WalkthroughApp) -> str:
-    """What the terminal shows now, as plain text (one line per row)."""
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), record=True,
-                      color_system=None, legacy_windows=False, force_terminal=False)
-    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
-    console.print(update)
-    return console.export_text(styles=False)
+    """What the terminal shows now, as plain text (one line per row), read from the app's SVG screenshot."""
+    return svg_text(app.export_screenshot())
 
 
 def copy_gguf(source: Path, target: Path, extra: dict[str, str]) -> Path:
@@ -56,10 +53,30 @@ def copy_gguf(source: Path, target: Path, extra: dict[str, str]) -> Path:
     return write_gguf(target, metadata, tensors)
 
 
+_SVG_RUN = re.compile(r'<text[^>]*? x="([\d.]+)" y="[\d.]+" textLength="([\d.]+)"[^>]*?-line-(\d+)\)"[^>]*>([^<]*)</text>')
+
+
 def svg_text(svg: str) -> str:
-    """The visible characters of an SVG screenshot (Textual writes one <text> per run of cells)."""
-    runs = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
-    return unescape("".join(runs)).replace("\xa0", " ")
+    """The characters of an SVG screenshot as plain text, one line per terminal row.
+
+    Rich writes one <text> per run of same-styled cells (blank runs are left out), with its row in the
+    clip path's name, its x position, and its width in `textLength`; the cell width is textLength over
+    the run's cell count, so each run is put back at its column.
+    """
+    runs = [(int(row), float(x), float(length), unescape(text).replace("\xa0", " ").rstrip("\n"))
+            for x, length, row, text in _SVG_RUN.findall(svg)]
+    runs = [run for run in runs if run[3]]
+    if not runs:
+        return ""
+    cell = next(length / cell_len(text) for _, _, length, text in runs if cell_len(text))
+    lines: dict[int, Text] = {}
+    for row, x, _, text in runs:
+        line = lines.setdefault(row, Text())
+        column = round(x / cell)
+        if line.cell_len < column:
+            line.append(" " * (column - line.cell_len))
+        line.append(text)
+    return "\n".join(lines[row].plain if row in lines else "" for row in range(max(lines) + 1)) + "\n"
 
 
 def widget_text(widget, width: int = 400) -> str:
