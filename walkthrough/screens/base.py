@@ -64,11 +64,22 @@ class TermsLine(Static):
 
 
 class StageScreen(Screen):
-    """Common layout and bindings of the eight stages."""
+    """Common layout and bindings of the eight stages.
+
+    A stage's title ("Stage 2: the chat template") is its number in `STAGES` and
+    its `HEADING`; its stylesheet is `<STAGE>.tcss` beside its module.
+    """
 
     STAGE: ClassVar[str] = ""
+    HEADING: ClassVar[str] = ""
     HELP: ClassVar[str] = ""
     TERMS: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.STAGE:
+            cls.TITLE = f"Stage {STAGE_IDS.index(cls.STAGE) + 1}: {cls.HEADING}"
+            cls.CSS_PATH = f"{cls.STAGE}.tcss"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "app.previous_stage", "Previous stage", id="stage.previous", group=STAGE_KEYS),

@@ -28,8 +28,7 @@ class CostsScreen(StageScreen):
     """The same request, on a chosen machine."""
 
     STAGE = "costs"
-    TITLE = "Stage 7: costs"
-    CSS_PATH = "costs.tcss"
+    HEADING = "costs"
     TERMS = ("memory bandwidth", "bytes read", "roofline", "arithmetic intensity", "time to first token",
              "KV cache", "active parameters", "context length")
     HELP = """

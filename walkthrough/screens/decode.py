@@ -29,8 +29,7 @@ class DecodeScreen(SteppingScreen):
     """The answer, token by token."""
 
     STAGE = "decode"
-    TITLE = "Stage 5: decode"
-    CSS_PATH = "decode.tcss"
+    HEADING = "decode"
     TERMS = ("decode", "step", "token", "expert", "active parameters", "bytes read", "memory bandwidth",
              "KV cache", "attention", "head", "GQA")
     HELP = """
@@ -67,10 +66,8 @@ change the head.
 
     def refresh_view(self) -> None:
         state = self.state
-        blocker = state.run_blocker()
         token_view = self.query_one("#decode-token", Static)
-        if blocker:
-            token_view.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+        if self.show_blocker(token_view):
             return
         steps = state.decode_steps
         reply = state.tokenizer.decode(state.answer_ids()) if state.tokenizer else ""
@@ -135,7 +132,4 @@ change the head.
         self.refresh_view()
 
     def autoplay_step(self) -> bool:
-        if self.state.can_run and not self.state.finished:
-            self.app.action_step()
-            return True
-        return False
+        return self.step_until(self.state.finished)

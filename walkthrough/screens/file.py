@@ -35,8 +35,7 @@ class FileScreen(StageScreen):
     """The GGUF file: layout, architecture, parameters, quant mix, tensors and metadata."""
 
     STAGE = "file"
-    TITLE = "Stage 1: the file"
-    CSS_PATH = "file.tcss"
+    HEADING = "the file"
     TERMS = ("GGUF", "metadata", "tensor", "parameter", "quantization", "bits per weight",
              "quant mix", "MoE", "active parameters", "GQA", "KV cache")
     HELP = """

@@ -28,8 +28,7 @@ class PrefillScreen(SteppingScreen):
     """The prompt, chunk by chunk."""
 
     STAGE = "prefill"
-    TITLE = "Stage 4: prefill"
-    CSS_PATH = "prefill.tcss"
+    HEADING = "prefill"
     TERMS = ("prefill", "chunk", "step", "KV cache", "MoE", "router", "expert", "FLOPs",
              "bytes read", "arithmetic intensity", "roofline")
     HELP = """
@@ -66,9 +65,7 @@ change with the chunk size.
         figures = self.query_one("#prefill-figures", Static)
         steps = state.prefill_steps
         total = len(state.prompt_ids)
-        blocker = state.run_blocker()
-        if blocker:
-            figures.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+        if self.show_blocker(figures):
             return
         n_chunks = -(-total // state.chunk) if total else 0
         if not steps:
@@ -112,7 +109,4 @@ change with the chunk size.
         self.app.action_restart()
 
     def autoplay_step(self) -> bool:
-        if self.state.can_run and not self.state.prefill_done:
-            self.app.action_step()
-            return True
-        return False
+        return self.step_until(self.state.prefill_done)

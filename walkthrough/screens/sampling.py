@@ -39,8 +39,7 @@ class SamplingScreen(SteppingScreen):
     """From logits to the chosen token."""
 
     STAGE = "sampling"
-    TITLE = "Stage 6: sampling"
-    CSS_PATH = "sampling.tcss"
+    HEADING = "sampling"
     TERMS = ("logits", "sampling", "temperature", "greedy", "top-k", "top-p", "min-p", "seed")
     HELP = """
 The last pass ends with one score (logit) per vocabulary token. The sampler
@@ -154,8 +153,7 @@ token; final is the probability the draw used.
             self.app.revision += 1
 
     def autoplay_step(self) -> bool:
-        if self.state.can_run and not self.state.prefill_done:
-            self.app.action_step()
+        if self.step_until(self.state.prefill_done):
             return True
         if self._autoplay_moves and self.state.settings is not None:
             key = self._autoplay_moves.pop(0)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, VerticalScroll
+from textual.widgets import Static
 
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.live import LivePanel
+from walkthrough.textsafe import safe_text
 
 
 class SteppingScreen(StageScreen):
@@ -34,3 +37,17 @@ class SteppingScreen(StageScreen):
 
     def compose_main(self) -> ComposeResult:
         yield from ()
+
+    def show_blocker(self, view: Static) -> bool:
+        """Say in `view` why the request cannot run, if it cannot; True when it did."""
+        blocker = self.state.run_blocker()
+        if blocker:
+            view.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+        return bool(blocker)
+
+    def step_until(self, done: bool) -> bool:
+        """An autoplay tick: run the next pass unless `done` (or the request cannot run); True if it ran one."""
+        if self.state.can_run and not done:
+            self.app.action_step()
+            return True
+        return False

@@ -19,8 +19,7 @@ class SummaryScreen(StageScreen):
     """One table: what each stage did to this request."""
 
     STAGE = "summary"
-    TITLE = "Stage 8: summary"
-    CSS_PATH = "summary.tcss"
+    HEADING = "summary"
     TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache")
     HELP = """
 The whole request in one table: the file, the chat, the tokens, the prefill

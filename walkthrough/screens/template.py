@@ -52,8 +52,7 @@ class TemplateScreen(StageScreen):
     """Messages in, one string out."""
 
     STAGE = "template"
-    TITLE = "Stage 2: the chat template"
-    CSS_PATH = "template.tcss"
+    HEADING = "the chat template"
     TERMS = ("message", "chat template", "special token", "token", "GGUF")
     HELP = """
 A chat model is trained on conversations written in one exact format. The chat

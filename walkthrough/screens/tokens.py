@@ -28,8 +28,7 @@ class TokensScreen(StageScreen):
     """What the model actually reads."""
 
     STAGE = "tokens"
-    TITLE = "Stage 3: tokens"
-    CSS_PATH = "tokens.tcss"
+    HEADING = "tokens"
     TERMS = ("token", "tokenizer", "vocabulary", "BPE", "special token", "chat template")
     HELP = """
 The model never sees characters: the tokenizer from the file cuts the rendered
