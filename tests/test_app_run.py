@@ -253,3 +253,23 @@ async def test_chunk_key_changes_the_chunk_size_and_restarts(fixtures_dir):
         await _step(pilot, n_chunks)
         assert state.prefill_done and len(state.steps) == n_chunks
         assert state.steps[-1].chosen == first.chosen  # the first token does not depend on the chunk size
+
+
+async def test_a_broken_hardware_file_leaves_the_run_alone(fixtures_dir, tmp_path, monkeypatch):
+    config = tmp_path / "walkthrough" / "hardware.json"
+    config.parent.mkdir()
+    config.write_text("{ not json", encoding="utf-8")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for stage, figures in (("4", "#prefill-figures"), ("5", "#decode-token")):
+            await pilot.press(stage)
+            await _step(pilot)
+            step = app.state.steps[-1]
+            text = widget_text(app.screen.query_one(figures))
+            assert f"intensity {step.intensity:.1f} FLOPs/byte" in text and "limited by" not in text
+        await pilot.press("7")
+        await pilot.pause()
+        assert "No hardware profiles:" in screen_text(app)
+    assert app.return_code in (None, 0)
