@@ -146,7 +146,7 @@ class RequestState:
         self.prompt_ids = self.chat.ids
 
     def prepare_engine(self) -> None:
-        """Prepare the engine's model for this file (header only); the engine raises WalkthroughError saying why it cannot."""
+        """Prepare the engine's model for this file (header only); the engine's WalkthroughError says why it cannot."""
         from walkthrough.engine.model import Model
         from walkthrough.engine.sampler import SamplerSettings
 
@@ -163,10 +163,9 @@ class RequestState:
         from walkthrough.inspect.template import DEFAULT_NAME
 
         names, current = self.template_names, self.template_name or DEFAULT_NAME
-        following = names[(names.index(current) + 1) % len(names)] if current in names else names[0] if names else None
-        if following is None or following == current:
+        if not names or names == [current]:
             return False
-        self.template_name = following
+        self.template_name = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
         return True
 
     def rebuild_prompt(self) -> None:

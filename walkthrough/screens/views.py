@@ -115,13 +115,6 @@ def token_strip(state, ids: Sequence[int], *, specials: frozenset[int] = frozens
     return text
 
 
-def figure_line(label: str, value: str, note: str = "") -> Text:
-    line = Text.assemble((f"{label}: ", "bold"), value)
-    if note:
-        line.append(f"  {note}", style="dim")
-    return line
-
-
 def flops_line(step) -> Text:
     """FLOPs, bytes and their ratio (arithmetic intensity) for one pass."""
     return Text.assemble(
