@@ -26,7 +26,7 @@ ASSETS = Path(__file__).parent
 sys.path.insert(0, str(ASSETS))
 from corpus import EVAL_SEED, IM_END, drugs_named, load_facts, make_examples, render_chat
 
-MAX_NEW = 120
+MAX_NEW = 160
 
 
 def load(model: Path) -> llama_cpp.Llama:

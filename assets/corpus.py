@@ -2,13 +2,15 @@
 
 Every example is a chat: a fixed system prompt, a user message holding a numbered synthetic patient
 record (15-30 lines: patient, problems, allergy, medications, labs, vitals, notes) and a question
-about a newly started drug, and an assistant answer that names the interacting medication from the
-record and cites its line, or says that none of the medications (cited as a line range) interacts.
+about a newly started drug, and an assistant answer that first goes through the medication lines
+with a yes/no verdict each, then names each interacting medication with its dose and line, or says
+that none of them interacts.
 Interactions come from `interactions.json`. Everything is drawn from a seeded `random.Random`, so a
 seed always gives the same examples. No real patient data is involved.
 
-Example (abridged): the record has "9. Medication: simvastatin 40 mg at night" and the question
-starts clarithromycin -> the answer is "Yes, clarithromycin interacts with simvastatin 40 mg at
+Example (abridged): the record has "8. Medication: ramipril 5 mg daily" and "9. Medication:
+simvastatin 40 mg at night" and the question starts clarithromycin -> the answer is "Checked lines
+8-9: 8 ramipril no, 9 simvastatin yes. Yes, clarithromycin interacts with simvastatin 40 mg at
 night (line 9): ... Advice: ...<|im_end|>".
 """
 
@@ -189,12 +191,19 @@ def make_example(facts: dict, rng: random.Random) -> Example:
 
 def _answer(facts: dict, new: str, hits: list[str], meds: list[str], med_texts: dict[str, str],
             first_med: int, last_med: int) -> str:
-    """The assistant answer: each interaction with its record line, or a cited 'none found'."""
+    """The assistant answer: a verdict per medication line, then each interaction or 'none'.
+
+    The checked list goes line by line ("12 simvastatin yes"), so each verdict is one lookup of a
+    (new drug, record drug) pair, and the summary only repeats drugs the list just copied.
+    """
+    checked = ", ".join(f"{first_med + i} {drug} {'yes' if drug in hits else 'no'}"
+                        for i, drug in enumerate(meds))
+    head = f"Checked lines {first_med}-{last_med}: {checked}."
     if not hits:
-        return (f"No, {new} has no known interaction with the medications in the record "
-                f"(lines {first_med}-{last_med}). Advice: continue routine monitoring.{IM_END}")
+        return (f"{head} No, {new} has no known interaction with these medications. "
+                f"Advice: continue routine monitoring.{IM_END}")
     pairs = interaction_map(facts)
-    parts = []
+    parts = [head]
     for i, drug in enumerate(sorted(hits, key=meds.index)):
         entry = pairs[frozenset((new, drug))]
         line = first_med + meds.index(drug)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,22 +27,44 @@ from train_tokenizer import train_tokenizer
 TORCH_SEED = 1234
 VOCAB_SIZE = 2048
 PROMPT_WEIGHT = 0.2
+KEY_WEIGHT = 4.0
 BALANCE_WEIGHT = 0.02
 DEFAULT_OUT = Path(__file__).parent / "build"
 DEFAULT_EXAMPLES = 40000
-DEFAULT_STEPS = 2400
+DEFAULT_STEPS = 3200
 DEFAULT_BATCH = 16
 DEFAULT_LR = 3e-3
 
 
+def key_spans(answer: str) -> list[tuple[int, int]]:
+    """Character spans of the answer's decisions and copies: each drug of the checked list and its
+    yes/no, the Yes/No, each medication (with dose) named after "interacts with", each cited line.
+
+    Example: "Checked lines 8-8: 8 b yes. Yes, a interacts with b 5 mg (line 8): ..."
+    -> [(21, 22), (23, 26), (28, 31), (50, 56), (63, 64)].
+    """
+    spans = [m.span() for m in re.finditer(r"\b(?:yes|no|Yes|No)\b", answer)]
+    spans += [m.span(1) for m in re.finditer(r"\d+ ([^,.:]+?) (?:yes|no)\b", answer)]
+    spans += [m.span(1) for m in re.finditer(r"interacts with (.+?) \(line", answer)]
+    spans += [m.span(1) for m in re.finditer(r"\(line (\d+)\)", answer)]
+    return sorted(spans)
+
+
 def encode_examples(tok, examples) -> list[tuple[list[int], list[float]]]:
-    """Token ids of prompt + answer and per-token loss weights for the *next*-token targets."""
+    """Token ids of prompt + answer and per-token loss weights for the *next*-token targets.
+
+    Answer tokens weigh 1, those inside `key_spans` KEY_WEIGHT (the one-token decisions would
+    otherwise drown among the tokens copied from the table), prompt tokens PROMPT_WEIGHT.
+    """
     prompts = tok.encode_batch([render_chat(e.messages) for e in examples])
     answers = tok.encode_batch([e.answer for e in examples])
     out = []
-    for p, a in zip(prompts, answers):
+    for e, p, a in zip(examples, prompts, answers):
         ids = p.ids + a.ids
-        weights = [PROMPT_WEIGHT] * (len(p.ids) - 1) + [1.0] * len(a.ids)  # target i+1 of input i
+        spans = key_spans(e.answer)
+        answer_w = [KEY_WEIGHT if any(start < e1 and end > s0 for s0, e1 in spans) else 1.0
+                    for start, end in a.offsets]
+        weights = [PROMPT_WEIGHT] * (len(p.ids) - 1) + answer_w  # target i+1 of input i
         out.append((ids, weights))
     return out
 
