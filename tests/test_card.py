@@ -21,9 +21,11 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
+from rich.text import Text
 
 from walkthrough.inspect.card import CardError, build_card
 from walkthrough.inspect.gguf import open_gguf
+from walkthrough.screens.file_view import overview
 
 F32_STATE_BYTES = 4  # llama.cpp keeps recurrent states in F32
 
@@ -265,6 +267,8 @@ def test_unknown_architecture_gets_what_the_tensor_table_allows(tmp_path: Path) 
     assert card.bytes_by_type == by_type
     assert card.kv_bytes_per_token["f16"] == 3 * 2 * kv_out * 2  # from the attn_k/attn_v shapes
     assert card.n_params_active is None and card.bytes_per_token is None
+    assert card.active_share is None
+    overview(f, card, Text())  # the File stage shows a card whose active share is unknown
     for name in ("n_experts_used", "n_params_active", "bytes_per_token", "context_length", "n_head"):
         assert name in card.unknown
     assert "vocab_size" not in card.unknown and "n_layers" not in card.unknown
@@ -277,6 +281,7 @@ def test_unknown_architecture_with_experts_used_gets_active_numbers(tmp_path: Pa
     meta = {"expert_count": 4, "expert_used_count": 2}
     assert_card_matches(card, expected_numbers(rows_of(tensors), meta))
     assert "n_params_active" not in card.unknown
+    assert card.active_share == card.n_params_active / card.n_params
 
 
 def test_per_layer_kv_heads_array(tmp_path: Path) -> None:

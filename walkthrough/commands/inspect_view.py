@@ -79,7 +79,7 @@ def summary_table(f: GGUFFile, card: ModelCard) -> Table:
                           f"{len(f.fields)} metadata keys, {card.n_tensors} tensors")
     table.add_row("architecture", safe_text(card.architecture))
     table.add_row("name", safe_text(card.name) if card.name is not None else "?")
-    share = f" ({card.n_params_active / card.n_params:.1%})" if card.n_params and card.n_params_active else ""
+    share = f" ({card.active_share:.1%})" if card.active_share is not None else ""
     table.add_row("parameters", f"{human_count(card.n_params)} total ({card.n_params:,}), "
                                 f"{human_count(card.n_params_active)} active per token{share}")
     table.add_row("bits per weight", f"{card.bits_per_weight:.2f}" if card.n_params else "- (no tensors)")

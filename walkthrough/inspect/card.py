@@ -123,6 +123,11 @@ class ModelCard:
     def bits_per_weight(self) -> float:
         return 8 * sum(self.bytes_by_type.values()) / self.n_params if self.n_params else 0.0
 
+    @property
+    def active_share(self) -> float | None:
+        """Parameters active per token as a share of all parameters; None when either is unknown."""
+        return self.n_params_active / self.n_params if self.n_params and self.n_params_active is not None else None
+
     def bits_per_weight_by_group(self) -> dict[str, float]:
         return {g: 8 * self.bytes_by_group[g] / p for g, p in self.params_by_group.items() if p}
 

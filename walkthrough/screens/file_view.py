@@ -132,10 +132,10 @@ def overview(f, card, engine_note: Text) -> Group:
         f"  {human_bytes(f.file_size)}{shards}, GGUF v{f.version}, "
         f"{len(f.fields)} metadata keys, {len(f.tensors)} tensors, alignment {f.alignment}"
     )
-    active_share = card.n_params_active / card.n_params if card.n_params else 0.0
+    share = f" ({card.active_share:.0%})" if card.active_share is not None else ""
     params = Text()
     params.append(f"{human_count(card.n_params)} parameters", style="bold")
-    params.append(f", {human_count(card.n_params_active)} active per token ({active_share:.0%})")
+    params.append(f", {human_count(card.n_params_active)} active per token{share}")
     params.append(f", {card.bits_per_weight:.2f} bits per weight")
     params.append(f", {human_bytes(card.bytes_per_token)} read per token")
     return Group(
