@@ -131,15 +131,23 @@ class TinyMoE(nn.Module):
             if name.endswith(("attn_output.weight", "ffn_down_shexp.weight", "ffn_down_exps")):
                 nn.init.normal_(p, std=0.02 / (2 * c.n_layer) ** 0.5)
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
-        """Token ids [B, T] -> logits [B, T, V] and per-layer (router probs, top-k ids)."""
+    def hidden(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+        """Token ids [B, T] -> final-normed hidden states [B, T, d] and per-layer routes."""
         x = self.token_embd(ids)  # [B, T, d]
         routes = []
         for layer in self.layers:
             x, probs, top = layer(x)
             routes.append((probs, top))
-        x = rms_norm(x, self.output_norm, self.c.rms_eps)
-        return x @ self.token_embd.weight.T, routes
+        return rms_norm(x, self.output_norm, self.c.rms_eps), routes
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Output projection (tied embedding): [..., d] -> logits [..., V]."""
+        return x @ self.token_embd.weight.T
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+        """Token ids [B, T] -> logits [B, T, V] and per-layer (router probs, top-k ids)."""
+        x, routes = self.hidden(ids)
+        return self.head(x), routes
 
 
 def balance_loss(probs: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, n_expert: int
