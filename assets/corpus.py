@@ -1,17 +1,18 @@
 """Generate the synthetic clinical corpus the tiny model is trained on.
 
 Every example is a chat: a fixed system prompt, a user message holding a numbered synthetic patient
-record (15-30 lines: patient, problems, allergy, medications, labs, vitals, notes) and a question
-about a newly started drug, and an assistant answer that first goes through the medication lines
-with a yes/no verdict each, then names each interacting medication with its dose and line, or says
-that none of them interacts.
-Interactions come from `interactions.json`. Everything is drawn from a seeded `random.Random`, so a
-seed always gives the same examples. No real patient data is involved.
+record (15-30 lines: patient, who saw them and why, problems, allergy, medications, labs, vitals,
+social and care notes) and a question about a newly started drug, and an assistant answer that first
+goes through the medication lines with a yes/no verdict each, then names each interacting medication
+with its line, or says that none of them interacts.
+Interactions come from `interactions.json`, the free-text lines from `record_details.json`.
+Everything is drawn from a seeded `random.Random`, so a seed always gives the same examples. No real
+patient data is involved.
 
 Example (abridged): the record has "8. Medication: ramipril 5 mg daily" and "9. Medication:
 simvastatin 40 mg at night" and the question starts clarithromycin -> the answer is "Checked lines
-8-9: 8 ramipril no, 9 simvastatin yes. Yes, clarithromycin interacts with simvastatin 40 mg at
-night (line 9): ... Advice: ...<|im_end|>".
+8-9: 8 ramipril no, 9 simvastatin yes. Yes, clarithromycin interacts with simvastatin (line 9):
+... Advice: ...<|im_end|>".
 """
 
 from __future__ import annotations
@@ -46,26 +47,19 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
+DETAILS_PATH = Path(__file__).with_name("record_details.json")
+
 QUESTIONS = [
     "Started today: {drug}. Does it interact with anything in the record?",
     "We plan to add {drug}. Any interaction with the current medications?",
     "Is it safe to start {drug} with the current medications?",
     "The patient was prescribed {drug} today. Please check for interactions.",
     "New prescription: {drug}. Does it interact with what the patient takes?",
-]
-EXTRA_PROBLEMS = [
-    "obesity", "hearing loss", "cataract", "migraine", "eczema", "sleep apnoea", "glaucoma",
-    "previous appendicectomy", "varicose veins", "psoriasis", "iron deficiency", "COPD",
-]
-ALLERGIES = [
-    "penicillin (rash)", "codeine (vomiting)", "no known drug allergies", "sulfonamides (hives)",
-    "latex (itching)",
-]
-NOTES = [
-    "lives alone, independent", "lives with partner", "smokes 10 cigarettes a day", "ex-smoker",
-    "drinks 14 units of alcohol a week", "walks with a stick", "retired teacher", "works as a driver",
-    "daughter helps with shopping", "fall at home last month", "up to date with vaccines",
-    "prefers tablets to liquids",
+    "The hospital discharge letter adds {drug}. Anything to watch for with the regular tablets?",
+    "Could {drug} cause a problem with any of the medicines listed?",
+    "A locum suggested {drug}. Is there an interaction with the record medications?",
+    "Before I issue {drug}, please check it against the medication list.",
+    "Pharmacist query: patient collecting {drug}. Any clash with current treatment?",
 ]
 
 
@@ -81,11 +75,13 @@ class Example:
 
 
 def load_facts(path: Path = FACTS_PATH) -> dict:
-    """Read the drug catalogue and interaction table; adds "partners": drug -> sorted partners."""
+    """Read the drug catalogue and interaction table; adds "partners" (drug -> sorted partners)
+    and "details" (the free-text word lists of `record_details.json`)."""
     facts = json.loads(path.read_text(encoding="utf-8"))
     pairs = interaction_map(facts)
     names = sorted(facts["drugs"])
     facts["partners"] = {d: sorted(x for x in names if frozenset((d, x)) in pairs) for d in names}
+    facts["details"] = load_details()
     return facts
 
 
@@ -100,7 +96,12 @@ def render_chat(messages: list[dict[str, str]], add_generation_prompt: bool = Tr
     return text + (f"{IM_START}assistant\n" if add_generation_prompt else "")
 
 
-def _lab_lines(rng: random.Random) -> list[str]:
+def load_details(path: Path = DETAILS_PATH) -> dict:
+    """Read the word lists for the records' free-text lines (`record_details.json`)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _lab_lines(rng: random.Random, details: dict) -> list[str]:
     """Recent lab results, 3-8 lines with plausible random values."""
     labs = [
         f"potassium {rng.choice([3.4, 3.9, 4.1, 4.4, 4.6, 4.9, 5.2, 5.5])} mmol/L",
@@ -114,6 +115,10 @@ def _lab_lines(rng: random.Random) -> list[str]:
         f"TSH {rng.choice([0.9, 1.8, 2.6, 4.1, 6.3])} mU/L",
         f"total cholesterol {rng.choice([3.9, 4.6, 5.2, 6.1])} mmol/L",
     ]
+    for name, (low, high), unit in rng.sample(details["labs"], 3):
+        value = (rng.randint(low, high) if isinstance(low, int)
+                 else round(rng.uniform(low, high), 1))
+        labs.append(f"{name} {value} {unit}")
     return rng.sample(labs, rng.randint(3, 8))
 
 
@@ -165,32 +170,43 @@ def make_example(facts: dict, rng: random.Random) -> Example:
     meds = hits + others
     rng.shuffle(meds)
     med_texts = {d: _med_text(facts, rng, d) for d in meds}
-    problems = list(dict.fromkeys(facts["drugs"][d]["problem"] for d in meds))
-    problems += rng.sample(EXTRA_PROBLEMS, rng.randint(0, 2))
+    details = facts["details"]
+    problems = [facts["drugs"][d]["problem"] for d in meds]
+    problems = list(dict.fromkeys(problems + rng.sample(details["problems"], rng.randint(0, 2))))
     rng.shuffle(problems)
     sex = rng.choice(["woman", "man"])
-    lines = [f"Patient: {rng.randint(34, 91)}-year-old {sex}"]
+    lines = [f"Patient: {rng.randint(34, 91)}-year-old {sex}",
+             f"Seen by: Dr {rng.choice(details['surnames'])}, {rng.choice(details['settings'])}"]
+    lines += [f"Reason for visit: {rng.choice(details['complaints'])}"] * (rng.random() < 0.8)
     lines += [f"Problem: {p}" for p in problems]
-    lines += [f"Allergy: {rng.choice(ALLERGIES)}"] * rng.randint(0, 1)
+    lines += [f"Allergy: {rng.choice(details['allergies'])}"] * rng.randint(0, 1)
     first_med = len(lines) + 1
     lines += [f"Medication: {med_texts[d]}" for d in meds]
     last_med = len(lines)
-    lines += [f"Lab: {x}" for x in _lab_lines(rng)]
+    lines += [f"Lab: {x}" for x in _lab_lines(rng, details)]
     lines += [f"Vitals: {x}" for x in _vital_lines(rng)]
-    notes = rng.sample(NOTES, len(NOTES))
     n_notes = max(rng.randint(0, 3), 15 - len(lines))
-    lines += [f"Note: {x}" for x in notes[:n_notes]]
+    lines += [f"Note: {x}" for x in _notes(rng, details, n_notes)]
     lines = lines[:30]
     record = "\n".join(f"{i}. {text}" for i, text in enumerate(lines, start=1))
     question = rng.choice(QUESTIONS).format(drug=_med_text(facts, rng, new))
     user = f"Record:\n{record}\n\nQuestion: {question}"
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-    answer = _answer(facts, new, hits, meds, med_texts, first_med, last_med)
+    answer = _answer(facts, new, hits, meds, first_med, last_med)
     return Example(messages, answer, meds, new, sorted(hits, key=meds.index))
 
 
-def _answer(facts: dict, new: str, hits: list[str], meds: list[str], med_texts: dict[str, str],
-            first_med: int, last_med: int) -> str:
+def _notes(rng: random.Random, details: dict, count: int) -> list[str]:
+    """`count` social and care notes, at most one per kind until every kind is used."""
+    kinds = ["occupations", "hobbies", "living", "habits", "care"]
+    order = rng.sample(kinds, len(kinds))
+    picks = [rng.choice(details[kind]) for kind in order[:count]]
+    rest = [x for kind in kinds for x in details[kind] if x not in picks]
+    return picks + rng.sample(rest, max(0, count - len(picks)))
+
+
+def _answer(facts: dict, new: str, hits: list[str], meds: list[str], first_med: int,
+            last_med: int) -> str:
     """The assistant answer: a verdict per medication line, then each interaction or 'none'.
 
     The checked list goes line by line ("12 simvastatin yes"), so each verdict is one lookup of a
@@ -208,7 +224,7 @@ def _answer(facts: dict, new: str, hits: list[str], meds: list[str], med_texts: 
         entry = pairs[frozenset((new, drug))]
         line = first_med + meds.index(drug)
         lead = f"Yes, {new} interacts with" if i == 0 else "It also interacts with"
-        parts.append(f"{lead} {med_texts[drug]} (line {line}): {entry['reason']}. "
+        parts.append(f"{lead} {drug} (line {line}): {entry['reason']}. "
                      f"Advice: {entry['advice']}.")
     return " ".join(parts) + IM_END
 

@@ -94,20 +94,37 @@ def test_every_layer_uses_half_its_experts_on_the_default_request(runner, defaul
         assert len(used) >= n_expert / 2, f"layer {layer} used only {sorted(used)}"
 
 
+def cited_lines(text: str) -> dict[str, int]:
+    """Each drug the answer says interacts, with the line it cites: "with X (line N)" -> {X: N}."""
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"interacts with ([a-z][a-z ]*?) \(line (\d+)\)", text)}
+
+
 def test_held_out_records_name_only_record_drugs(runner) -> None:
     facts = corpus.load_facts()
     examples = corpus.make_examples(corpus.EVAL_SEED, 20, facts)
     named_ok = named_wrong = 0
+    citations = citations_right = 0
     for ex in examples:
         text, _ = runner.answer(ex.messages, MAX_NEW_HELD_OUT)
-        in_record = corpus.drugs_named(ex.messages[1]["content"], facts)
+        user = ex.messages[1]["content"]
+        in_record = corpus.drugs_named(user, facts)
         named = corpus.drugs_named(text, facts)
         named_ok += bool(named & in_record)
         named_wrong += bool(named - in_record)
+        for drug, line in cited_lines(text).items():
+            citations += 1
+            citations_right += drug in ex.record_drugs and line == record_line(user, drug)
     print(f"named a drug from the record: {named_ok}/20 = {named_ok / 20:.0%}; "
-          f"named a drug not in the record: {named_wrong}/20")
+          f"named a drug not in the record: {named_wrong}/20; "
+          f"interactions cited with the right line: {citations_right}/{citations}")
     assert named_ok >= 16
     assert named_wrong == 0
+
+
+def test_vocabulary_is_a_few_thousand_tokens(runner) -> None:
+    print(f"vocabulary: {runner.tok.vocab_size} tokens")
+    assert runner.tok.vocab_size >= 3000
 
 
 def test_training_script_runs_a_few_steps(tmp_path: Path) -> None:
