@@ -2,7 +2,8 @@
 
 Usage: python assets/build_tiny_model.py [--steps N] [--examples N]
 Needs the `train` extra (`pip install '.[train]'`, torch on the CPU). Every step is seeded, so a
-rebuild on the same machine and library versions gives the same files. Intermediate files go to
+rebuild on the same machine and library versions gives the same tensors and tokenizer (only the
+`general.training` record of the run's seconds differs). Intermediate files go to
 assets/build/ (git-ignored); the result is assets/tiny-clinical-moe.gguf.
 """
 
