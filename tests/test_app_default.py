@@ -10,7 +10,7 @@ from app_support import app_for, screen_text, settle
 from walkthrough import cli
 from walkthrough.app import make_app
 from walkthrough.inspect import locate
-from walkthrough.screens.state import DEFAULT_MODEL, DEFAULT_REQUEST
+from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST
 
 
 def test_default_messages_are_the_bundled_request(fixtures_dir):
@@ -23,8 +23,8 @@ async def test_no_argument_opens_the_tiny_model_with_the_default_request():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        assert app.state.path == DEFAULT_MODEL
-        assert DEFAULT_MODEL.name in screen_text(app)
+        assert app.state.path == BUNDLED_MODEL
+        assert BUNDLED_MODEL.name in screen_text(app)
         await pilot.press("2")
         await pilot.pause()
         first_user = next(m for m in app.state.messages if m["role"] == "user")
@@ -32,7 +32,7 @@ async def test_no_argument_opens_the_tiny_model_with_the_default_request():
 
 
 def test_no_argument_without_the_tiny_model_is_one_line(capsys, monkeypatch, tmp_path):
-    missing = tmp_path / DEFAULT_MODEL.name  # a checkout where the model is not built
+    missing = tmp_path / BUNDLED_MODEL.name  # a checkout where the model is not built
     monkeypatch.setattr(locate, "BUNDLED_MODEL", missing)
     assert cli.main([]) == 2
     err = capsys.readouterr().err

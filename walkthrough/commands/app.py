@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, run the app, and return its exit status."""
     from walkthrough.app import make_app
-    from walkthrough.screens.state import resolve_model
+    from walkthrough.inspect.locate import model_path
 
-    resolve_model(args.model)  # a missing file is a one-line error before the screen is taken
+    model_path(args.model)  # a missing file is a one-line error before the screen is taken
     if args.hardware is not None:
         from walkthrough.engine.hardware import load_profiles, pick
 

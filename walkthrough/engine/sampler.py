@@ -76,8 +76,8 @@ class SampleResult:
         return self.after_min_p
 
     def best(self, n: int) -> np.ndarray:
-        """The n ids with the highest raw logits, best first (ties in id order)."""
-        return np.argsort(-self.logits, kind="stable")[:n]
+        """The n ids with the highest raw logits, best first, chosen as the top-k stage chooses them."""
+        return _top_k(self.logits, n)
 
     def probs_at_temperature(self) -> np.ndarray:
         """[n_vocab] softmax(logits / T) over the whole vocabulary, for showing the temperature alone."""

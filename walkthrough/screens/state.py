@@ -22,21 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST, model_path
+from walkthrough.inspect.locate import DEFAULT_REQUEST, model_path
 
-DEFAULT_MODEL = BUNDLED_MODEL  # assets/tiny-clinical-moe.gguf, shipped in the package
 PREFILL_CHUNK = 64  # prompt tokens per prefill pass
 MAX_NEW_TOKENS = 120  # decode passes before the app stops the answer
-
-
-def resolve_model(spec: str | None) -> Path:
-    """The GGUF path for a model spec: None for the bundled tiny model, else a path, a folder,
-    `ollama:NAME[:TAG]` or `hf:ORG/REPO[/FILE]` (see `walkthrough.inspect.locate`); the first shard of a split model.
-
-    Raises:
-        WalkthroughError: nothing matches the spec; the message says what was looked for.
-    """
-    return model_path(spec)
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
@@ -95,7 +84,7 @@ class RequestState:
         from walkthrough.inspect.card import build_card
         from walkthrough.inspect.gguf import open_gguf
 
-        self.path = resolve_model(self.spec)
+        self.path = model_path(self.spec)
         self.file = open_gguf(self.path)
         self.card = build_card(self.file)
 
