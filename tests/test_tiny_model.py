@@ -7,45 +7,22 @@ model: which record drugs interact with the new drug, and on which line each one
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 
 import pytest
+from tiny_model_support import (
+    MAX_NEW_HELD_OUT,
+    MODEL_PATH,
+    Runner,
+    cited_lines,
+    corpus,
+    record_line,
+)
 
-from walkthrough.engine.model import Model
-from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.inspect.template import load_messages, render, select_template
-from walkthrough.inspect.tokenizer import GGUFTokenizer
+from walkthrough.inspect.template import load_messages
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
-MODEL_PATH = ASSETS / "tiny-clinical-moe.gguf"
 MAX_NEW = 120  # the default answer must end within this many tokens
-MAX_NEW_HELD_OUT = 160  # room for records with many medication lines and two interactions
-sys.path.insert(0, str(ASSETS))
-import corpus
-
-
-class Runner:
-    """Greedy chat answers from the tiny GGUF: template -> tokens -> engine -> text."""
-
-    def __init__(self, path: Path) -> None:
-        self.file = open_gguf(path)
-        self.model = Model(self.file)
-        self.tok = GGUFTokenizer.from_gguf(self.file)
-        self.template = select_template(self.file)
-
-    def answer(self, messages: list[dict], max_new: int = MAX_NEW) -> tuple[str, list]:
-        """The decoded answer (special tokens as text) and every Step of the run."""
-        prompt = render(self.template, messages, add_generation_prompt=True)
-        ids = self.tok.encode(prompt, parse_special=True)
-        session = Session(self.model)
-        steps = list(session.prefill(ids, sampler=Sampler.greedy()))
-        steps += list(session.decode(Sampler.greedy(), max_tokens=max_new - 1))
-        out = [s.chosen for s in steps if s.chosen is not None]
-        return self.tok.decode(out), steps
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +32,7 @@ def runner() -> Runner:
 
 @pytest.fixture(scope="module")
 def default_run(runner: Runner) -> tuple[str, list]:
-    return runner.answer(load_messages(corpus.DEFAULT_REQUEST_PATH))
-
-
-def record_line(user_text: str, drug: str) -> int:
-    """The number of the record line that lists `drug` as a medication."""
-    match = re.search(rf"^(\d+)\. Medication: {re.escape(drug)} ", user_text, re.MULTILINE)
-    assert match, f"{drug} is not a medication line of the record"
-    return int(match.group(1))
+    return runner.answer(load_messages(corpus.DEFAULT_REQUEST_PATH), MAX_NEW)
 
 
 def test_default_request_file_is_the_generated_one() -> None:
@@ -94,12 +64,6 @@ def test_every_layer_uses_half_its_experts_on_the_default_request(runner, defaul
         assert len(used) >= n_expert / 2, f"layer {layer} used only {sorted(used)}"
 
 
-def cited_lines(text: str) -> dict[str, int]:
-    """Each drug the answer says interacts, with the line it cites: "with X (line N)" -> {X: N}."""
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r"interacts with ([a-z][a-z ]*?) \(line (\d+)\)", text)}
-
-
 def test_held_out_records_name_only_record_drugs(runner) -> None:
     facts = corpus.load_facts()
     examples = corpus.make_examples(corpus.EVAL_SEED, 20, facts)
@@ -112,7 +76,7 @@ def test_held_out_records_name_only_record_drugs(runner) -> None:
         named = corpus.drugs_named(text, facts)
         named_ok += bool(named & in_record)
         named_wrong += bool(named - in_record)
-        for drug, line in cited_lines(text).items():
+        for drug, line in cited_lines(text):
             citations += 1
             citations_right += drug in ex.record_drugs and line == record_line(user, drug)
     print(f"named a drug from the record: {named_ok}/20 = {named_ok / 20:.0%}; "

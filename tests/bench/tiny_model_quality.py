@@ -15,63 +15,43 @@ larger or other samples.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
-from walkthrough.engine.model import Model
-from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
-from walkthrough.inspect.gguf import open_gguf
-from walkthrough.inspect.template import render, select_template
-from walkthrough.inspect.tokenizer import GGUFTokenizer
-
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-sys.path.insert(0, str(ASSETS))
-import corpus
-
-MAX_NEW = 160
-
-
-def answer(model: Model, tok: GGUFTokenizer, template: str, messages: list[dict]) -> str:
-    """Greedy answer to a chat, special tokens decoded as text."""
-    ids = tok.encode(render(template, messages, add_generation_prompt=True), parse_special=True)
-    session = Session(model)
-    steps = list(session.prefill(ids, sampler=Sampler.greedy()))
-    steps += list(session.decode(Sampler.greedy(), max_tokens=MAX_NEW - 1))
-    return tok.decode([s.chosen for s in steps if s.chosen is not None])
-
-
-def record_line(user_text: str, drug: str) -> int | None:
-    """The record line that lists `drug` as a medication, if any."""
-    match = re.search(rf"^(\d+)\. Medication: {re.escape(drug)} ", user_text, re.MULTILINE)
-    return int(match.group(1)) if match else None
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny_model_support
+from tiny_model_support import (
+    MAX_NEW_HELD_OUT,
+    MODEL_PATH,
+    Runner,
+    cited_lines,
+    corpus,
+    record_line,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=4242)
     ap.add_argument("--records", type=int, default=100)
-    ap.add_argument("--model", type=Path, default=ASSETS / "tiny-clinical-moe.gguf")
+    ap.add_argument("--model", type=Path, default=MODEL_PATH)
     ap.add_argument("--show", action="store_true", help="print every answer that differs")
     args = ap.parse_args(argv)
     if args.seed == corpus.TRAIN_SEED:
         ap.error(f"seed {args.seed} is the training seed; pick another")
-    f = open_gguf(args.model)
-    model, tok, template = Model(f), GGUFTokenizer.from_gguf(f), select_template(f)
+    runner = Runner(args.model)
     facts = corpus.load_facts()
     named_ok = named_wrong = exact = cited = cited_right = 0
     for i, ex in enumerate(corpus.make_examples(args.seed, args.records, facts)):
-        text = answer(model, tok, template, ex.messages)
+        text, _ = runner.answer(ex.messages, MAX_NEW_HELD_OUT)
         user = ex.messages[1]["content"]
         named = corpus.drugs_named(text, facts)
         in_record = corpus.drugs_named(user, facts)
         named_ok += bool(named & in_record)
         named_wrong += bool(named - in_record)
         exact += text == ex.answer
-        for m in re.finditer(r"interacts with ([a-z][a-z ]*?) \(line (\d+)\)", text):
+        for drug, line in cited_lines(text):
             cited += 1
-            cited_right += record_line(user, m.group(1)) == int(m.group(2))
+            cited_right += record_line(user, drug) == line
         if args.show and text != ex.answer:
             print(f"record {i}: not in record {sorted(named - in_record)}\n  got:  {text}\n"
                   f"  want: {ex.answer}")
