@@ -131,8 +131,26 @@ class KVCache:
         """Bytes of the fixed recurrent states of linear-attention layers (0 for plain transformers)."""
         return sum(self.state_bytes_by_layer.values())
 
-    def truncate(self, length: int) -> None:
-        """Forget positions from `length` on (to run a different continuation from there)."""
+    def truncate(self, length: int, states: dict[int, dict[str, np.ndarray]] | None = None) -> None:
+        """Forget positions from `length` on (to run a different continuation from there).
+
+        Keys and values are rows per position, so any shorter length is exact. The fixed states of
+        linear-attention layers are not: going back needs the states saved at `length` (a checkpoint,
+        see `checkpoints`), which are copied in; at length 0 they start from zero again.
+        """
+        if length < 0 or length > self.length:
+            raise WalkthroughError(f"cannot truncate a cache of {self.length} positions to {length}")
         if self.states and length != self.length:
-            raise WalkthroughError("a recurrent state cannot be rewound; start a new session instead")
-        self.length = min(self.length, length)
+            if states is not None:
+                for layer, state in states.items():
+                    for name, array in state.items():
+                        self.states[layer][name][...] = array
+            elif length == 0:
+                for state in self.states.values():
+                    for array in state.values():
+                        array[...] = 0.0
+            else:
+                raise WalkthroughError(
+                    f"the recurrent state cannot be rewound to position {length} without a checkpoint there"
+                )
+        self.length = length

@@ -18,6 +18,26 @@ cache contents, logits and chosen tokens are the same for any chunk size, up
 to float summation order (about 1e-6 with plain float products; with
 llama.cpp's input rounding, the default, such a difference can occasionally
 push a value across a rounding step, as it can in llama.cpp itself).
+
+Going back (a second turn, an edited message, a rejected speculative draft):
+
+    reuse = session.reuse_prefix(new_ids)          # keep the longest common prefix, rewind there
+    for step in session.prefill(new_ids[reuse.reused:], sampler=sampler): ...
+    # or in one call, with the Reuse record on the first Step and checkpoints placed as llama.cpp does:
+    for step in session.request(new_ids, sampler=sampler, marks=user_message_starts): ...
+
+    cp = session.checkpoint()                      # save the state here (hybrid models)
+    session.rewind(cp.position)                    # -> the position reached
+
+`rewind(p)` forgets every position from p on. A plain transformer's KV cache
+is truncated there and nothing else changes: the rows kept are exactly the
+ones a fresh run would compute, so what follows is identical to a full
+recomputation with the same passes. A hybrid model's linear-attention state
+cannot be truncated: the session goes back to the nearest checkpoint at or
+before p (its state copies, `checkpoints.Checkpoint`) and `rewind` returns
+that position; the caller feeds the tokens from there. `request` and `decode`
+take checkpoints where llama.cpp's server does (see `checkpoints`);
+`checkpoint()` takes one now. `checkpoints.nbytes` is the memory they take.
 """
 
 from __future__ import annotations
@@ -28,6 +48,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from walkthrough.engine.cache import KVCache
+from walkthrough.engine.checkpoints import DEFAULT_EVERY, Checkpoint, Checkpoints, Reuse, common_prefix, copy_states
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler, SampleResult
 from walkthrough.engine.steps import Step
@@ -35,9 +56,16 @@ from walkthrough.errors import WalkthroughError
 
 
 class Session:
-    """The run state of one request: the KV cache, the position, the last logits, the pending token."""
+    """The run state of a conversation: the KV cache, the tokens held, checkpoints, last logits, pending token."""
 
-    def __init__(self, model: Model, *, kv_type: str = "f16", record_attention: bool = False):
+    def __init__(
+        self,
+        model: Model,
+        *,
+        kv_type: str = "f16",
+        record_attention: bool = False,
+        checkpoint_every: int = DEFAULT_EVERY,
+    ):
         self.model = model
         self.cache = KVCache(model.config, kv_type)
         self.record_attention = record_attention
@@ -45,11 +73,78 @@ class Session:
         self.last_logits: np.ndarray | None = None
         self.pending: int | None = None  # chosen but not yet fed
         self.steps_run = 0
+        self.checkpoints = Checkpoints(every=checkpoint_every)  # saved recurrent states (hybrid models only)
 
     @property
     def position(self) -> int:
         """Positions processed so far (the KV cache length)."""
         return self.cache.length
+
+    @property
+    def recurrent(self) -> bool:
+        """True when some layer keeps a fixed state that cannot be truncated (hybrid models)."""
+        return bool(self.cache.states)
+
+    def checkpoint(self) -> Checkpoint:
+        """Save the recurrent states and last logits at the current position (kept only for hybrid models)."""
+        logits = None if self.last_logits is None else self.last_logits.copy()
+        saved = Checkpoint(self.position, copy_states(self.cache.states), logits)
+        if self.recurrent:
+            self.checkpoints.add(saved)
+        return saved
+
+    def rewind(self, position: int) -> int:
+        """Forget every position from `position` on; returns the position reached.
+
+        Exact for plain transformers. A hybrid model goes back to its nearest checkpoint at or before
+        `position` (to 0 when there is none), so the result can be smaller. The last logits are kept
+        only when a checkpoint had them; the pending token is dropped.
+        """
+        if not 0 <= position <= self.position:
+            raise WalkthroughError(f"cannot rewind to position {position}: the session holds {self.position}")
+        if position == self.position:
+            return position
+        states = None
+        self.last_logits = None
+        if self.recurrent:
+            saved = self.checkpoints.nearest(position)
+            position = 0 if saved is None else saved.position
+            if saved is not None:
+                states = saved.states
+                self.last_logits = None if saved.logits is None else saved.logits.copy()
+            self.checkpoints.drop_after(position)
+        self.cache.truncate(position, states)
+        del self.tokens[position:]
+        self.pending = None
+        return position
+
+    def reuse_prefix(self, ids: list[int]) -> Reuse:
+        """Keep what the session holds of a new prompt `ids` and rewind to there; returns what was kept and why.
+
+        The longest common token prefix is kept, less the prompt's last token when the prompt is all held
+        (a pass must compute the last position's logits), and, for hybrid models, only back to a checkpoint.
+        """
+        ids = [int(i) for i in ids]
+        held, common = self.position, common_prefix(self.tokens, ids)
+        target = min(common, len(ids) - 1)
+        differs = common < min(held, len(ids))
+        held_id = self.tokens[common] if differs else None
+        stop = "empty" if held == 0 else "last" if target < common else "held" if common == held else "differs"
+        reached = self.rewind(max(target, 0))
+        checkpoint = reached if self.recurrent and reached < held and reached > 0 else None
+        if reached < target:
+            stop = "checkpoint"
+        return Reuse(
+            reused=reached,
+            common=common,
+            held=held,
+            prompt=len(ids),
+            stop=stop,
+            differs_at=common if differs else None,
+            held_id=held_id,
+            new_id=ids[common] if differs else None,
+            checkpoint=checkpoint,
+        )
 
     def feed(self, ids: list[int], *, phase: str, sampler: Sampler | None = None, all_logits: bool = False) -> Step:
         """Run one pass over `ids` at the next positions; sample from its last logits if a sampler is given."""
@@ -99,19 +194,62 @@ class Session:
         return result
 
     def prefill(
-        self, ids: Iterable[int], *, chunk: int | None = None, sampler: Sampler | None = None, all_logits: bool = False
+        self,
+        ids: Iterable[int],
+        *,
+        chunk: int | None = None,
+        sampler: Sampler | None = None,
+        all_logits: bool = False,
+        checkpoint_at: Iterable[int] = (),
     ) -> Iterator[Step]:
         """Process a prompt in passes of `chunk` tokens (all at once if None); one Step per pass.
 
-        With a sampler, the last pass also picks the first generated token (`step.chosen`).
+        With a sampler, the last pass also picks the first generated token (`step.chosen`). Passes also
+        end at the absolute positions `checkpoint_at`, where a hybrid session then takes a checkpoint.
         """
         ids = list(ids)
         if not ids:
             raise WalkthroughError("the prompt has no tokens")
+        start = self.position
         size = len(ids) if not chunk or chunk <= 0 else chunk
-        for at in range(0, len(ids), size):
-            last = at + size >= len(ids)
-            yield self.feed(ids[at : at + size], phase="prefill", sampler=sampler if last else None, all_logits=all_logits)
+        marks = {p - start for p in checkpoint_at if start < p <= start + len(ids)}
+        ends = sorted(set(range(size, len(ids), size)) | marks | {len(ids)})
+        at = 0
+        for end in ends:
+            last = end == len(ids)
+            step = self.feed(ids[at:end], phase="prefill", sampler=sampler if last else None, all_logits=all_logits)
+            if end in marks and self.recurrent:
+                self.checkpoint()
+                step.checkpointed = True
+            at = end
+            yield step
+
+    def request(
+        self,
+        ids: Iterable[int],
+        *,
+        chunk: int | None = None,
+        sampler: Sampler | None = None,
+        all_logits: bool = False,
+        marks: Iterable[int] = (),
+    ) -> Iterator[Step]:
+        """Run the prompt of a new request in this session: reuse what it holds, prefill the rest.
+
+        The first Step carries the `Reuse` record. Hybrid sessions take checkpoints as llama.cpp's server
+        does: at `marks` (where user messages start), a few tokens before the end, at the end, and every
+        `checkpoint_every` tokens (`Checkpoints.breaks`).
+        """
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise WalkthroughError("the prompt has no tokens")
+        reuse = self.reuse_prefix(ids)
+        breaks = self.checkpoints.breaks(reuse.reused, len(ids), list(marks)) if self.recurrent else []
+        steps = self.prefill(ids[reuse.reused :], chunk=chunk, sampler=sampler, all_logits=all_logits,
+                             checkpoint_at=breaks)
+        for i, step in enumerate(steps):
+            if i == 0:
+                step.reuse = reuse
+            yield step
 
     def decode(
         self,
@@ -134,6 +272,10 @@ class Session:
                 return
             step = self.feed([self.pending], phase="decode", sampler=sampler, all_logits=all_logits)
             step.stopped = step.chosen in stops
+            every = self.checkpoints.every
+            if self.recurrent and every > 0 and step.end % every == 0:
+                self.checkpoint()
+                step.checkpointed = True
             yield step
             if step.stopped:
                 return

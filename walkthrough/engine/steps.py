@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.ops import softmax
 from walkthrough.engine.sampler import SampleResult
 
@@ -86,6 +87,13 @@ class Step:
     all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
     stopped: bool = False  # the chosen token ends the generation
+    reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
+    checkpointed: bool = False  # a hybrid session saved its recurrent state after this pass
+
+    @property
+    def reused(self) -> int:
+        """Tokens of this request taken from the cache (on its first pass; 0 on every other)."""
+        return 0 if self.reuse is None else self.reuse.reused
 
     @property
     def positions(self) -> tuple[int, int]:
@@ -138,6 +146,11 @@ class Step:
             out["sampling"] = self.sample.summary()
         if self.stopped:
             out["stopped"] = True
+        if self.reuse is not None:
+            out["reused"] = self.reuse.reused
+            out["reuse"] = self.reuse.to_json()
+        if self.checkpointed:
+            out["checkpoint"] = True
         if logits:
             rows = self.all_logits if self.all_logits is not None else self.logits[None, :]
             out["logits"] = np.round(rows.astype(np.float64), 5).tolist()
