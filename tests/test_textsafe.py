@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from walkthrough.textsafe import safe_text, visible
+from walkthrough.textsafe import json_visible, safe_text, visible
 
 
 def test_escape_sequences_become_visible():
@@ -27,3 +27,21 @@ def test_markup_is_not_interpreted():
     assert "[bold red]x[/]" in out
     assert "\\x1b]0;title\\x07" in out
     assert "\x1b" not in out
+
+
+def test_invisible_characters_become_visible():
+    # tag characters, zero-width space/joiner, word joiner, byte-order mark, bidi isolate, lone surrogate
+    text = "a\U000e0041\U000e007f\u200b\u200d\u2060\ufeff\u2066\ud800b"
+    assert visible(text) == "a\\U000e0041\\U000e007f\\u200b\\u200d\\u2060\\ufeff\\u2066\\ud800b"
+    assert visible(text).isprintable()
+
+
+def test_json_visible_escapes_c1_and_bidi_but_keeps_the_document():
+    import json
+
+    value = {"piece": "x\u009b\u202e\U000e0041\ud800y", "plain": "héllo ✓\n"}
+    raw = json.dumps(value, ensure_ascii=False)
+    shown = json_visible(raw)
+    assert json.loads(shown) == value
+    assert shown.isprintable()
+    assert "héllo ✓" in shown

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.render_process import stop_all as stop_renders
 from walkthrough.screens import messages as msg
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
 from walkthrough.screens.base import STAGE_IDS, STAGES
@@ -74,6 +75,7 @@ class WalkthroughApp(App):
     def on_unmount(self) -> None:
         self._file_shown.set()
         self.workers.cancel_all()
+        stop_renders()  # a template render in a worker ends now, not at its time limit
         self.state.close()
 
     @work(thread=True, exclusive=True, group="load", name="load request")

@@ -4,7 +4,8 @@ Each subcommand lives in `walkthrough/commands/<name>.py` and exposes
 `add_parser(subparsers)` and `run(args) -> int`. Heavy modules (numpy, textual,
 tokenizers) are imported inside `run`, so `walkthrough --help` stays instant.
 Errors from user input (`WalkthroughError`, unreadable files) become one line
-on stderr and exit status 2, never a traceback.
+on stderr and exit status 2, never a traceback; the line may quote file text, so
+its control characters are made visible (`walkthrough.textsafe`).
 
 `main()` first sets OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to 1 unless the
 user set them: BLAS reads them once, when numpy is first imported, and nothing
@@ -21,6 +22,7 @@ import os
 import sys
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.textsafe import visible
 
 SUBCOMMANDS = ("inspect", "tokenize", "template", "trace", "estimate")
 EXIT_USAGE = 2
@@ -74,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return _command(args.command).run(args)
     except WalkthroughError as exc:
-        print(f"walkthrough: error: {exc}", file=sys.stderr)
+        print(f"walkthrough: error: {visible(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `walkthrough ... | head`: the reader left; stop quietly, as Rich does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush cannot fail
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        print(f"walkthrough: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"walkthrough: error: {visible(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

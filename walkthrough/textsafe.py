@@ -4,7 +4,11 @@ Metadata strings, chat messages and token pieces are data. Before they reach a
 terminal, `visible()` replaces every control character (C0, DEL, C1, and the
 escape that starts terminal sequences) with a printable escape, so a GGUF whose
 `general.name` holds `\\x1b]0;pwned\\x07` shows exactly those characters instead
-of retitling the terminal. Wrap the result in `rich.text.Text(...)` (never a
+of retitling the terminal. Characters a reader cannot see are escaped too: Unicode
+format characters (bidirectional overrides and isolates, zero-width space and
+joiners, word joiner, byte-order mark, soft hyphen, tag characters U+E0000-E007F),
+line and paragraph separators, and lone surrogates. `json_visible()` does the same
+for JSON text written with `ensure_ascii=False`. Wrap the result in `rich.text.Text(...)` (never a
 markup string) so `[bold]` in a file stays the six characters `[bold]`.
 
 Example: visible("a\\x1b[31mb\\n") -> "a\\\\x1b[31mb\\\\n"
@@ -12,17 +16,26 @@ Example: visible("a\\x1b[31mb\\n") -> "a\\\\x1b[31mb\\\\n"
 
 from __future__ import annotations
 
+import unicodedata
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Cs", "Zl", "Zp"})  # format, lone surrogate, line/paragraph separator
+
+
+def hidden(ch: str) -> bool:
+    """True for a character that would act on a terminal or that a reader cannot see."""
+    code = ord(ch)
+    return code < 0x20 or 0x7F <= code < 0xA0 or unicodedata.category(ch) in _HIDDEN_CATEGORIES
 
 
 def _escape(ch: str) -> str:
     code = ord(ch)
     if ch in _NAMED:
         return _NAMED[ch]
-    if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
+    if code < 0x20 or 0x7F <= code < 0xA0:
         return f"\\x{code:02x}"
-    if code in (0x2028, 0x2029) or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
-        return f"\\u{code:04x}"  # line separators and bidirectional overrides
+    if unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
     return ch
 
 
@@ -33,7 +46,7 @@ def visible(text: str, *, keep_newlines: bool = False) -> str:
         text: untrusted text.
         keep_newlines: leave "\\n" as a line break (for multi-line views such as a template source).
     """
-    if text.isprintable() and not any(c in text for c in "\u2028\u2029"):
+    if text.isprintable():  # (Python counts Cc, Cf, Cs, Zl and Zp as not printable)
         return text
     return "".join("\n" if keep_newlines and c == "\n" else _escape(c) for c in text)
 
@@ -43,3 +56,26 @@ def safe_text(text: str, style: str = "", *, keep_newlines: bool = False):
     from rich.text import Text
 
     return Text(visible(text, keep_newlines=keep_newlines), style=style)
+
+
+def json_visible(text: str) -> str:
+    """JSON text (from `json.dumps(..., ensure_ascii=False)`) with hidden characters as `\\uXXXX` escapes.
+
+    They can only occur inside JSON strings, where the escape means the same character,
+    so the document is unchanged for a JSON reader. Lone surrogates become escapes too,
+    so the text can be written as UTF-8.
+
+    Example: json.dumps("a\\u202eb", ensure_ascii=False) holds the override itself;
+    json_visible of it holds the six characters \\u202e instead.
+    """
+    if text.isprintable():
+        return text
+    return "".join(_json_escape(c) if hidden(c) and c not in "\n\r\t" else c for c in text)
+
+
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     )
     app.run()
     if app.error:
-        print(f"walkthrough: error: {app.error}", file=sys.stderr)
+        from walkthrough.textsafe import visible
+
+        print(f"walkthrough: error: {visible(app.error)}", file=sys.stderr)
         return EXIT_LOAD_FAILED
     return app.return_code or 0

@@ -8,7 +8,9 @@ vocabulary's BOS/EOS text, unless `--bos-token`/`--eos-token` say otherwise.
 MODEL may be left out when `--template` is given (BOS/EOS are then empty unless
 given); without both, the bundled tiny model is used.
 
-The text is written as rendered: no newline is added, nothing is escaped.
+Into a pipe or a file the text is written as rendered: no newline is added,
+nothing is escaped. On a terminal, control and invisible characters are shown as
+escapes (`\\x1b`, `\\u202e`), so the template's text cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from walkthrough.commands.common import add_model_argument, open_model
+from walkthrough.commands.common import add_model_argument, open_model, warn
 
 
 def add_parser(subparsers) -> None:
@@ -112,6 +114,23 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if f is not None:
             f.close()
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    write_rendered(text, sys.stdout)
     return 0
+
+
+def write_rendered(text: str, out: Any) -> None:
+    """The rendered text, byte for byte into a pipe or file; on a terminal, hidden characters made visible.
+
+    A template's output is the model's input, so scripts get it exactly; a terminal would act on the
+    escapes and control characters a file put there instead of showing them. A lone surrogate (which
+    UTF-8 cannot hold) is written as its escape, with a warning.
+    """
+    from walkthrough.textsafe import visible
+
+    if out.isatty():
+        text = visible(text, keep_newlines=True)
+    elif any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        warn("the rendered text holds lone surrogates, which UTF-8 cannot store; written as \\udXXX escapes")
+        text = "".join(visible(c) if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    out.write(text)
+    out.flush()

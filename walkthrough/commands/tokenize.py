@@ -27,6 +27,7 @@ from typing import Any
 
 from walkthrough.commands.common import open_model, warn
 from walkthrough.commands.template import add_template_arguments
+from walkthrough.textsafe import json_visible
 
 
 def add_parser(subparsers) -> None:
@@ -78,6 +79,8 @@ def read_batch(path: str) -> list[str]:
             raise WalkthroughError(
                 f"{path} line {n}: not valid JSON ({exc.msg}); give one JSON string per line"
             ) from None
+        except RecursionError:
+            raise WalkthroughError(f"{path} line {n}: JSON nested too deeply; give one JSON string per line") from None
         if not isinstance(value, str):
             raise WalkthroughError(
                 f"{path} line {n}: expected a JSON string, found {json_kind(value)}"
@@ -153,13 +156,15 @@ def run(args: argparse.Namespace) -> int:
     if args.batch is not None:
         for item in inputs:
             line = result_json(tokenize(item), chat=not args.raw, with_text=False)
-            sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_visible(json.dumps(line, ensure_ascii=False)) + "\n")
         sys.stdout.flush()
         return 0
     result = tokenize(inputs[0])
     if args.json:
         print(
-            json.dumps(result_json(result, chat=not args.raw, with_text=True), ensure_ascii=False)
+            json_visible(
+                json.dumps(result_json(result, chat=not args.raw, with_text=True), ensure_ascii=False)
+            )
         )
         return 0
     for warning in result.warnings:

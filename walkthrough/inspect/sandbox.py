@@ -18,8 +18,13 @@ Chat templates come from model files, so they are treated as hostile code.
   allocate more than the limit (`'a' * 10**10`, `'x'|center(10**10)`,
   `s|replace('a', big)`) are refused before the operation runs.
 
-Not handled: a single C-level operation the checks do not know about can still
-allocate up to what its arguments ask for before its result is measured.
+Compile-time constant folding runs no filter and no operator (they are left to
+the render, where the limits apply).
+
+Not handled here: a single C-level operation the checks do not know about can
+still allocate up to what its arguments ask for, or run for as long as it takes,
+before its result is measured; `walkthrough.inspect.render_process` runs renders
+in a helper process that is killed for that.
 
 Example:
     >>> env = BoundedSandbox()
@@ -58,10 +63,12 @@ class TemplateError(WalkthroughError):
 
 @dataclass(frozen=True)
 class Limits:
-    """How long a render may run and how much text any value or the output may hold."""
+    """How long a render may run, how much text any value or the output may hold, and the
+    address space of the process it runs in (see `walkthrough.inspect.render_process`)."""
 
     seconds: float = 1.5
     max_chars: int = 16 * 1024 * 1024
+    memory_bytes: int = 1 << 30
 
 
 DEFAULT_LIMITS = Limits()
@@ -236,18 +243,17 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
         def bounded(*args: Any, **kwargs: Any) -> Any:
             budget = local.budget
+            if budget is None:  # constant folding at compile time: jinja evaluates it at run time instead
+                raise TemplateError(f"{what} called outside a render")
+            if name == "format" and len(args) > lead and isinstance(args[lead], str):
+                self._format_widths(args[lead], what)
             if len(args) > lead + 1 or kwargs:  # the value alone cannot ask for more room
-                if budget is not None and name == "join":
+                if name == "join":
                     args = (*args[:lead], _materialized(args[lead]), *args[lead + 1 :])
                 self._check_args(what, args[lead + 1 :], kwargs)
-                if budget is not None:
-                    budget.allow(_estimate(name, args[lead], args[lead + 1 :], kwargs), what)
+                budget.allow(_estimate(name, args[lead], args[lead + 1 :], kwargs), what)
             result = func(*args, **kwargs)
-            if (
-                budget is not None
-                and type(result) in _SIZED
-                and len(result) > budget.limits.max_chars
-            ):
+            if type(result) in _SIZED and len(result) > budget.limits.max_chars:
                 budget.size(result, f"the result of {what}")
             return result
 
@@ -352,8 +358,9 @@ def compile_source(env: BoundedSandbox, source: str, origin: str = "template") -
         raise TemplateError(
             f"{origin} line {exc.lineno}: {visible(exc.message or '')}; fix the template's syntax"
         ) from None
-    except RecursionError:
-        raise TemplateError(f"{origin} is nested too deeply to parse") from None
+    except (RecursionError, SyntaxError, MemoryError):
+        # Python's compiler refuses 21 nested loops ("too many statically nested blocks") or 100 nested ifs.
+        raise TemplateError(f"{origin} is nested too deeply to compile; simplify the template") from None
 
 
 def _template_line(tb) -> int | None:

@@ -1,15 +1,11 @@
 """Chat templates: find them in a GGUF, read a messages file, and render both the way transformers does.
 
 Rendering follows Hugging Face transformers' `render_jinja_template` (which wrote
-the reference texts in `../shared/fixtures/templates/`): an immutable jinja sandbox
-with `trim_blocks`, `lstrip_blocks` and the loop-controls extension; a `tojson`
-filter that does not HTML-escape (`ensure_ascii=False`, `indent=None`,
-`separators=None`, `sort_keys=False` by default, all overridable from the
-template); the globals `raise_exception(message)` and `strftime_now(format)`;
-and the variables `messages`, `tools=None`, `documents=None`,
-`add_generation_prompt`, `bos_token`, `eos_token` plus any extra keyword (e.g.
-`enable_thinking=False`). On top of transformers, the template runs under the
-time and size limits of `walkthrough.inspect.sandbox`.
+the reference texts in `../shared/fixtures/templates/`; the environment is
+`walkthrough.inspect.jinja_env`, `{% generation %}` blocks included). On top of
+transformers, the template runs under the time and size limits of
+`walkthrough.inspect.sandbox`, in a helper process that is killed when it runs
+too long, uses too much memory or is cancelled (`walkthrough.inspect.render_process`).
 
 `strftime_now` reads the clock, or `SOURCE_DATE_EPOCH` (seconds since 1970, read
 as UTC) when it is set, so screencasts and tests render the same date every run.
@@ -26,22 +22,14 @@ import json
 import os
 import threading
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jinja2.ext
 from gguf.constants import Keys
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.sandbox import (
-    DEFAULT_LIMITS,
-    BoundedSandbox,
-    Limits,
-    TemplateError,
-    compile_source,
-    run,
-)
+from walkthrough.inspect.render_process import render_isolated
+from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 from walkthrough.textsafe import visible
 
 __all__ = [
@@ -208,35 +196,6 @@ def load_messages(path: str | os.PathLike) -> list[dict]:
 
 
 # ---- rendering -------------------------------------------------------------------------
-def _raise_exception(message: Any) -> None:
-    raise TemplateError(f"refused the messages: {visible(str(message))}")
-
-
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: Any = None,
-    separators: Any = None,
-    sort_keys: bool = False,
-) -> str:
-    # transformers' replacement for jinja's tojson: no HTML escaping, json.dumps options exposed.
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-@lru_cache(maxsize=1)
-def _environment() -> BoundedSandbox:
-    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.set_filter("tojson", _tojson)
-    return env
-
-
-@lru_cache(maxsize=32)
-def _compiled(source: str, origin: str):
-    return compile_source(_environment(), source, origin)
-
-
 def pinned_now() -> datetime | None:
     """The time `SOURCE_DATE_EPOCH` pins (UTC), or None when it is not set.
 
@@ -282,21 +241,6 @@ def render(
         TemplateError: the template is not valid Jinja, raised (e.g. "System role not supported"),
             broke a sandbox rule, or ran out of time or room.
     """
-    template = _compiled(source, origin)
-    clock = now or pinned_now()
-
-    def strftime_now(fmt: str) -> str:
-        return (clock or datetime.now()).strftime(fmt)
-
-    variables: dict[str, Any] = {
-        "raise_exception": _raise_exception,
-        "strftime_now": strftime_now,
-        "tools": None,
-        "documents": None,
-        "bos_token": bos_token,
-        "eos_token": eos_token,
-        **extra,
-        "messages": messages,
-        "add_generation_prompt": add_generation_prompt,
-    }
-    return run(template, variables, limits=limits, cancel=cancel, origin=origin)
+    variables = {"add_generation_prompt": add_generation_prompt, "bos_token": bos_token,
+                 "eos_token": eos_token, **extra}
+    return render_isolated(source, messages, variables, origin, limits, cancel, now or pinned_now())

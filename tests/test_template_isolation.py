@@ -1,0 +1,116 @@
+"""Renders run in a helper process that is killed on time, memory or cancel; `{% generation %}` renders its body."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from conftest import FIXTURES_DIR
+
+from walkthrough.inspect import render_process
+from walkthrough.inspect.template import Limits, TemplateError, load_template_file, render
+
+HI = [{"role": "user", "content": "hi"}]
+BIG = "{% set a=[0]*16000000 %}{% set b=[0]*16000000 %}"
+
+# Each was seen to hang or to grow memory without bound in-process (issue 20); each must end in a TemplateError.
+HOSTILE = {
+    "one endless comparison": BIG + "{{ ([a]*16000000)==([b]*16000000) }}",
+    "string of a huge list": BIG + "{{ ([a]*1000)|string|length }}",
+    "tojson of a huge list": BIG + "{{ ([a]*1000)|tojson|length }}",
+    "sum of huge lists": BIG + "{{ ([a]*1000)|sum(start=[])|length }}",
+    "folded format precision": "{{ '%.50000000f'|format(1.0)|length }}",
+    "folded format width then wordwrap": "{{ '%16000000d'|format(1)|wordwrap(3) }}",
+    "huge precision": "{{ '%.2000000000f'|format(1.0) }}",
+    "expandtabs": "{{ ('\\t'*500).expandtabs(16000000) }}",
+    "format_map width": "{{ '{a:>{w}}'.format_map({'a':1,'w':6000000000}) }}",
+    "21 nested for": "{% for a in messages %}" * 21 + "x" + "{% endfor %}" * 21,
+    "200 nested if": "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
+}
+
+
+@pytest.mark.parametrize("source", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_hostile_template_ends_with_one_error(source):
+    with pytest.raises(TemplateError) as info:
+        render(source, HI, limits=Limits(seconds=0.5))
+    assert "\n" not in str(info.value)
+
+
+def test_helper_survives_a_killed_render():
+    with pytest.raises(TemplateError, match="ran longer than"):
+        render(HOSTILE["one endless comparison"], HI)
+    assert render("{{ messages[0].content }}", HI) == "hi"
+
+
+def test_cancel_kills_a_render_that_never_checks():
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    with pytest.raises(TemplateError, match="cancelled"):
+        render(HOSTILE["one endless comparison"], HI, cancel=cancel, limits=Limits(seconds=60))
+    timer.join()
+
+
+def test_stop_all_cancels_a_waiting_render():
+    errors: list[str] = []
+
+    def worker():
+        try:
+            render(HOSTILE["one endless comparison"], HI, limits=Limits(seconds=60))
+        except TemplateError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    threading.Timer(0.5, render_process.stop_all).start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors and "cancelled" in errors[0]
+
+
+def test_memory_cap_turns_growth_into_an_error():
+    with pytest.raises(TemplateError, match="memory"):
+        render("{{ ('\\t'*500).expandtabs(16000000) }}", HI, limits=Limits(memory_bytes=256 << 20))
+
+
+def test_lone_surrogates_and_controls_travel_unchanged():
+    text = "\ud800 \x1b]0;x\x07 \u202e \U000e0041"
+    assert render("{{ messages[0].content }}", [{"role": "user", "content": text}]) == text
+
+
+def _with_generation_blocks(source: str) -> str:
+    # Mark each turn's text as transformers' assistant-mask templates do.
+    start, end = "{{ '<start_of_turn>' + role", "<end_of_turn>\n' }}"
+    assert source.count(start) == 1 and source.count(end) == 1
+    return source.replace(start, "{% generation %}" + start).replace(end, end + "{% endgeneration %}")
+
+
+def _gemma_cases():
+    doc = json.loads((FIXTURES_DIR / "templates" / "google-gemma-2-2b-it.expected.json").read_text("utf-8"))
+    return doc, [pytest.param(name, id=name) for name in doc["cases"]]
+
+
+@pytest.mark.parametrize("case_name", _gemma_cases()[1])
+def test_generation_block_renders_its_body_as_transformers(fixtures_dir, case_name):
+    doc, _ = _gemma_cases()
+    case = doc["cases"][case_name]
+    source = _with_generation_blocks(load_template_file(fixtures_dir / "templates" / doc["template"]))
+    kwargs = {"bos_token": doc["bos_token"], "eos_token": doc["eos_token"],
+              "add_generation_prompt": case["add_generation_prompt"]}
+    if "error" in case:
+        with pytest.raises(TemplateError, match=case["message"]):
+            render(source, case["messages"], **kwargs)
+    else:
+        assert render(source, case["messages"], **kwargs) == case["text"]
+
+
+def test_generation_block_unclosed_is_a_syntax_error():
+    with pytest.raises(TemplateError, match="line 1"):
+        render("{% generation %}{{ messages[0].content }}", HI)
+
+
+def test_generation_block_body_is_still_bounded():
+    loop = "{% generation %}{% for i in range(10**5) %}{% for j in range(10**5) %}{% endfor %}{% endfor %}{% endgeneration %}"
+    with pytest.raises(TemplateError, match="ran longer than"):
+        render(loop, HI, limits=Limits(seconds=0.3))
