@@ -1,8 +1,9 @@
-"""`walkthrough inspect [MODEL] [--json] [--tensors] [--metadata]`: the model card of a GGUF, from its header.
+"""`walkthrough inspect [MODEL] [--json] [--tensors] [--metadata] [--block T[:I]]`: a GGUF's model card, from its header.
 
 MODEL is a path, a folder, `ollama:NAME[:TAG]` or `hf:ORG/REPO[/FILE]` (resolved by
 `walkthrough.inspect.locate`); without it, the bundled tiny model. Nothing but
 the header is read, so a 20 GB file inspects as fast as a small one.
+`--block TENSOR[:INDEX]` shows one stored block instead (`inspect_block`).
 
 Human output is Rich tables (`inspect_view`); `--json` prints one JSON object
 whose fields are documented in the README. Every number comes from the model
@@ -31,6 +32,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (fields listed in the README)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor, grouped by layer")
     p.add_argument("--metadata", action="store_true", help="also list every metadata key and the chat template")
+    p.add_argument("--block", metavar="TENSOR[:INDEX]",
+                   help="show one stored block of a tensor (default the first): bytes, fields, values, "
+                   "and the same values rounded to other types")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.inspect.card import build_card
 
     with open_model(args.model) as f:
+        if args.block is not None:
+            from walkthrough.commands.inspect_block import run_block
+
+            return run_block(f, args.block, as_json=args.json, out=sys.stdout)
         card = build_card(f)
         if args.json:
             print(json.dumps(inspect_json(f, card), indent=2, allow_nan=False))

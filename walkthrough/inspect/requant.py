@@ -1,0 +1,145 @@
+"""The same float values rounded to other storage types: the error per value, and what each type would weigh.
+
+`round_block(values, types)` quantizes a block's values with gguf.quants to
+every type it can write (F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, MXFP4,
+TQ2_0, TQ1_0 with gguf 0.19; found by asking gguf.quants, not listed here)
+and back, and reports per type the rounded values, the error of each, the RMS
+and largest error, and the outlier effect: one value of the block made
+`OUTLIER_TIMES` larger, the RMS error of the other values of its block of that
+type, which share its scale (in Q4_0 one large value stretches the 16 steps over a wider range, so
+every small value lands on a coarser grid).
+
+`size_at(f, t, qtype)` and `file_size_at(f, qtype)` say what the tensor and the
+whole file would weigh at a type: the file keeps its header, every tensor
+llama.cpp's quantizer would convert (2-D or more, name ending in "weight",
+not a norm: `tensor_allows_quantization` in src/llama-quant.cpp) takes the
+type when its rows split into whole blocks, the others keep theirs, and each
+tensor is padded to the file's alignment as GGUF lays data out. With every
+tensor at its stored type this gives the file's own size back (a test checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.inspect.gguf import GGUFFile, TensorInfo
+
+OUTLIER_TIMES = 8.0  # how much larger the planted outlier is than the block's largest value
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """One block's values after a round trip through one type."""
+
+    qtype: Q
+    bits_per_weight: float
+    values: np.ndarray | None  # [n] float32 after quantize + dequantize; None when the type cannot hold the block
+    original: np.ndarray  # [n] float32 the values rounded
+    reason: str = ""  # why values is None
+    outlier_rms: float | None = None  # RMS error of the rest of the outlier's block (this type's) with it planted
+    clean_rms: float | None = None  # the same values' RMS error without it (None: types without shared scales)
+
+    @property
+    def errors(self) -> np.ndarray:
+        """[n] rounded - original."""
+        return self.values - self.original
+
+    @property
+    def rms(self) -> float:
+        return float(np.sqrt(np.mean(np.square(self.errors, dtype=np.float64))))
+
+    @property
+    def max_error(self) -> float:
+        return float(np.max(np.abs(self.errors)))
+
+
+@cache
+def writable_types() -> tuple[Q, ...]:
+    """Types gguf.quants can quantize to, most bits per weight first (asked of gguf.quants, one block each)."""
+    found = []
+    for qtype, (block, _size) in GGML_QUANT_SIZES.items():
+        try:
+            quants.quantize(np.zeros((1, block), np.float32), qtype)
+        except (NotImplementedError, quants.QuantError, ValueError, TypeError):
+            continue
+        found.append(qtype)
+    return tuple(sorted(found, key=lambda t: (-bits_of(t), t.name)))
+
+
+def bits_of(qtype: Q) -> float:
+    block, size = GGML_QUANT_SIZES[qtype]
+    return size * 8 / block
+
+
+def round_trip(x: np.ndarray, qtype: Q) -> np.ndarray:
+    """[n] float32 -> [n] float32 through `qtype` (n a multiple of its block size)."""
+    row = np.ascontiguousarray(x, np.float32).reshape(1, -1)
+    return np.asarray(quants.dequantize(quants.quantize(row, qtype), qtype), np.float32).reshape(-1)
+
+
+def with_outlier(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """A copy of x whose largest value (by magnitude) is OUTLIER_TIMES larger, and its position."""
+    at = int(np.argmax(np.abs(x)))
+    out = np.array(x, np.float32)
+    out[at] = out[at] * OUTLIER_TIMES if out[at] != 0 else np.float32(OUTLIER_TIMES)
+    return out, at
+
+
+def _rms(a: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(a, dtype=np.float64)))) if a.size else 0.0
+
+
+def round_block(values: np.ndarray, types: tuple[Q, ...] | None = None) -> list[Rounding]:
+    """The block's values rounded to each type (default: every type gguf.quants can write)."""
+    x = np.asarray(values, np.float32).reshape(-1)
+    spiked, at = with_outlier(x)
+    out = []
+    for qtype in types or writable_types():
+        block = GGML_QUANT_SIZES[qtype][0]
+        if x.size % block:
+            out.append(Rounding(qtype, bits_of(qtype), None, x,
+                                reason=f"{qtype.name} blocks hold {block} values; this block has {x.size}"))
+            continue
+        rounded = round_trip(x, qtype)
+        if block == 1:  # each value stands alone: an outlier changes nothing else
+            out.append(Rounding(qtype, bits_of(qtype), rounded, x))
+            continue
+        first = at // block * block
+        others = np.r_[first:at, at + 1:first + block]  # the rest of the outlier's block of this type
+        spiked_rounded = round_trip(spiked, qtype)
+        out.append(Rounding(qtype, bits_of(qtype), rounded, x,
+                            outlier_rms=_rms((spiked_rounded - spiked)[others]),
+                            clean_rms=_rms((rounded - x)[others])))
+    return out
+
+
+def quantizable(t: TensorInfo) -> bool:
+    """Whether llama.cpp's quantizer converts this tensor (2-D or more, a weight, not a norm)."""
+    return len(t.shape) >= 2 and t.name.endswith("weight") and "_norm.weight" not in t.name
+
+
+def size_at(t: TensorInfo, qtype: Q) -> int | None:
+    """Stored bytes of tensor t at `qtype`, or None when its rows do not split into whole blocks."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    if t.shape[0] % block:
+        return None
+    return t.n_elements // block * size
+
+
+def _padded(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def file_size_at(f: GGUFFile, qtype: Q | None) -> int:
+    """Bytes the whole file would take with its quantizable tensors at `qtype` (None: as stored)."""
+    total = f.header_bytes
+    for t in f.tensors.values():
+        new = size_at(t, qtype) if qtype is not None and quantizable(t) else None
+        total += _padded(t.nbytes if new is None else new, f.alignment)
+    return total
