@@ -213,7 +213,7 @@ def test_fixture_runs_with_linear_and_full_layers(fixture_model: Model):
     assert c.mixers == tuple(layer.attention for layer in fixture_model.card.layers)
     assert c.mixers == ("linear", "linear", "linear", "full")  # full_attention_interval 4
     assert [c.mixer_key(i) for i in range(4)] == ["linear", "linear", "linear", "gated_full"]
-    assert c.spec.moe_norm_weights  # build_moe_ffn(..., norm_w = true) in qwen35moe.cpp
+    assert c.spec.router.normalize  # build_moe_ffn(..., norm_w = true) in qwen35moe.cpp
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,8 @@ def test_tensors_that_disagree_with_the_layer_kinds_are_refused(tmp_path):
     path = write_qwen35moe(tmp_path / "m.gguf", Shape(n_layers=4, interval=2), tensors_of=Shape(n_layers=4, interval=4))
     f = open_gguf(path)
     assert build_config(f, build_card(f)).mixers == ("linear", "full", "linear", "full")
-    with pytest.raises(IncompleteModel, match=r"tensor blk\.1\.attn_qkv\.weight has shape"):
+    # Layer 1 holds linear-attention tensors where the declaration's full attention needs q, k, v.
+    with pytest.raises(IncompleteModel, match=r"no tensor blk\.1\.attn_q\.weight"):
         Model.open(path)
 
 

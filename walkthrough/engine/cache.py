@@ -1,7 +1,9 @@
 """The KV cache of one session, kept outside the layers so the UI can read it.
 
 Per full-attention layer it holds the keys and values of every position so far
-([length, n_head_kv, head_dim] each). Bytes are counted at the chosen cache
+([length, n_head_kv, head_dim] each). Sliding-window layers are stored the same way
+(attention masks what lies outside the window), but counted as llama.cpp keeps them:
+at most the window's positions. Bytes are counted at the chosen cache
 type as llama.cpp stores it: "f16" (llama.cpp's default), "q8_0", "q4_0", or
 "f32"; values written are rounded to that type (quantized per position row of
 n_head_kv x head_dim values, as ggml quantizes the rows of its K and V
@@ -30,6 +32,7 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import type_bytes_per_value
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0", "f32")
+KV_KINDS = ("full", "sliding")  # layer kinds that keep K and V per position
 
 
 def _round_to_type(x: np.ndarray, cache_type: str) -> np.ndarray:
@@ -51,7 +54,7 @@ class KVCache:
             raise WalkthroughError(f"KV cache type {cache_type!r} is not one of {', '.join(CACHE_TYPES)}")
         self.cache_type = cache_type
         self.config = config
-        self.layers = [i for i, m in enumerate(config.mixers) if m == "full"]  # layers that keep K and V
+        self.layers = [i for i, m in enumerate(config.mixers) if m in KV_KINDS]  # layers that keep K and V
         self.length = 0  # positions held
         self._per_value = type_bytes_per_value(cache_type)
         self._k: dict[int, np.ndarray] = {}
@@ -120,11 +123,14 @@ class KVCache:
         return round(values * self._per_value)
 
     def layer_bytes(self, layer: int, length: int | None = None) -> int:
-        return self.layer_bytes_per_token(layer) * (self.length if length is None else length)
+        """KV bytes a layer needs at `length` positions: a sliding-window layer keeps at most its window."""
+        length = self.length if length is None else length
+        window = self.config.window(layer)
+        return self.layer_bytes_per_token(layer) * (min(length, window) if window else length)
 
     def nbytes(self, length: int | None = None) -> int:
-        """KV bytes held at `length` positions (default: now)."""
-        return self.bytes_per_token * (self.length if length is None else length)
+        """KV bytes held at `length` positions (default: now), sliding-window layers counted to their window."""
+        return sum(self.layer_bytes(i, length) for i in self.layers)
 
     @property
     def state_bytes(self) -> int:

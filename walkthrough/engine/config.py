@@ -1,30 +1,33 @@
-"""What the engine needs to know to run a file: the card's numbers plus per-architecture rules.
+"""What the engine needs to know to run a file: the card's numbers plus the architecture's declaration.
 
 The model card (`walkthrough.inspect.card`) is the single source of structural
-numbers (widths, heads, experts, layer kinds). This module adds only what the
-card does not carry and the forward pass needs: which RoPE pairing the
-architecture uses, whether routed-expert weights are renormalised, the RoPE
-frequency scale, and which token ids end a generation.
+numbers (widths, heads, experts, layer kinds: full, sliding-window or linear
+attention, dense or MoE FFN). The architecture's declaration
+(`walkthrough.engine.arch`) says how to run them. This module adds the few
+run-time numbers neither carries: the RoPE frequency scale and the RoPE base of
+sliding-window layers, the final logit soft-cap, and which token ids end a
+generation.
 
-Per-architecture rules follow llama.cpp (llama-cpp-python 0.3.36's vendored
-source): RoPE type from `llama_model_rope_type` in `src/llama-model.cpp` (llama:
-adjacent pairs, "normal"; the qwen family: halves, "NEOX"); the `norm_w`
-argument each `src/models/ARCH.cpp` passes to `build_moe_ffn` (llama and
-qwen3moe renormalise the top-k router weights, qwen2moe does not). Biases and
-q/k norms are not listed here: a layer uses them when the file has the tensor.
-
-Not handled (an `UnsupportedArchitecture` error says so): architectures outside
-`ARCHITECTURES`, and YaRN / LongRoPE scaling (`{arch}.rope.scaling.type`).
+Not handled (an `UnsupportedArchitecture` error says so): architectures without
+a declaration, layer kinds their declaration does not list, and YaRN / LongRoPE
+scaling (`{arch}.rope.scaling.type`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from walkthrough.engine.arch import ARCHITECTURES, Architecture
 from walkthrough.engine.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.hparams import Hparams
+
+# llama.cpp's default RoPE base of sliding-window layers when the file names none
+# (`rope_freq_base_train_swa` in src/llama-hparams.h); some architectures default to the global base instead.
+ROPE_BASE_SWA_DEFAULT = 10000.0
+ROPE_BASE_DEFAULT = 10000.0  # llama.cpp's default rope_freq_base_train
 
 # Token texts llama.cpp treats as end of generation whatever their id
 # (source: `llama_vocab::impl::load`, the `special_eog_ids` list in src/llama-vocab.cpp).
@@ -46,33 +49,11 @@ class UnsupportedArchitecture(WalkthroughError):
 
 
 @dataclass(frozen=True)
-class ArchSpec:
-    """How one architecture differs from the plain llama block."""
-
-    rope: str  # "norm": rotate adjacent pairs (x0, x1); "neox": rotate (x_i, x_{i + n_rot/2})
-    moe_norm_weights: bool = False  # renormalise the top-k router weights to sum to 1
-    hybrid: bool = False  # per-layer mixer kind from the card ("full" or "linear")
-    attention_gate: bool = False  # full attention gates its output by sigmoid of a second query half (qwen35moe)
-
-
-ARCHITECTURES: dict[str, ArchSpec] = {
-    "llama": ArchSpec(rope="norm", moe_norm_weights=True),
-    "qwen2": ArchSpec(rope="neox"),
-    "qwen2moe": ArchSpec(rope="neox", moe_norm_weights=False),
-    "qwen3": ArchSpec(rope="neox"),
-    "qwen3moe": ArchSpec(rope="neox", moe_norm_weights=True),
-    # Gated DeltaNet + gated full attention (walkthrough.engine.deltanet / gated_attention); its build_moe_ffn
-    # call passes norm_w = true (src/models/qwen35moe.cpp).
-    "qwen35moe": ArchSpec(rope="neox", moe_norm_weights=True, hybrid=True, attention_gate=True),
-}
-
-
-@dataclass(frozen=True)
 class Config:
-    """Hyperparameters of one run, each field from the card or the file's metadata."""
+    """Hyperparameters of one run, each field from the card, the file's metadata or the declaration."""
 
     arch: str
-    spec: ArchSpec
+    spec: Architecture
     n_layers: int
     n_embd: int
     n_head: int
@@ -86,19 +67,31 @@ class Config:
     rope_freq_scale: float  # positions are multiplied by this (linear scaling: 1 / factor)
     n_experts: int
     n_experts_used: int
-    mixers: tuple[str, ...]  # per layer: "full" (softmax attention with KV cache) or "linear"
+    mixers: tuple[str, ...]  # per layer: "full", "sliding" (softmax attention with KV cache) or "linear"
     ffns: tuple[str, ...]  # per layer: "dense" or "moe"
     end_ids: frozenset[int]  # token ids that end a generation
     hybrid: HybridDims | None = None  # Gated DeltaNet sizes and rope sections (hybrid architectures)
+    sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
+    rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
+    final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
 
     @property
     def attention_scale(self) -> float:
         return 1.0 / float(self.head_dim_k) ** 0.5
 
+    @property
+    def embed_scale(self) -> float:
+        """What the embedding rows are multiplied by (sqrt(n_embd) for gemma, else 1)."""
+        return float(self.n_embd) ** 0.5 if self.spec.embed_scale else 1.0
+
     def mixer_key(self, layer: int) -> str:
         """The `layers.MIXERS` entry that runs a layer: its kind, or "gated_full" for gated full attention."""
         kind = self.mixers[layer]
         return "gated_full" if kind == "full" and self.spec.attention_gate else kind
+
+    def window(self, layer: int) -> int:
+        """Positions layer `layer` attends to back from each query (0: all)."""
+        return self.sliding_window if self.mixers[layer] == "sliding" else 0
 
 
 def end_of_generation_ids(f: GGUFFile) -> frozenset[int]:
@@ -140,6 +133,20 @@ def _rope_freq_scale(f: GGUFFile, arch: str) -> float:
     return 1.0 / float(factor) if factor else 1.0
 
 
+def _layer_kinds(card: ModelCard, spec: Architecture, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Per layer, the card's mixer and FFN kinds, refused unless the declaration lists them."""
+    mixers = tuple(layer.attention for layer in card.layers[:n_layers])
+    ffns = tuple(layer.ffn for layer in card.layers[:n_layers])
+    for i, (mixer, ffn) in enumerate(zip(mixers, ffns)):
+        if mixer not in spec.mixers or ffn not in spec.ffns:
+            raise UnsupportedArchitecture(
+                f"layer {i} of this {spec.name} file is {mixer} attention with a {ffn} FFN, which the "
+                f"{spec.name} declaration does not list ({', '.join(spec.mixers)} attention; "
+                f"{', '.join(spec.ffns)} FFN); the engine cannot run it (inspect still works)"
+            )
+    return mixers, ffns
+
+
 def build_config(f: GGUFFile, card: ModelCard) -> Config:
     """The run configuration of an opened file.
 
@@ -155,11 +162,11 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         )
     n_layers = _required(card, "n_layers")
     layers = card.layers[:n_layers]
-    if spec.hybrid:
-        mixers = tuple(layer.attention for layer in layers)
-    else:
-        mixers = ("full",) * n_layers  # llama.cpp builds every layer of these as full attention
+    mixers, ffns = _layer_kinds(card, spec, n_layers)
     n_head = _required(card, "n_head")
+    hp = Hparams(f, arch)
+    rope_base = card.rope_base or ROPE_BASE_DEFAULT
+    windows = [layer.sliding_window for layer in layers if layer.sliding_window]
     return Config(
         arch=arch,
         spec=spec,
@@ -172,12 +179,15 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         n_vocab=_required(card, "vocab_size"),
         norm_eps=_required(card, "norm_eps"),
         rope_dims=card.rope_dims or card.head_dim_k,
-        rope_base=card.rope_base or 10000.0,  # llama.cpp's default rope_freq_base_train
+        rope_base=rope_base,
         rope_freq_scale=_rope_freq_scale(f, arch),
         n_experts=card.n_experts,
         n_experts_used=card.n_experts_used or 0,
         mixers=mixers,
-        ffns=tuple(layer.ffn for layer in layers),
+        ffns=ffns,
         end_ids=end_of_generation_ids(f),
-        hybrid=hybrid_dims(f, card) if spec.hybrid else None,
+        hybrid=hybrid_dims(f, card) if "linear" in mixers else None,
+        sliding_window=max(windows, default=0),
+        rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
+        final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
     )

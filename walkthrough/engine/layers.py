@@ -1,8 +1,10 @@
 """The two halves of a block, built from `ops` with the weights of one layer.
 
-A mixer moves information between positions (full attention with the KV cache;
+A mixer moves information between positions (full or sliding-window attention with the KV cache;
 "linear" Gated DeltaNet layers with a fixed state live in `deltanet.py`); an FFN transforms each
-position (dense SwiGLU, or routed experts plus an optional shared expert).
+position (a gated FFN, or routed experts plus an optional shared expert). What varies between
+architectures (q/k norms, the gate activation, the router) is read from the declaration,
+`Config.spec` (`walkthrough.engine.arch`); which optional tensors (biases) a layer has, from the file.
 Each function takes the pass's `Meter` (weights, bytes read, FLOPs), the layer
 index, the normed input [n, d], and fills the layer's `LayerTrace`.
 
@@ -35,6 +37,14 @@ class PassInput:
     cos: np.ndarray  # [n, n_rot/2] RoPE angles of those positions
     sin: np.ndarray
     record_attention: bool
+    cos_swa: np.ndarray | None = None  # [n, n_rot/2] the angles at the sliding layers' RoPE base
+    sin_swa: np.ndarray | None = None
+
+    def angles(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) [n, n_rot/2] of one layer: sliding-window layers may turn at their own base."""
+        if self.config.mixers[layer] == "sliding" and self.cos_swa is not None:
+            return self.cos_swa, self.sin_swa
+        return self.cos, self.sin
 
 
 def project_qkv(
@@ -63,17 +73,20 @@ def project_qkv(
 
 
 def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
-    """[n, d] -> [n, d]: q/k/v (+ biases), q/k RMSNorm if present, RoPE, causal GQA attention over the cache."""
+    """[n, d] -> [n, d]: q/k/v (+ biases), q/k RMSNorm if declared, RoPE, causal GQA attention over the cache.
+
+    Sliding-window layers run the same way, seeing only the last `Config.sliding_window` positions
+    and turning at their own RoPE base (`PassInput.angles`).
+    """
     c, m, n = p.config, p.meter, x.shape[0]
     pre = f"blk.{layer}."
     q, k, v = project_qkv(p, pre, x)
-    q_norm, k_norm = m.optional(pre + "attn_q_norm.weight"), m.optional(pre + "attn_k_norm.weight")
-    if q_norm is not None:
-        q = ops.rmsnorm(q, q_norm, c.norm_eps)
-    if k_norm is not None:
-        k = ops.rmsnorm(k, k_norm, c.norm_eps)
+    if c.spec.qk_norm:
+        q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
+        k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
     neox = c.spec.rope == "neox"
-    q, k = ops.rope(q, p.cos, p.sin, neox), ops.rope(k, p.cos, p.sin, neox)
+    cos, sin = p.angles(layer)
+    q, k = ops.rope(q, cos, sin, neox), ops.rope(k, cos, sin, neox)
     out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
     return m.linear(pre + "attn_output.weight", out.reshape(n, c.n_head * c.head_dim_v), pre + "attn_output.bias")
 
@@ -89,8 +102,13 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     keys, values = p.cache.write(layer, start, k, v)  # [L, h_kv, hd], [L, h_kv, hd_v]
     # llama.cpp's CPU backend rounds q and the attention weights to F16 against an F16 cache.
     fmt = "f16" if p.cache.cache_type == "f16" and p.meter.match_llama_cpp else "f32"
-    out, weights = ops.attention(q, keys, values, p.positions, c.attention_scale, fmt)  # [n, h, hd_v], [h, n, L]
-    visible = int(np.sum(p.positions + 1))  # query-key pairs the causal mask lets through
+    window = c.window(layer)
+    sinks = p.meter.tensor(f"blk.{layer}.attn_sinks.weight") if c.spec.sinks else None  # [h]
+    out, weights = ops.attention(
+        q, keys, values, p.positions, c.attention_scale, fmt, window=window, sinks=sinks
+    )  # [n, h, hd_v], [h, n, L]
+    seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
+    visible = int(np.sum(seen))  # query-key pairs the causal (and window) mask lets through
     p.meter.read_cache(
         p.cache.layer_bytes(layer, keys.shape[0]), 2 * c.n_head * (c.head_dim_k + c.head_dim_v) * visible
     )
@@ -102,28 +120,37 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
 
 
 def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
-    """[n, d] -> [n, d]: SwiGLU with the layer's ffn_gate / ffn_up / ffn_down (optional biases)."""
-    m, pre = p.meter, f"blk.{layer}."
-    gate = m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias")
-    up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")
-    return m.linear(pre + "ffn_down.weight", ops.swiglu(gate, up), pre + "ffn_down.bias")
+    """[n, d] -> [n, d]: down(act(gate(x)) * up(x)) with the declared activation (optional biases).
+
+    With a fused up projection (phi3) `ffn_up` yields [gate | up] and there is no `ffn_gate`.
+    """
+    c, m, pre = p.config, p.meter, f"blk.{layer}."
+    if c.spec.fused_up:
+        gate_up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")  # [n, 2 ff]
+        gate, up = np.split(gate_up, 2, axis=-1)
+    else:
+        gate = m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias")
+        up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")
+    return m.linear(pre + "ffn_down.weight", ops.GATED[c.spec.activation](gate, up), pre + "ffn_down.bias")
 
 
 def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: softmax router, top-k experts per token (only those dequantized), shared expert if any."""
     c, m, pre = p.config, p.meter, f"blk.{layer}."
-    router_logits = m.linear(pre + "ffn_gate_inp.weight", x)  # [n, E]
-    chosen, weights = ops.route(router_logits, c.n_experts_used, c.spec.moe_norm_weights)  # [n, k], [n, k]
+    router_logits = m.linear(pre + "ffn_gate_inp.weight", x, pre + "ffn_gate_inp.bias")  # [n, E]
+    act = ops.GATED[c.spec.activation]
+    router = c.spec.router
+    chosen, weights = ops.route(router_logits, c.n_experts_used, router.normalize, router.gating)  # [n, k], [n, k]
     trace.experts, trace.expert_weights = chosen, weights
     out = np.zeros_like(x)
     gate, up, down = (pre + f"ffn_{w}_exps.weight" for w in ("gate", "up", "down"))
     for e in np.unique(chosen).tolist():
         tokens, slot = np.nonzero(chosen == e)  # which tokens chose e, and in which of their k slots
         xe = x[tokens]  # [t, d]
-        h = ops.swiglu(m.expert_linear(gate, e, xe), m.expert_linear(up, e, xe))  # [t, ff_exp]
+        h = act(m.expert_linear(gate, e, xe), m.expert_linear(up, e, xe))  # [t, ff_exp]
         out[tokens] += weights[tokens, slot, None] * m.expert_linear(down, e, h)
     if m.weights.has(pre + "ffn_up_shexp.weight"):
-        h = ops.swiglu(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
+        h = act(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
         shared = m.linear(pre + "ffn_down_shexp.weight", h)  # [n, d]
         if m.weights.has(pre + "ffn_gate_inp_shexp.weight"):
             shared = shared * ops.sigmoid(m.linear(pre + "ffn_gate_inp_shexp.weight", x))  # [n, 1]: a gate per token
@@ -132,5 +159,6 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
 
 
 Mixer = Callable[[PassInput, int, np.ndarray, LayerTrace], np.ndarray]
-MIXERS: dict[str, Mixer] = {"full": full_attention}  # + "linear" (deltanet.py), "gated_full" (gated_attention.py)
+MIXERS: dict[str, Mixer] = {"full": full_attention, "sliding": full_attention}
+# + "linear" (deltanet.py), "gated_full" (gated_attention.py)
 FFNS: dict[str, Mixer] = {"dense": dense_ffn, "moe": moe_ffn}

@@ -1,12 +1,14 @@
 """A runnable model: an opened GGUF, its card and config, lazy weights, and the forward pass.
 
-The forward pass for llama, qwen2, qwen3, qwen2moe, qwen3moe and the hybrid
-qwen35moe (the architecture comes from `general.architecture`; see
-`config.ARCHITECTURES`):
+The forward pass for every architecture declared in `arch.ARCHITECTURES` (the
+architecture comes from `general.architecture`):
 
-    x = embed(ids)
-    for each layer:  x = x + mixer(rmsnorm(x));  x = x + ffn(rmsnorm(x))
-    logits = lm_head(rmsnorm(x))
+    x = embed(ids) * embed_scale
+    for each layer:  x = x + post_norm(mixer(rmsnorm(x)));  x = x + post_norm(ffn(rmsnorm(x)))
+    logits = softcap(lm_head(rmsnorm(x)))
+
+The post-norms exist only where the declaration names them (gemma's sandwich),
+the scale and soft-cap only where it asks for them.
 
 The mixer and FFN of each layer are picked by kind from `layers.MIXERS` /
 `layers.FFNS` (the card's per-layer kinds; `Config.mixer_key`). Hybrid layers
@@ -27,7 +29,7 @@ import numpy as np
 
 from walkthrough.engine import deltanet, gated_attention, ops  # noqa: F401  (deltanet, gated_attention: mixers)
 from walkthrough.engine.cache import KVCache
-from walkthrough.engine.config import Config, UnsupportedArchitecture, build_config
+from walkthrough.engine.config import Config, build_config
 from walkthrough.engine.layers import FFNS, MIXERS, PassInput
 from walkthrough.engine.meter import Meter
 from walkthrough.engine.steps import LayerTrace
@@ -62,12 +64,6 @@ class Model:
         self.match_llama_cpp = match_llama_cpp
         self.card = card or build_card(f)
         self.config: Config = build_config(f, self.card)
-        for i, (mixer, ffn) in enumerate(zip(self.config.mixers, self.config.ffns)):
-            if self.config.mixer_key(i) not in MIXERS or ffn not in FFNS:
-                raise UnsupportedArchitecture(
-                    f"layer {i} of this {self.config.arch} file is {mixer} attention with a {ffn} FFN, "
-                    "which the engine cannot run yet (inspect still works)"
-                )
         check_tensors(f, self.config)
         self.weights = Weights(f, max_cache_bytes=max_cache_bytes)
         self.tied_output = not self.weights.has(OUTPUT)
@@ -122,7 +118,11 @@ class Model:
         positions = np.arange(start, start + n)
         cos, sin = ops.rope_angles(positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors)
         p = PassInput(c, meter, cache, positions, cos, sin, record_attention)
+        if "sliding" in c.mixers:
+            p.cos_swa, p.sin_swa = ops.rope_angles(positions, c.rope_dims, c.rope_base_swa, 1.0, self._rope_factors)
         x = meter.rows(EMBEDDING, ids)  # [n, d]
+        if c.spec.embed_scale:
+            x = x * np.float32(c.embed_scale)
         traces = []
         for i in range(c.n_layers):
             trace = LayerTrace(i, c.mixers[i], c.ffns[i])
@@ -133,19 +133,21 @@ class Model:
         x = ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps)
         head = EMBEDDING if self.tied_output else OUTPUT
         logits = meter.linear(head, x, "output.bias", group="output")  # [n or 1, n_vocab]
+        if c.final_softcap:
+            logits = ops.softcap(logits, c.final_softcap)
         return logits, traces
-
-
-def _ffn_norm_name(meter: Meter, layer: int) -> str:
-    name = f"blk.{layer}.ffn_norm.weight"
-    return name if meter.weights.has(name) else f"blk.{layer}.post_attention_norm.weight"
 
 
 def block(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace, *, last_only: bool = False) -> np.ndarray:
     """One transformer block: [n, d] -> [n, d] ([1, d] when last_only: only the last row goes on)."""
-    m, eps = p.meter, p.config.norm_eps
-    x = x + MIXERS[p.config.mixer_key(i)](p, i, ops.rmsnorm(x, m.tensor(f"blk.{i}.attn_norm.weight"), eps), trace)
+    spec, m, eps, pre = p.config.spec, p.meter, p.config.norm_eps, f"blk.{i}."
+
+    def norm(h: np.ndarray, name: str | None) -> np.ndarray:  # a declared RMSNorm, or none
+        return h if name is None else ops.rmsnorm(h, m.tensor(pre + name), eps)
+
+    h = MIXERS[p.config.mixer_key(i)](p, i, norm(x, spec.attn_norm), trace)
+    x = x + norm(h, spec.attn_post_norm)
     if last_only:
         x = x[-1:]
-    x = x + FFNS[trace.ffn](p, i, ops.rmsnorm(x, m.tensor(_ffn_norm_name(m, i)), eps), trace)
-    return x
+    h = FFNS[trace.ffn](p, i, norm(x, spec.ffn_norm), trace)
+    return x + norm(h, spec.ffn_post_norm)

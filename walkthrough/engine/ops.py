@@ -17,6 +17,7 @@ from walkthrough.engine.activations import round_activations
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
 # see `build_moe_ffn` in src/llama-graph.cpp.
 MOE_WEIGHT_SUM_MIN = 6.103515625e-5
+GELU_COEF = 0.7978845608028654  # sqrt(2 / pi), ggml's GELU_COEF_A companion (ggml-cpu/vec.h)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -35,8 +36,19 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"""
+    return 0.5 * x * (1.0 + np.tanh(np.float32(GELU_COEF) * x * (1.0 + np.float32(0.044715) * x * x)))
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """[...] -> [...]: cap * tanh(x / cap), squashing values into (-cap, cap) (gemma's logit soft-capping)"""
+    c = np.float32(cap)
+    return np.tanh(x / c) * c
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -81,7 +93,15 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
 
 
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float, kv_format: str = "f32"
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_pos: np.ndarray,
+    scale: float,
+    kv_format: str = "f32",
+    *,
+    window: int = 0,
+    sinks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -93,6 +113,10 @@ def attention(
         scale: multiplies q.k before the softmax (1/sqrt(hd)).
         kv_format: "f16" rounds q and the weights to F16 before their products with the cache, as
             llama.cpp's CPU backend does against an F16 cache; "f32" leaves them.
+        window: if > 0, query i sees only keys q_pos[i] - window + 1 .. q_pos[i] (sliding window:
+            llama.cpp masks p1 - p0 >= n_swa, `is_masked_swa` in src/llama-hparams.h).
+        sinks: [h] one extra logit per head that joins the softmax's denominator and reads no value
+            (gpt-oss's attention sinks, `ggml_soft_max_add_sinks`).
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -106,8 +130,16 @@ def attention(
     kt = k.transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L]
     scores = (qg @ kt) * np.float32(scale)  # [h_kv, group, n, L]
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
+    if window:
+        masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
     scores = np.where(masked, -np.inf, scores)
-    weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
+    if sinks is None:
+        weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
+    else:
+        sink = sinks.reshape(h_kv, group, 1, 1).astype(np.float32)  # [h_kv, group, 1, 1]
+        top = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
+        e = np.exp(scores - top)
+        weights = e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - top))
     out = round_activations(weights, kv_format) @ v.transpose(1, 0, 2)[:, None]  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
@@ -118,12 +150,24 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return silu(gate) * up
 
 
-def route(logits: np.ndarray, k: int, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Softmax router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: gelu(gate) * up, the gated unit of a GeGLU FFN (gemma)"""
+    return gelu(gate) * up
 
-    The weights are the softmax probabilities of the chosen experts, renormalised to
+
+GATED = {"silu": swiglu, "gelu": geglu}  # the declarations' `activation` -> the gated unit
+
+
+def route(logits: np.ndarray, k: int, normalize: bool, gating: str = "softmax") -> tuple[np.ndarray, np.ndarray]:
+    """Router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
+
+    gating "softmax": the weights are the softmax probabilities of the chosen experts, renormalised to
     sum to 1 when `normalize` (qwen3moe, llama) and left as they are otherwise (qwen2moe).
+    gating "softmax_weight" (gpt-oss): the top-k logits, then a softmax over those k only.
     """
+    if gating == "softmax_weight":
+        top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]  # [n, k]
+        return top, softmax(np.take_along_axis(logits, top, axis=-1), axis=-1)
     probs = softmax(logits, axis=-1)  # [n, E]
     top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # [n, k]
     weights = np.take_along_axis(probs, top, axis=-1)  # [n, k]

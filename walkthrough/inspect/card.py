@@ -8,6 +8,10 @@ KV cache bytes per token at F16/Q8_0/Q4_0, and the kind of every layer (full,
 sliding-window or linear attention with a fixed state; MoE or dense FFN).
 No tensor data is read: a header-only file gives the same card.
 
+For an architecture the engine runs, a layer's FFN kind is the one whose tensors its
+declaration (`walkthrough.engine.arch`) lists and the layer holds: the engine and the card
+classify a layer the same way.
+
 What is not known is left as None and its name listed in `card.unknown`, so an
 unfamiliar architecture still gets every number its tensor table allows: the
 layer count from `blk.N.*` names, the width and vocabulary from the embedding's
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from walkthrough.engine.arch import declared
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.hparams import Hparams, recurrent_state_values, swa_flags
@@ -192,6 +197,7 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
     windows = hp.per_layer("attention.sliding_window", n_all)
     state_values = recurrent_state_values(hp, dims["n_embd"])
     leading_dense = hp.int("leading_dense_block_count") or 0
+    decl = declared(hp.arch)
     layers = []
     for i in range(n_all):
         p = parts[i]
@@ -210,7 +216,9 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
         window = None
         if attention == "full" and sliding[i] and windows[i]:
             attention, window = "sliding", windows[i]
-        if any("_exps" in x for x in names):
+        if decl is not None and p:  # the architecture's declaration names each FFN kind's tensors
+            ffn = decl.ffn_kind({n for n in p}) or "none"
+        elif any("_exps" in x for x in names):
             ffn = "moe"
         elif any(x.startswith(("ffn_up", "ffn_gate", "ffn_down", "channel_mix")) and "_shexp" not in x
                  and not x.startswith("ffn_gate_inp") for x in names):
