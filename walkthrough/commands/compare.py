@@ -22,6 +22,8 @@ DEFAULT_STEPS = 32
 
 def add_parser(subparsers) -> None:
     """Register `compare` and its options."""
+    from walkthrough.commands.trace import add_request_arguments
+
     p = subparsers.add_parser(
         "compare",
         help="two files of the same model on the same tokens: KL divergence, top-1/top-5 agreement, perplexity",
@@ -30,11 +32,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("a", metavar="A", help="the reference file (e.g. the larger quantization)")
     p.add_argument("b", metavar="B", help="the file compared with it (same vocabulary)")
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--messages", metavar="F.json", help="a JSON list of {role, content} messages "
-                        "(default: the default request)")
-    source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with A's chat template")
-    source.add_argument("--ids", metavar="1,2,3", help="raw token ids, comma-separated (no template)")
+    add_request_arguments(p, required=False, default=" (default: the default request; A's chat template)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens of A's greedy answer (default {DEFAULT_STEPS}; fewer if it ends its turn)")
     p.add_argument("--json", action="store_true", help="print one JSON object, with the per-position figures")

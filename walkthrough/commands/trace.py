@@ -42,10 +42,7 @@ def add_parser(subparsers) -> None:
         "One row (or one JSON line) per forward pass.",
     )
     add_model_argument(p)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with the chat template")
-    source.add_argument("--messages", metavar="F.json", help="a JSON list of {role, content} messages")
-    source.add_argument("--ids", metavar="1,2,3", help="raw token ids, comma-separated (no template)")
+    add_request_arguments(p, required=True)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens to generate (default {DEFAULT_STEPS}; fewer if an end-of-turn token comes)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
@@ -63,6 +60,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
     p.add_argument("--logits", action="store_true",
                    help="add each pass's logits, one row per position (implies --json)")
+
+
+def add_request_arguments(p: argparse.ArgumentParser, *, required: bool, default: str = "") -> None:
+    """--prompt / --messages / --ids, one of them (`prompt_ids` reads them); `default` says what none means."""
+    source = p.add_mutually_exclusive_group(required=required)
+    source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with the chat template")
+    source.add_argument("--messages", metavar="F.json", help=f"a JSON list of {{role, content}} messages{default}")
+    source.add_argument("--ids", metavar="1,2,3", help="raw token ids, comma-separated (no template)")
 
 
 def run(args: argparse.Namespace) -> int:
