@@ -40,6 +40,7 @@ def command_argv(name: str, tmp_path: Path) -> list[str]:
         "tokenize": ["tokenize", "--text", "hello"],
         "template": ["template", "--messages", str(messages_file(tmp_path))],
         "trace": ["trace", "--prompt", "hello", "--steps", "1"],
+        "compare": ["compare", "--prompt", "hello", "--steps", "1"],
     }[name]
 
 
@@ -218,6 +219,7 @@ ISSUE_OPTIONS = {  # the options each issue's usage line names
               "--min-p", "--seed", "--chunk", "--json", "--logits"],
     "estimate": ["MODEL", "--hardware", "--context", "--prompt-tokens", "--output-tokens", "--kv-type",
                  "--users", "--json"],
+    "compare": ["[A] B", "--messages", "--json"],
 }
 
 

@@ -1,6 +1,8 @@
-"""`walkthrough compare A B [--messages F | --prompt TEXT | --ids 1,2,3] [--steps N] [--json]`: two files, same tokens.
+"""`walkthrough compare [A] B [--messages F | --prompt TEXT | --ids 1,2,3] [--steps N] [--json]`: two files, same tokens.
 
-A and B are two files of the same model (e.g. two quantizations). The request
+A and B are two files of the same model (e.g. two quantizations); each is a
+MODEL as every command takes it. Without A, A is the bundled tiny model (and
+with neither, the bundled model is compared with itself: KL 0). The request
 (the default request unless given, rendered with A's chat template) is
 answered greedily by A; then both files read request + answer teacher-forced,
 and the output says how far B's next-token distributions are from A's: KL
@@ -22,6 +24,7 @@ DEFAULT_STEPS = 32
 
 def add_parser(subparsers) -> None:
     """Register `compare` and its options."""
+    from walkthrough.commands.common import MODEL_HELP
     from walkthrough.commands.trace import add_request_arguments
 
     p = subparsers.add_parser(
@@ -30,8 +33,9 @@ def add_parser(subparsers) -> None:
         description="Run A's greedy answer to a request, then read request + answer with both files "
         "(teacher-forced) and measure how far B's next-token distributions are from A's.",
     )
-    p.add_argument("a", metavar="A", help="the reference file (e.g. the larger quantization)")
-    p.add_argument("b", metavar="B", help="the file compared with it (same vocabulary)")
+    p.add_argument("models", nargs="*", metavar="[A] B",
+                   help="the reference file (e.g. the larger quantization; default the bundled tiny model) and "
+                   "the file compared with it (same vocabulary); " + MODEL_HELP)
     add_request_arguments(p, required=False, default=" (default: the default request; A's chat template)")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens of A's greedy answer (default {DEFAULT_STEPS}; fewer if it ends its turn)")
@@ -49,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise WalkthroughError(f"--steps {args.steps}: give at least 1 token for A to answer")
-    fa, fb = open_model(args.a), open_model(args.b)
+    if len(args.models) > 2:
+        raise WalkthroughError(f"compare takes two files, A and B; got {len(args.models)}")
+    spec_a, spec_b = ([None, None] + list(args.models))[-2:]
+    fa, fb = open_model(spec_a), open_model(spec_b)
     a, b = Model(fa), Model(fb)
     tok = tokenizer(fa, required=args.ids is None)
     if args.ids is None and args.prompt is None and args.messages is None:
