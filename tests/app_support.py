@@ -37,20 +37,10 @@ def screen_text(app: WalkthroughApp) -> str:
 
 def copy_gguf(source: Path, target: Path, extra: dict[str, str]) -> Path:
     """Write a copy of a GGUF file (every key and tensor, re-assembled by `gguf_builder`) with extra string keys."""
-    from gguf import GGUFReader
     from gguf.constants import GGUFValueType as V
-    from gguf_builder import Tensor, write_gguf
+    from gguf_builder import rewrite_gguf
 
-    reader = GGUFReader(source)
-    metadata: dict = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue  # the header's own counts, written again by the builder
-        metadata[key] = (V.ARRAY, field.types[1], field.contents()) if field.types[0] == V.ARRAY \
-            else (field.types[0], field.contents())
-    metadata.update({key: (V.STRING, text) for key, text in extra.items()})
-    tensors = [Tensor(t.name, tuple(int(d) for d in t.shape), t.tensor_type, t.data.tobytes()) for t in reader.tensors]
-    return write_gguf(target, metadata, tensors)
+    return rewrite_gguf(source, target, {key: (V.STRING, text) for key, text in extra.items()})
 
 
 _SVG_RUN = re.compile(r'<text[^>]*? x="([\d.]+)" y="[\d.]+" textLength="([\d.]+)"[^>]*?-line-(\d+)\)"[^>]*>([^<]*)</text>')

@@ -216,3 +216,35 @@ def write_gguf(
         fh.write(head)
         fh.truncate(len(head) + end + -end % _alignment(metadata))
     return path
+
+
+def rewrite_gguf(
+    source: Path,
+    target: Path,
+    metadata: Mapping[str, MetadataValue | None] | None = None,
+    tensor_data: Mapping[str, np.ndarray] | None = None,
+) -> Path:
+    """Write a copy of a GGUF file with some metadata keys replaced, added or dropped (value None)
+    and some tensors' data replaced (arrays of the stored type and size, e.g. float32 for F32).
+
+    Every other key and tensor is read with the gguf package's own reader and written again as it was.
+    """
+    reader = GGUFReader(source)
+    keys: dict[str, MetadataValue] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue  # the header's own counts, written again by the builder
+        kind = field.types[0]
+        keys[key] = (kind, field.types[1], field.contents()) if kind == GGUFValueType.ARRAY else (kind, field.contents())
+    for key, v in (metadata or {}).items():
+        if v is None:
+            keys.pop(key, None)
+        else:
+            keys[key] = v
+    replaced = tensor_data or {}
+    tensors = [
+        Tensor(t.name, tuple(int(d) for d in t.shape), t.tensor_type,
+               np.ascontiguousarray(replaced[t.name]).tobytes() if t.name in replaced else t.data.tobytes())
+        for t in reader.tensors
+    ]
+    return write_gguf(target, keys, tensors)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from walkthrough.commands.options import PACE, SEED, TEMPERATURE
+
 EXIT_LOAD_FAILED = 2
 
 
@@ -20,12 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a .gguf file, a folder, ollama:NAME[:TAG] or hf:ORG/REPO[/FILE] (default: the bundled tiny model)")
     parser.add_argument("--messages", metavar="F.json",
                         help='chat messages: a JSON list of {"role", "content"} (default: the bundled request)')
-    parser.add_argument("--seed", type=int, default=0, help="seed for sampling (default 0)")
-    parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
+    parser.add_argument("--seed", type=SEED, default=0, help="seed for sampling (default 0)")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, metavar="T",
                         help="sampling temperature to start with (default 0: greedy; t/T change it in the app)")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
-    parser.add_argument("--pace", type=float, default=2.0, metavar="SECONDS",
+    parser.add_argument("--pace", type=PACE, default=2.0, metavar="SECONDS",
                         help="seconds between autoplay moves (default 2)")
     parser.add_argument("--exit", action="store_true", dest="exit_at_end",
                         help="exit at the end of the autoplay (alone: once the file is shown)")

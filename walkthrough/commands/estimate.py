@@ -146,7 +146,7 @@ def print_tables(path: Path, card: Any, results: list[Any]) -> None:
 
     console = Console()
     title = Text("estimate for ") + safe_text(card.name or path.name, "bold")
-    console.print(title + Text(f"  ({card.architecture}, {path.name})"))
+    console.print(title + safe_text(f"  ({card.architecture}, {path.name})"))
     for e in results:
         hw = e.hardware
         table = Table(title=safe_text(f"{hw.name} [{hw.id}]", "bold"), title_justify="left", expand=False)

@@ -26,6 +26,7 @@ import json
 import sys
 
 from walkthrough.commands.common import add_model_argument, open_model, warn
+from walkthrough.commands.options import PROBABILITY, SEED, TEMPERATURE, finite
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
 DEFAULT_STEPS = 16
@@ -45,14 +46,14 @@ def add_parser(subparsers) -> None:
     add_request_arguments(p, required=True)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens to generate (default {DEFAULT_STEPS}; fewer if an end-of-turn token comes)")
-    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=0.0, metavar="T", help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=LLAMA_CPP_DEFAULTS["top_k"], metavar="K",
                    help="keep the K most likely tokens, 0 = all (default %(default)s)")
-    p.add_argument("--top-p", type=float, default=LLAMA_CPP_DEFAULTS["top_p"], metavar="P",
+    p.add_argument("--top-p", type=PROBABILITY, default=LLAMA_CPP_DEFAULTS["top_p"], metavar="P",
                    help="keep the smallest set with probability >= P (default %(default)s)")
-    p.add_argument("--min-p", type=float, default=LLAMA_CPP_DEFAULTS["min_p"], metavar="P",
+    p.add_argument("--min-p", type=finite(0.0), default=LLAMA_CPP_DEFAULTS["min_p"], metavar="P",
                    help="drop tokens below P x the best one's probability (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampler's draws (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, metavar="S", help="seed of the sampler's draws (default 0)")
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, metavar="N",
                    help=f"prompt tokens per prefill pass (default {DEFAULT_CHUNK})")
     p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0", "f32"],

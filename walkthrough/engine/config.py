@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from walkthrough.engine import numeric_checks
 from walkthrough.engine.arch import ARCHITECTURES, Architecture
 from walkthrough.engine.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
@@ -160,6 +161,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         raise UnsupportedArchitecture(
             f"the engine cannot run architecture {arch!r} (it runs {known}); the file can still be inspected"
         )
+    numeric_checks.check_metadata(f, arch)  # NaN, negative or non-numeric floats: one line before anything runs
     n_layers = _required(card, "n_layers")
     layers = card.layers[:n_layers]
     mixers, ffns = _layer_kinds(card, spec, n_layers)
@@ -167,7 +169,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
     hp = Hparams(f, arch)
     rope_base = card.rope_base or ROPE_BASE_DEFAULT
     windows = [layer.sliding_window for layer in layers if layer.sliding_window]
-    return Config(
+    config = Config(
         arch=arch,
         spec=spec,
         n_layers=n_layers,
@@ -191,3 +193,5 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
     )
+    numeric_checks.check_config(config, f.path.name)
+    return config

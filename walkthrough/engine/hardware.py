@@ -117,6 +117,8 @@ def _read_entries(path: Path, origin: str) -> list[dict[str, Any]]:
         raise HardwareFileError(
             f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file"
         ) from None
+    except RecursionError:
+        raise HardwareFileError(f"{where}: JSON nested too deeply; a profile is one flat object") from None
     entries = data.get("profiles") if isinstance(data, dict) else data
     if not isinstance(entries, list):
         raise HardwareFileError(f'{where}: expected {{"profiles": [...]}} or a list of profiles; fix the file')

@@ -32,6 +32,7 @@ from walkthrough.engine.cache import KVCache
 from walkthrough.engine.config import Config, build_config
 from walkthrough.engine.layers import FFNS, MIXERS, PassInput
 from walkthrough.engine.meter import Meter
+from walkthrough.engine.numeric_checks import check_small_tensors
 from walkthrough.engine.steps import LayerTrace
 from walkthrough.engine.validate import check_tensors
 from walkthrough.engine.weights import DEFAULT_CACHE_BYTES, Weights
@@ -66,6 +67,7 @@ class Model:
         self.config: Config = build_config(f, self.card)
         check_tensors(f, self.config)
         self.weights = Weights(f, max_cache_bytes=max_cache_bytes)
+        check_small_tensors(f, self.weights, self.config.n_embd)  # NaN/Inf norm weights refused before a pass
         self.tied_output = not self.weights.has(OUTPUT)
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
         self._rope_factors = self.weights.get("rope_freqs.weight") if self.weights.has("rope_freqs.weight") else None

@@ -9,7 +9,8 @@ there and not implemented here):
 2. top-p: softmax of the kept logits at temperature 1; keep the shortest prefix
    whose probabilities sum to at least p (p >= 1 keeps all).
 3. min-p: keep tokens whose logit is at least max logit + log(min_p), i.e. whose
-   probability is at least min_p times the best one's (min_p <= 0 keeps all).
+   probability is at least min_p times the best one's (min_p <= 0 keeps all; the
+   best token always stays, so min_p > 1 keeps only it).
 4. temperature: divide the kept logits by T. T <= 0 means greedy: only the
    highest logit survives (llama.cpp's `llama_sampler_temp_impl`).
 5. draw: softmax over the kept tokens, then u ~ U[0, 1) from the seeded
@@ -36,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from walkthrough.engine.knobs import LLAMA_CPP_DEFAULTS
+from walkthrough.engine.numeric_checks import check_logits
+from walkthrough.errors import WalkthroughError
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,14 @@ class SamplerSettings:
     top_p: float = LLAMA_CPP_DEFAULTS["top_p"]
     min_p: float = LLAMA_CPP_DEFAULTS["min_p"]
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise WalkthroughError(f"sampler setting {name} = {value!r}: give a finite number")
+        if not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise WalkthroughError(f"seed {self.seed!r}: give a whole number of at least 0")
 
     @property
     def greedy(self) -> bool:
@@ -131,6 +142,7 @@ def sample_stages(logits: np.ndarray, settings: SamplerSettings, u: float) -> Sa
         settings: the knobs.
         u: a number in [0, 1) (the sampler's seeded draw).
     """
+    check_logits(logits, "sampling")
     kept_k = _top_k(logits, settings.top_k)
     kept_p = kept_k
     if settings.top_p < 1.0:
@@ -139,8 +151,9 @@ def sample_stages(logits: np.ndarray, settings: SamplerSettings, u: float) -> Sa
         kept_p = kept_k[: min(n, len(kept_k))]
     kept_m = kept_p
     if settings.min_p > 0.0:
+        # The best token always stays, even for min_p > 1 (llama_sampler_min_p_apply: "first token always matches").
         floor = logits[kept_p[0]] + np.log(settings.min_p)
-        kept_m = kept_p[logits[kept_p] >= floor]
+        kept_m = kept_p[: max(1, int(np.count_nonzero(logits[kept_p] >= floor)))]
     if settings.greedy:
         scaled = np.full(len(kept_m), -np.inf)
         scaled[0] = logits[kept_m[0]]

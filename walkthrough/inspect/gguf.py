@@ -57,6 +57,7 @@ MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 4 + 8  # name length, one name byte, n_dims,
 DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT in ggml's gguf.h
 CORRUPT = "the file is damaged or was not written by a GGUF writer; download or convert it again"
 CUT = "the download was probably interrupted; fetch the file again"
+MAX_MISSING_NAMED = 5  # an error about missing shards names this many and counts the rest
 SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 # Fixed-size metadata value types -> little-endian numpy dtype, from the gguf package's table.
@@ -556,9 +557,13 @@ def shard_paths(path: Path) -> list[Path]:
     paths = [path.with_name(shard_name(prefix, i, n)) for i in range(1, n + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
+        named = ", ".join(missing[:MAX_MISSING_NAMED])
+        if len(missing) > MAX_MISSING_NAMED:
+            named = f"{len(missing):,} of {n:,} shards are missing ({named}, ...)"
+        else:
+            named = f"shard {named} is missing"
         raise GGUFError(
-            f"split model {path.name}: shard {', '.join(missing)} is missing from {path.parent}; "
-            f"download all {n} shards into one folder"
+            f"split model {path.name}: {named} from {path.parent}; download all {n:,} shards into one folder"
         )
     return paths
 

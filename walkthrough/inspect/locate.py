@@ -60,6 +60,7 @@ OLLAMA_DEFAULT_TAG = "latest"
 OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 OLLAMA_DIGEST = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 HF_MAIN_REF = "main"
+HF_REF_NAME = re.compile(r"(?!\.\.?$)[0-9A-Za-z._-]{1,128}")  # one folder name (a commit hash), never . or ..
 MAX_LISTED = 20  # names shown in an error before "and N more"
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "assets"
 BUNDLED_MODEL = BUNDLED_DIR / "tiny-clinical-moe.gguf"
@@ -247,6 +248,10 @@ def _model_layer_blob(store: Path, manifest: Path, wanted: str) -> Path:
         digests = [
             layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_MEDIA_TYPE
         ]
+    except RecursionError:
+        raise ModelNotFoundError(
+            f"the Ollama manifest {manifest} is JSON nested too deeply; pull the model again with `ollama pull {wanted}`"
+        ) from None
     except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
         raise ModelNotFoundError(
             f"the Ollama manifest {manifest} is not readable JSON with layers ({exc}); "
@@ -304,8 +309,10 @@ def _snapshots(repo_dir: Path) -> list[Path]:
     """Snapshots to search: the one `refs/main` names, else every cached one, newest first."""
     ref = repo_dir / "refs" / HF_MAIN_REF
     if ref.is_file():
-        snapshot = repo_dir / "snapshots" / ref.read_text(encoding="utf-8").strip()
-        if snapshot.is_dir():
+        # A commit hash names one folder in snapshots/; anything else (not text, "../..", a path) is ignored.
+        name = ref.read_bytes()[:256].decode("ascii", "replace").strip()
+        snapshot = repo_dir / "snapshots" / name
+        if HF_REF_NAME.fullmatch(name) and snapshot.is_dir():
             return [snapshot]
     found = [p for p in (repo_dir / "snapshots").glob("*") if p.is_dir()]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

@@ -1,0 +1,90 @@
+"""Hostile inputs for the hostile-run tests: GGUFs that parse but poison, hostile texts, and checks on output.
+
+Every GGUF here is a copy of the reference llama model (`ref-llama-f32.gguf`,
+F32 so any weight can be replaced exactly) with one thing changed, written by
+`gguf_builder.rewrite_gguf`. `raw_controls(text)` lists the characters a
+terminal would act on or a reader could not see (C0 but newline, DEL, C1, ESC,
+bidi, tag, zero-width, BOM): none may reach a command's output.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+from conftest import FIXTURES_DIR
+from gguf.constants import GGUFValueType as V
+from gguf_builder import rewrite_gguf
+
+from walkthrough.cli import main
+
+LLAMA = FIXTURES_DIR / "reference" / "ref-llama-f32.gguf"
+ARCH = "llama"
+
+# Text carrying every escape class: OSC title + BEL, OSC 52 clipboard, SGR colour, 8-bit CSI, bidi override
+# and isolate, tag characters, zero-width space and joiner, word joiner, BOM, line separator, and markup.
+HOSTILE_TEXT = ("\x1b]0;pwned\x07\x1b]52;c;aGk=\x07\x1b[31mred\x9b31m\u202eevil\u2066"
+                "\U000e0041\U000e0042\u200b\u200d\u2060\ufeff\u2028[bold]x[/]")
+
+# (key suffix, bad value) pairs for the float hyperparameters the engine reads.
+BAD_FLOATS = [
+    ("rope.freq_base", (V.FLOAT32, math.nan)),
+    ("rope.freq_base", (V.FLOAT32, -1.0)),
+    ("rope.freq_base", (V.FLOAT32, 0.0)),
+    ("rope.freq_base", (V.FLOAT32, math.inf)),
+    ("attention.layer_norm_rms_epsilon", (V.FLOAT32, -1.0)),
+    ("attention.layer_norm_rms_epsilon", (V.FLOAT32, math.nan)),
+    ("rope.scaling.factor", (V.FLOAT32, math.nan)),
+    ("rope.scaling.factor", (V.STRING, "abc")),
+    ("rope.scaling.factor", (V.STRING, "0")),
+    ("rope.scaling.factor", (V.ARRAY, V.FLOAT32, [1.0, 2.0])),
+]
+BAD_WEIGHTS = [("output_norm.weight", math.nan), ("blk.0.attn_norm.weight", math.inf), ("output_norm.weight", 3e38)]
+
+
+def hidden_char(ch: str) -> bool:
+    """A character no command may print raw (derived from Unicode categories, not from the code under test)."""
+    code = ord(ch)
+    if ch == "\n":
+        return False
+    return code < 0x20 or 0x7F <= code < 0xA0 or unicodedata.category(ch) in ("Cf", "Cs", "Zl", "Zp")
+
+
+def raw_controls(text: str) -> list[str]:
+    """The hidden characters in `text`, escaped for an assertion message."""
+    return [f"U+{ord(c):04X}" for c in text if hidden_char(c)]
+
+
+def with_metadata(tmp_path: Path, name: str, changes: dict, source: Path = LLAMA) -> Path:
+    """A copy of `source` with metadata keys changed (a value of None drops the key)."""
+    return rewrite_gguf(source, tmp_path / name, changes)
+
+
+def with_weight(tmp_path: Path, name: str, tensor: str, value: float) -> Path:
+    """A copy of the llama reference whose tensor has `value` at index 3."""
+    from gguf import GGUFReader
+
+    data = next(t for t in GGUFReader(LLAMA).tensors if t.name == tensor).data
+    poisoned = np.array(data, dtype=np.float32).reshape(-1).copy()
+    poisoned[3] = value
+    return rewrite_gguf(LLAMA, tmp_path / name, tensor_data={tensor: poisoned})
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """`walkthrough ARGV` in this process: (exit status, stdout, stderr)."""
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_one_clear_line(code: int, err: str, *needles: str) -> None:
+    """Exit 2 and one `walkthrough: error:` line holding each needle, no traceback, nothing hidden."""
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert lines and lines[-1].startswith("walkthrough: error: "), err[:300]
+    assert not raw_controls(err), raw_controls(err)
+    for needle in needles:
+        assert needle in lines[-1], lines[-1][:300]
