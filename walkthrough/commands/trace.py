@@ -17,6 +17,22 @@ as llama.cpp's chat path does, except that text typed in a message never becomes
 special tokens (`walkthrough.inspect.chat`); `--ids` feeds raw token ids and
 skips the template. Sampling defaults to greedy (temperature 0)
 so a trace is reproducible; the other knobs default to llama.cpp's.
+
+Turns: a `--messages` file with several user messages is played as a chat
+client plays it, one request per user message, in one session that keeps its
+KV cache: each request re-sends the conversation so far (an assistant
+message the file gives is sent as given; where the file gives none, the
+model's own answer is), and only what follows the longest common token prefix
+is computed (`engine.turns`). `--four-calls` plays the scripted sequence
+instead: the request, a follow-up, an edit of its question, a new chat with
+the same system prompt (`walkthrough/assets/four_calls.json`). The first pass
+of every request carries `reused` (tokens taken from the cache) and `reuse`
+(why reuse stopped there); after each request a line says what was reused,
+where and why it broke, and what the request cost. `--measure` also runs each
+request from an empty cache in this process and the first one in a fresh
+process (a cold start), so the figures with and without reuse, cold and
+warm, are all measured. With `--json`, those summaries are JSON lines too,
+with a "turn", "summary" or "start" key instead of "phase".
 """
 
 from __future__ import annotations
@@ -58,6 +74,10 @@ def add_parser(subparsers) -> None:
                    help=f"prompt tokens per prefill pass (default {DEFAULT_CHUNK})")
     p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0", "f32"],
                    help="KV cache type (default f16, as llama.cpp)")
+    p.add_argument("--four-calls", action="store_true",
+                   help="play the scripted four calls from the request: follow-up, edit, new chat (needs a template)")
+    p.add_argument("--measure", action="store_true",
+                   help="also time each request without reuse, and the first from a cold process")
     p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
     p.add_argument("--logits", action="store_true",
                    help="add each pass's logits, one row per position (implies --json)")
@@ -85,25 +105,31 @@ def run(args: argparse.Namespace) -> int:
     f = open_model(args.model)
     model = Model(f)
     tok = tokenizer(f, required=args.ids is None)
-    ids = prompt_ids(f, tok, args)
-    model.check_ids(ids)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-    sampler = Sampler(settings)
-    session = Session(model, kv_type=args.kv_type)
     as_json = args.json or args.logits
+    piece = token_pieces(f, tok)
+    if args.ids is not None:
+        if args.four_calls:
+            raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
+        ids = prompt_ids(args)
+        model.check_ids(ids)
+        session = Session(model, kv_type=args.kv_type, auto_checkpoints=False)
 
-    def passes():
-        last = None
-        for last in session.prefill(ids, chunk=args.chunk, sampler=sampler, all_logits=args.logits):
-            yield last
-        if not last.stopped:
-            yield from session.decode(sampler, args.steps - 1, all_logits=args.logits)
+        def passes():
+            last = None
+            for last in session.request(ids, chunk=args.chunk, sampler=Sampler(settings), all_logits=args.logits):
+                yield last
+            if not last.stopped:
+                yield from session.decode(Sampler(settings), args.steps - 1, all_logits=args.logits)
 
-    _print(passes(), model, token_pieces(f, tok), as_json=as_json, logits=args.logits)
-    return 0
+        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
+        return 0
+    from walkthrough.commands.trace_turns import play
+
+    return play(f, model, tok, settings, args, as_json=as_json, printer=_print)
 
 
-def _print(passes, model, piece, *, as_json: bool, logits: bool) -> None:
+def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True) -> None:
     if as_json:
         for step in passes:
             record = step.to_json(logits=logits)
@@ -115,7 +141,7 @@ def _print(passes, model, piece, *, as_json: bool, logits: bool) -> None:
         return
     from walkthrough.commands.trace_view import print_trace
 
-    print_trace(model, passes, piece, out=sys.stdout)
+    print_trace(model, passes, piece, out=sys.stdout, header=header)
 
 
 def tokenizer(f, *, required: bool):
@@ -131,29 +157,16 @@ def tokenizer(f, *, required: bool):
         return None
 
 
-def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
-    """Token ids of the request: --ids as given, or --prompt / --messages through the chat template."""
+def prompt_ids(args: argparse.Namespace) -> list[int]:
+    """Token ids of an --ids request, as given."""
     from walkthrough.errors import WalkthroughError
 
-    if args.ids is not None:
-        try:
-            ids = [int(x) for x in args.ids.replace(" ", "").split(",") if x]
-        except ValueError:
-            raise WalkthroughError(f"--ids {args.ids!r}: give comma-separated whole numbers, e.g. 1,2,3") from None
-        if not ids:
-            raise WalkthroughError("--ids is empty; give at least one token id")
-        return ids
-    from walkthrough.inspect.chat import chat_tokens
-    from walkthrough.inspect.template import load_messages, select_template
-
-    messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
-    source = select_template(f, where=f.path.name)
-    chat = chat_tokens(tok, source, messages, add_generation_prompt=True, origin=f"chat template of {f.path.name}")
-    for warning in chat.warnings:
-        warn(warning)
-    ids = chat.ids
+    try:
+        ids = [int(x) for x in args.ids.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise WalkthroughError(f"--ids {args.ids!r}: give comma-separated whole numbers, e.g. 1,2,3") from None
     if not ids:
-        raise WalkthroughError("the rendered prompt has no tokens")
+        raise WalkthroughError("--ids is empty; give at least one token id")
     return ids
 
 

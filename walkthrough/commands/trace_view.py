@@ -68,17 +68,24 @@ def _top(step: Step, piece: Callable[[int], str]) -> Text:
     return out
 
 
-def print_trace(model: Model, steps: Iterable[Step], piece: Callable[[int], str], *, out: TextIO) -> None:
-    """Print each pass as a table row (rows appear when the whole request has run), then totals."""
+def print_trace(
+    model: Model, steps: Iterable[Step], piece: Callable[[int], str], *, out: TextIO, header: bool = True
+) -> None:
+    """Print each pass as a table row (rows appear when the whole request has run), then totals.
+
+    `header`: start with the model's line (and its layer kinds); False for the later requests of a conversation.
+    """
     console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=False)
     if not console.is_terminal:
         console.width = max(console.width, PIPE_WIDTH)
     card = model.card
-    console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
-                            f"{card.n_experts or 'no'} experts{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
     hybrid = "linear" in model.config.mixers
-    if hybrid:
-        console.print(_kinds_strip(model.config.mixers))
+    if header:
+        console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
+                                f"{card.n_experts or 'no'} experts"
+                                f"{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
+        if hybrid:
+            console.print(_kinds_strip(model.config.mixers))
     headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms", "chosen", "top"]
     rows: list[tuple[str | Text, ...]] = []
     totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}

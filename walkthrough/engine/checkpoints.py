@@ -79,6 +79,7 @@ class Checkpoints:
 
     every: int = DEFAULT_EVERY
     limit: int = MAX_CHECKPOINTS
+    auto: bool = True  # taken by themselves where llama.cpp takes them (False: only `Session.checkpoint()`)
     kept: list[Checkpoint] = field(default_factory=list)
 
     def add(self, checkpoint: Checkpoint) -> None:
@@ -110,8 +111,10 @@ class Checkpoints:
         """Positions in (start, end] where a prompt fed from `start` to `end` should end a pass for a checkpoint.
 
         They are the `marks` (turn boundaries) inside the range, `END_OFFSET` tokens before the end,
-        the multiples of `every`, and the end itself.
+        the multiples of `every`, and the end itself; none when checkpoints are not taken by themselves.
         """
+        if not self.auto:
+            return []
         wanted = {m for m in marks} | {end - END_OFFSET, end}
         if self.every > 0:
             wanted |= set(range((start // self.every + 1) * self.every, end + 1, self.every))

@@ -48,7 +48,14 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from walkthrough.engine.cache import KVCache
-from walkthrough.engine.checkpoints import DEFAULT_EVERY, Checkpoint, Checkpoints, Reuse, common_prefix, copy_states
+from walkthrough.engine.checkpoints import (
+    DEFAULT_EVERY,
+    Checkpoint,
+    Checkpoints,
+    Reuse,
+    common_prefix,
+    copy_states,
+)
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler, SampleResult
 from walkthrough.engine.steps import Step
@@ -65,6 +72,7 @@ class Session:
         kv_type: str = "f16",
         record_attention: bool = False,
         checkpoint_every: int = DEFAULT_EVERY,
+        auto_checkpoints: bool = True,
     ):
         self.model = model
         self.cache = KVCache(model.config, kv_type)
@@ -73,7 +81,8 @@ class Session:
         self.last_logits: np.ndarray | None = None
         self.pending: int | None = None  # chosen but not yet fed
         self.steps_run = 0
-        self.checkpoints = Checkpoints(every=checkpoint_every)  # saved recurrent states (hybrid models only)
+        # saved recurrent states (hybrid models only; auto_checkpoints False: only those `checkpoint()` takes)
+        self.checkpoints = Checkpoints(every=checkpoint_every, auto=auto_checkpoints)
 
     @property
     def position(self) -> int:
@@ -84,6 +93,11 @@ class Session:
     def recurrent(self) -> bool:
         """True when some layer keeps a fixed state that cannot be truncated (hybrid models)."""
         return bool(self.cache.states)
+
+    @property
+    def keeps_checkpoints(self) -> bool:
+        """True for a hybrid session that takes checkpoints by itself (`auto_checkpoints`)."""
+        return self.recurrent and self.checkpoints.auto
 
     def checkpoint(self) -> Checkpoint:
         """Save the recurrent states and last logits at the current position (kept only for hybrid models)."""
@@ -218,7 +232,7 @@ class Session:
         for end in ends:
             last = end == len(ids)
             step = self.feed(ids[at:end], phase="prefill", sampler=sampler if last else None, all_logits=all_logits)
-            if end in marks and self.recurrent:
+            if end in marks and self.keeps_checkpoints:
                 self.checkpoint()
                 step.checkpointed = True
             at = end
@@ -243,7 +257,7 @@ class Session:
         if not ids:
             raise WalkthroughError("the prompt has no tokens")
         reuse = self.reuse_prefix(ids)
-        breaks = self.checkpoints.breaks(reuse.reused, len(ids), list(marks)) if self.recurrent else []
+        breaks = self.checkpoints.breaks(reuse.reused, len(ids), list(marks)) if self.keeps_checkpoints else []
         steps = self.prefill(ids[reuse.reused :], chunk=chunk, sampler=sampler, all_logits=all_logits,
                              checkpoint_at=breaks)
         for i, step in enumerate(steps):
@@ -273,7 +287,7 @@ class Session:
             step = self.feed([self.pending], phase="decode", sampler=sampler, all_logits=all_logits)
             step.stopped = step.chosen in stops
             every = self.checkpoints.every
-            if self.recurrent and every > 0 and step.end % every == 0:
+            if self.keeps_checkpoints and every > 0 and step.end % every == 0:
                 self.checkpoint()
                 step.checkpointed = True
             yield step

@@ -89,6 +89,7 @@ class Step:
     stopped: bool = False  # the chosen token ends the generation
     reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
     checkpointed: bool = False  # a hybrid session saved its recurrent state after this pass
+    turn: str | None = None  # the request of a conversation this pass belongs to (engine.turns), if any
 
     @property
     def reused(self) -> int:
@@ -122,6 +123,7 @@ class Step:
     def to_json(self, *, logits: bool = False) -> dict[str, Any]:
         """The JSON Lines record of this pass (`walkthrough trace --json`)."""
         out: dict[str, Any] = {
+            **({"turn": self.turn} if self.turn is not None else {}),
             "phase": self.phase,
             "positions": [self.start, self.end],
             "input_ids": list(self.input_ids),

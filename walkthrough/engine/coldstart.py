@@ -1,0 +1,112 @@
+"""Time to first token from a cold start (a fresh process opening the file) and from a warm one.
+
+Opening a model costs something before any token: starting Python and
+importing the engine, reading the header and mapping the file, then the first
+pass, which dequantizes every weight it touches from the mapped bytes (and
+faults those pages in). A server that keeps the model loaded (ollama's
+`keep_alive`, a llama.cpp server left running) pays that once; a model that
+was unloaded pays it again.
+
+`cold_start` measures it for real: it starts this module in a new process
+(`python -m walkthrough.engine.coldstart MODEL`, prompt ids on stdin), which
+opens the file, runs the prompt and prints its timings as one JSON line;
+the parent adds the wall time from spawning the process to reading that line.
+`warm_start` runs the same prompt in this process on a model already loaded
+(weights dequantized, nothing in the KV cache). What neither can undo is the
+operating system's page cache: a file read recently stays in memory, so
+"cold" here is a cold process on a warm disk cache (dropping that cache
+needs root and touches every program on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from walkthrough.errors import WalkthroughError
+
+COLD_TIMEOUT = 600.0  # seconds a cold start may take before it is given up
+
+
+@dataclass(frozen=True)
+class StartTimes:
+    """Seconds to the first token of one prompt, split where the time went."""
+
+    first_token: float  # total: from the start (spawn, or the call) to the first chosen token
+    imports: float = 0.0  # importing the engine (cold only)
+    open: float = 0.0  # header, mmap, model (cold only)
+    passes: float = 0.0  # the prompt's passes and the first draw (dequantizing weights on a cold start)
+
+    def to_json(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.__dict__.items()}
+
+
+def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str) -> float:
+    from walkthrough.engine.sampler import Sampler
+    from walkthrough.engine.session import Session
+
+    began = time.perf_counter()
+    session = Session(model, kv_type=kv_type, auto_checkpoints=False)
+    for _ in session.request(ids, chunk=chunk, sampler=Sampler.greedy()):
+        pass
+    return time.perf_counter() - began
+
+
+def warm_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
+    """First token of `ids` on a model this process has loaded and used (no KV cache kept)."""
+    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type)
+    return StartTimes(first_token=seconds, passes=seconds)
+
+
+def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
+    """First token of `ids` in a fresh process that opens `path`.
+
+    Raises:
+        WalkthroughError: the child failed or took longer than COLD_TIMEOUT.
+    """
+    argv = [sys.executable, "-m", "walkthrough.engine.coldstart", str(path), "--kv-type", kv_type]
+    if chunk:
+        argv += ["--chunk", str(chunk)]
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(argv, input=json.dumps(ids), capture_output=True, text=True, timeout=COLD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt") from None
+    wall = time.perf_counter() - began
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise WalkthroughError(f"the cold-start process failed: {last}")
+    child = json.loads(lines[-1])
+    return StartTimes(first_token=wall, imports=child["imports"], open=child["open"], passes=child["passes"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: open the file, run the prompt read from stdin, print the timings."""
+    import argparse
+
+    began = time.perf_counter()
+    from walkthrough.engine.model import Model
+    from walkthrough.inspect.gguf import open_gguf
+
+    imported = time.perf_counter()
+    parser = argparse.ArgumentParser(prog="python -m walkthrough.engine.coldstart")
+    parser.add_argument("model")
+    parser.add_argument("--chunk", type=int, default=None)
+    parser.add_argument("--kv-type", default="f16")
+    args = parser.parse_args(argv)
+    ids = [int(i) for i in json.loads(sys.stdin.read())]
+    opened_at = time.perf_counter()
+    model = Model(open_gguf(args.model))
+    opened = time.perf_counter() - opened_at
+    passes = _first_token(model, ids, chunk=args.chunk, kv_type=args.kv_type)
+    print(json.dumps({"imports": imported - began, "open": opened, "passes": passes}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
