@@ -111,22 +111,24 @@ def run(args: argparse.Namespace) -> int:
     if args.ids is not None:
         if args.four_calls:
             raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
-        ids = prompt_ids(args)
+        ids = prompt_ids(f, tok, args)
         model.check_ids(ids)
         session = Session(model, kv_type=args.kv_type, auto_checkpoints=False)
 
+        sampler = Sampler(settings)
+
         def passes():
             last = None
-            for last in session.request(ids, chunk=args.chunk, sampler=Sampler(settings), all_logits=args.logits):
+            for last in session.request(ids, chunk=args.chunk, sampler=sampler, all_logits=args.logits):
                 yield last
             if not last.stopped:
-                yield from session.decode(Sampler(settings), args.steps - 1, all_logits=args.logits)
+                yield from session.decode(sampler, args.steps - 1, all_logits=args.logits)
 
         _print(passes(), model, piece, as_json=as_json, logits=args.logits)
         return 0
     from walkthrough.commands.trace_turns import play
 
-    return play(f, model, tok, settings, args, as_json=as_json, printer=_print)
+    return play(f, model, tok, settings, args, as_json=as_json, printer=_print, piece=piece)
 
 
 def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True) -> None:
@@ -157,16 +159,29 @@ def tokenizer(f, *, required: bool):
         return None
 
 
-def prompt_ids(args: argparse.Namespace) -> list[int]:
-    """Token ids of an --ids request, as given."""
+def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
+    """Token ids of the request: --ids as given, or --prompt / --messages through the chat template."""
     from walkthrough.errors import WalkthroughError
 
-    try:
-        ids = [int(x) for x in args.ids.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise WalkthroughError(f"--ids {args.ids!r}: give comma-separated whole numbers, e.g. 1,2,3") from None
+    if args.ids is not None:
+        try:
+            ids = [int(x) for x in args.ids.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise WalkthroughError(f"--ids {args.ids!r}: give comma-separated whole numbers, e.g. 1,2,3") from None
+        if not ids:
+            raise WalkthroughError("--ids is empty; give at least one token id")
+        return ids
+    from walkthrough.inspect.chat import chat_tokens
+    from walkthrough.inspect.template import load_messages, select_template
+
+    messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
+    source = select_template(f, where=f.path.name)
+    chat = chat_tokens(tok, source, messages, add_generation_prompt=True, origin=f"chat template of {f.path.name}")
+    for warning in chat.warnings:
+        warn(warning)
+    ids = chat.ids
     if not ids:
-        raise WalkthroughError("--ids is empty; give at least one token id")
+        raise WalkthroughError("the rendered prompt has no tokens")
     return ids
 
 

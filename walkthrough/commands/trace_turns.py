@@ -26,7 +26,7 @@ from walkthrough.textsafe import visible
 
 
 def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespace, *, as_json: bool,
-         printer: Callable) -> int:
+         printer: Callable, piece: Callable[[int], str]) -> int:
     """Run the request (or its turns, or the four calls), printing each request's passes then its reuse."""
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
     source = select_template(f, where=f.path.name)
@@ -35,7 +35,6 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,
                         origin=f"chat template of {f.path.name}", measure_fresh=args.measure)
     requests = FourCalls.load().requests(talk, messages) if args.four_calls else talk.requests(messages)
-    piece = lambda i: tok.piece(i) if 0 <= i < tok.vocab_size else f"<{i}>"  # noqa: E731
     turn_count = 0
     for label, request in requests:
         chat = talk.render(request)
