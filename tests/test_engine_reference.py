@@ -37,9 +37,11 @@ TOLERANCES = {
 TOP1_AGREEMENT = 0.95
 
 
-def _cases() -> list[Path]:
-    folder = FIXTURES_DIR / "reference"
-    return sorted(p for p in folder.glob("ref-*.gguf") if p.with_suffix(".logits.json").exists())
+ARCH_FIXTURES = Path(__file__).parent / "fixtures" / "arch"  # tests/bench/make_arch_references.py writes these
+
+
+def _cases(folders: tuple[Path, ...] = (FIXTURES_DIR / "reference", ARCH_FIXTURES)) -> list[Path]:
+    return sorted(p for folder in folders for p in folder.glob("ref-*.gguf") if p.with_suffix(".logits.json").exists())
 
 
 def _tolerance(types: dict[str, int]) -> tuple[float, bool]:
@@ -52,7 +54,8 @@ def _tolerance(types: dict[str, int]) -> tuple[float, bool]:
 
 
 def test_reference_models_are_there(fixtures_dir):
-    assert len(_cases()) >= 6, f"expected the reference models in {fixtures_dir / 'reference'}"
+    assert len(_cases((fixtures_dir / "reference",))) >= 6, f"expected the reference models in {fixtures_dir / 'reference'}"
+    assert len(_cases((ARCH_FIXTURES,))) >= 8, f"expected the architecture references in {ARCH_FIXTURES}"
 
 
 @pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)

@@ -143,6 +143,8 @@ GATED_DELTANET = Tensors(  # qwen35 linear-attention layers (walkthrough.engine.
               *b(T.SSM_DT), stem(T.SSM_A)),
 )
 QWEN35_BLOCK = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM))  # post_attention_norm: the norm before the FFN
+SANDWICH = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM, T.FFN_NORM, T.FFN_POST_NORM))  # gemma
+FUSED_UP = Tensors(required=w(T.FFN_UP, T.FFN_DOWN))  # ffn_up yields gate | up (phi3)
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -178,6 +180,33 @@ ARCHITECTURES: dict[str, Architecture] = {
             mixers={"full": ATTENTION + QK_NORM, "linear": GATED_DELTANET},
             ffns={"moe": EXPERTS + SHARED_EXPERT}, qk_norm=True, attention_gate=True,
             router=Router(normalize=True),
+        ),
+        # qwen35moe's block with a dense SwiGLU FFN (src/models/qwen35.cpp).
+        Architecture(
+            "qwen35", rope="neox", block=QWEN35_BLOCK, ffn_norm="post_attention_norm.weight",
+            mixers={"full": ATTENTION + QK_NORM, "linear": GATED_DELTANET},
+            ffns={"dense": DENSE}, qk_norm=True, attention_gate=True,
+        ),
+        # src/models/gemma3.cpp: embeddings x sqrt(n_embd); q/k norms; post-norms after attention and FFN;
+        # GeGLU; five sliding-window layers (own RoPE base, `rope.freq_base_swa`, default 10000) per global
+        # one; optional final logit soft-capping.
+        Architecture(
+            "gemma3", rope="neox", block=SANDWICH,
+            mixers={"full": ATTENTION + QK_NORM, "sliding": ATTENTION + QK_NORM}, ffns={"dense": DENSE},
+            attn_post_norm="post_attention_norm.weight", ffn_post_norm="post_ffw_norm.weight",
+            activation="gelu", embed_scale=True, qk_norm=True, softcap=True,
+        ),
+        # src/models/phi3.cpp: q/k/v fused or not, gate and up in one projection; llama.cpp runs phi3's
+        # sliding window as full attention ("Phi SWA is currently disabled"), so the card shows full layers.
+        Architecture(
+            "phi3", rope="neox", block=PRE_NORMS, mixers={"full": ATTENTION_FUSED_OR_NOT + ATTENTION_BIASES},
+            ffns={"dense": FUSED_UP}, fused_up=True,
+        ),
+        # src/models/mistral3.cpp: llama's block (dense or routed experts, optional biases).
+        Architecture(
+            "mistral3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS,
+            mixers={"full": ATTENTION + Tensors(optional=b(T.ATTN_OUT))},
+            ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True),
         ),
     )
 }

@@ -37,8 +37,15 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"""
-    return 0.5 * x * (1.0 + np.tanh(np.float32(GELU_COEF) * x * (1.0 + np.float32(0.044715) * x * x)))
+    """GELU, tanh approximation, as ggml's CPU backend computes it (`ggml_vec_gelu_f32`, GGML_GELU_FP16).
+
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), read from a table indexed by x rounded to F16 and
+    holding F16 results; x <= -10 gives 0 and x >= 10 gives x.
+    """
+    h = x.astype(np.float16).astype(np.float32)
+    t = np.tanh(np.float32(GELU_COEF) * h * (np.float32(1) + np.float32(0.044715) * h * h))
+    y = (np.float32(0.5) * h * (np.float32(1) + t)).astype(np.float16).astype(np.float32)
+    return np.where(x <= -10, np.float32(0), np.where(x >= 10, x, y))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

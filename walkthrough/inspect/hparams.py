@@ -42,6 +42,9 @@ _SWA_DEFAULTS: dict[str, tuple[int, bool]] = {
     "olmo2": (4, False),
     "gpt-oss": (2, False),
 }
+# Architectures whose declared window llama.cpp does not apply: every layer attends to all positions
+# (src/models/phi3.cpp: "Phi SWA is currently disabled", swa_type NONE).
+_SWA_DISABLED = frozenset({"phi3"})
 # Keys that size a recurrent layer's state (see recurrent_state_values).
 _STATE_KEYS = ("wkv.head_size", "shortconv.l_cache", "ssm.inner_size", "ssm.state_size")
 RWKV_DEFAULT_TOKEN_SHIFT = 2  # llama_hparams::token_shift_count default (src/llama-hparams.h)
@@ -122,6 +125,8 @@ class Hparams:
 
 def swa_flags(hp: Hparams, n_all: int, n_trunk: int) -> list[bool]:
     """Which layers use the sliding window (only meaningful where a window is declared)."""
+    if hp.arch in _SWA_DISABLED:
+        return [False] * n_all
     explicit = hp.raw("attention.sliding_window_pattern")
     if _is_sequence(explicit):
         flags = [bool(v) for v in explicit[:n_all]]
