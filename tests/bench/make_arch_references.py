@@ -64,6 +64,7 @@ class Weights:
         self.tensors[name] = (self.rng.standard_normal(shape) / np.sqrt(n_in)).astype(np.float32)
 
     def vec(self, name: str, n: int, mean: float = 1.0, std: float = 0.1, *stack: int) -> None:
+        """A vector (or a stack of them: biases of stacked experts), N(mean, std^2)."""
         self.tensors[name] = (mean + std * self.rng.standard_normal((*stack, n))).astype(np.float32)
 
 
@@ -195,11 +196,39 @@ def qwen35(gw: GGUFWriter, w: Weights) -> None:
         _dense(w, b, dims)
 
 
+def gpt_oss(gw: GGUFWriter, w: Weights) -> None:
+    """Four layers alternating sliding window (6) and full attention, sinks, biases, 4 experts (2 used)."""
+    dims = Dims(ff=32)
+    _common(gw, dims, rope_base=150000.0)
+    gw.add_sliding_window(6)
+    gw.add_expert_count(dims.n_experts)
+    gw.add_expert_used_count(dims.n_used)
+    gw.add_expert_feed_forward_length(dims.ff)
+    _head(w, dims)
+    e, ff = dims.n_experts, dims.ff
+    for i in range(dims.n_layers):
+        b = f"blk.{i}."
+        _norms(w, b, dims, "attn_norm", "post_attention_norm")
+        _attention(w, b, dims, out_bias=True)
+        for part, n in (("q", dims.n_head), ("k", dims.n_kv), ("v", dims.n_kv)):
+            w.vec(f"{b}attn_{part}.bias", n * dims.head, 0.0)
+        w.vec(b + "attn_sinks.weight", dims.n_head, 0.0, 1.0)
+        w.mat(b + "ffn_gate_inp.weight", e, dims.d)
+        w.vec(b + "ffn_gate_inp.bias", e, 0.0)
+        w.mat(b + "ffn_gate_exps.weight", ff, dims.d, e)
+        w.mat(b + "ffn_up_exps.weight", ff, dims.d, e)
+        w.mat(b + "ffn_down_exps.weight", dims.d, ff, e)
+        w.vec(b + "ffn_gate_exps.bias", ff, 0.0, 0.1, e)
+        w.vec(b + "ffn_up_exps.bias", ff, 0.0, 0.1, e)
+        w.vec(b + "ffn_down_exps.bias", dims.d, 0.0, 0.1, e)
+
+
 BUILDERS: dict[str, tuple[Callable[[GGUFWriter, Weights], None], Q]] = {
     "gemma3": (gemma3, Q.Q8_0),
     "phi3": (phi3, Q.Q4_0),
     "mistral3": (mistral3, Q.Q8_0),
     "qwen35": (qwen35, Q.Q8_0),
+    "gpt-oss": (gpt_oss, Q.MXFP4),  # experts only, as published files store them; the rest stays F32
 }
 
 
@@ -219,6 +248,8 @@ def _copy_tokenizer(gw: GGUFWriter) -> None:
 
 def _stored(name: str, array: np.ndarray, qtype: Q) -> tuple[np.ndarray, Q | None]:
     quantizable = array.ndim >= 2 and array.shape[-1] % 32 == 0 and "conv1d" not in name and "norm" not in name
+    if qtype == Q.MXFP4:
+        quantizable = quantizable and name.endswith("_exps.weight")
     if qtype == Q.F32 or not quantizable:
         return array, None
     return quants.quantize(array, qtype), qtype

@@ -143,6 +143,9 @@ GATED_DELTANET = Tensors(  # qwen35 linear-attention layers (walkthrough.engine.
               *b(T.SSM_DT), stem(T.SSM_A)),
 )
 QWEN35_BLOCK = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM))  # post_attention_norm: the norm before the FFN
+
+EXPERT_BIASES = Tensors(required=b(T.FFN_GATE_INP, T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP))
+SINKS = Tensors(required=(*w(T.ATTN_SINKS), *b(T.ATTN_OUT)), optional=b(T.ATTN_Q, T.ATTN_K, T.ATTN_V))
 SANDWICH = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM, T.FFN_NORM, T.FFN_POST_NORM))  # gemma
 FUSED_UP = Tensors(required=w(T.FFN_UP, T.FFN_DOWN))  # ffn_up yields gate | up (phi3)
 
@@ -207,6 +210,16 @@ ARCHITECTURES: dict[str, Architecture] = {
             "mistral3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS,
             mixers={"full": ATTENTION + Tensors(optional=b(T.ATTN_OUT))},
             ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True),
+        ),
+        # src/models/openai-moe.cpp: alternating sliding-window (even layers) and full attention, both with
+        # attention sinks and biases; the sliding layers' RoPE base defaults to the global one; routed experts
+        # only (MXFP4 in published files), router with a bias, top-k logits then softmax, clamped SwiGLU with
+        # biases; post_attention_norm is the norm before the FFN.
+        Architecture(
+            "gpt-oss", rope="neox", block=QWEN35_BLOCK, ffn_norm="post_attention_norm.weight",
+            mixers={"full": ATTENTION + SINKS, "sliding": ATTENTION + SINKS},
+            ffns={"moe": EXPERTS + EXPERT_BIASES}, activation="swiglu_oai", sinks=True, swa_rope_global=True,
+            router=Router(gating="softmax_weight"),
         ),
     )
 }

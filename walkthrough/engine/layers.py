@@ -143,12 +143,17 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
     chosen, weights = ops.route(router_logits, c.n_experts_used, router.normalize, router.gating)  # [n, k], [n, k]
     trace.experts, trace.expert_weights = chosen, weights
     out = np.zeros_like(x)
-    gate, up, down = (pre + f"ffn_{w}_exps.weight" for w in ("gate", "up", "down"))
+    gate, up, down = (pre + f"ffn_{w}_exps" for w in ("gate", "up", "down"))
+
+    def expert(name: str, e: int, xe: np.ndarray) -> np.ndarray:  # [t, d_in] -> [t, d_out], + bias if any
+        y = m.expert_linear(name + ".weight", e, xe)
+        return y + m.expert_bias(name + ".bias", e) if m.weights.has(name + ".bias") else y
+
     for e in np.unique(chosen).tolist():
         tokens, slot = np.nonzero(chosen == e)  # which tokens chose e, and in which of their k slots
         xe = x[tokens]  # [t, d]
-        h = act(m.expert_linear(gate, e, xe), m.expert_linear(up, e, xe))  # [t, ff_exp]
-        out[tokens] += weights[tokens, slot, None] * m.expert_linear(down, e, h)
+        h = act(expert(gate, e, xe), expert(up, e, xe))  # [t, ff_exp]
+        out[tokens] += weights[tokens, slot, None] * expert(down, e, h)
     if m.weights.has(pre + "ffn_up_shexp.weight"):
         h = act(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
         shared = m.linear(pre + "ffn_down_shexp.weight", h)  # [n, d]

@@ -95,6 +95,12 @@ class Meter:
         self.flops += 2 * n_tokens * w.size
         return w
 
+    def expert_bias(self, name: str, e: int) -> np.ndarray:
+        """Expert e's row of a stacked expert bias (ggml [d_out, n_expert]) -> [d_out]; its bytes once."""
+        t = self.weights.info(name)
+        self._read((name, e), self.group_of(name), t.nbytes // t.shape[-1])
+        return self.weights.get(name)[e]
+
     def rows(self, name: str, ids: np.ndarray, group: str | None = None) -> np.ndarray:
         """Embedding lookup: one stored row per distinct id."""
         row = row_nbytes(self.weights.info(name))

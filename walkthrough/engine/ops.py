@@ -162,7 +162,18 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return gelu(gate) * up
 
 
-GATED = {"silu": swiglu, "gelu": geglu}  # the declarations' `activation` -> the gated unit
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: gpt-oss's clamped SwiGLU (`ggml_swiglu_oai`, ggml-cpu/ops.cpp).
+
+    x = min(gate, limit), y = clip(up, -limit, limit): x * sigmoid(alpha x) * (y + 1).
+    alpha and limit are the constants llama.cpp passes (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE).
+    """
+    x = np.minimum(gate, np.float32(limit))
+    y = np.clip(up, np.float32(-limit), np.float32(limit))
+    return x / (np.float32(1) + np.exp(np.float32(alpha) * -x)) * (y + np.float32(1))
+
+
+GATED = {"silu": swiglu, "gelu": geglu, "swiglu_oai": swiglu_oai}  # the declarations' `activation` -> gated unit
 
 
 def route(logits: np.ndarray, k: int, normalize: bool, gating: str = "softmax") -> tuple[np.ndarray, np.ndarray]:
