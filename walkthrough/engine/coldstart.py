@@ -45,12 +45,13 @@ class StartTimes:
         return {k: round(v, 4) for k, v in self.__dict__.items()}
 
 
-def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str) -> float:
+def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str, session=None) -> float:
+    """Seconds from sending `ids` to `session` (a new one by default) to its first chosen token."""
     from walkthrough.engine.sampler import Sampler
     from walkthrough.engine.session import Session
 
     began = time.perf_counter()
-    session = Session(model, kv_type=kv_type, auto_checkpoints=False)
+    session = session or Session(model, kv_type=kv_type, auto_checkpoints=False)
     for _ in session.request(ids, chunk=chunk, sampler=Sampler.greedy()):
         pass
     return time.perf_counter() - began
@@ -59,6 +60,16 @@ def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str) -> f
 def warm_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
     """First token of `ids` on a model this process has loaded and used (no KV cache kept)."""
     seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type)
+    return StartTimes(first_token=seconds, passes=seconds)
+
+
+def kept_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
+    """First token of `ids` sent again to a session that holds them (a server that kept its KV cache)."""
+    from walkthrough.engine.session import Session
+
+    session = Session(model, kv_type=kv_type)
+    _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session)
+    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session)
     return StartTimes(first_token=seconds, passes=seconds)
 
 

@@ -1,0 +1,63 @@
+"""What a request of a conversation reused and cost, and cold against warm starts, as lines of plain words.
+
+Shared by `walkthrough trace` (commands/trace_turns.py) and the app's Chat stage. Every figure is a field of
+the engine's records (`engine.turns.Turn`, `Summary`, `engine.coldstart.StartTimes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from walkthrough.engine.coldstart import StartTimes
+from walkthrough.engine.turns import Summary, Turn
+from walkthrough.screens.format import human_bytes
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:
+    """What one request reused, where and why reuse stopped, and what it cost (with and without reuse)."""
+    r = turn.reuse
+    lines = [f"{turn.label}: {r.reused} of {r.prompt} prompt tokens reused, {r.computed} computed; "
+             f"reuse stopped: {r.reason}"]
+    if turn.cause is not None:
+        c = turn.cause
+        lines.append(f"  first differing token at {c.position}: held {piece(c.held_id)!r} ({c.held_origin}), "
+                     f"new {piece(c.new_id)!r} ({c.new_origin}): {c.words}")
+    if r.checkpoint is not None or turn.checkpoints:
+        used = f"restored the checkpoint at {r.checkpoint}; " if r.checkpoint is not None else ""
+        lines.append(f"  recurrent state: {used}{turn.checkpoints} checkpoints kept, "
+                     f"{human_bytes(turn.checkpoint_bytes)}")
+    cost = turn.cost
+    line = (f"  first token in {_ms(cost.seconds)}: {cost.flops / 1e6:,.0f} MFLOP, "
+            f"{human_bytes(cost.weight_bytes)} of weights read")
+    if turn.fresh is not None:
+        fresh = turn.fresh
+        line += (f"; without reuse {_ms(fresh.seconds)}, {fresh.flops / 1e6:,.0f} MFLOP, "
+                 f"{human_bytes(fresh.weight_bytes)}: saved {turn.flops_saved / 1e6:,.0f} MFLOP and "
+                 f"{human_bytes(turn.weight_bytes_saved)} of weights")
+    lines.append(line)
+    return lines
+
+
+def summary_lines(s: Summary) -> list[str]:
+    line = (f"{s.turns} requests: {s.prompt_tokens} prompt tokens, {s.reused} reused, {s.computed} computed; "
+            f"first tokens in {_ms(s.seconds)} in all")
+    if s.seconds_without_reuse is not None:
+        line += (f" ({_ms(s.seconds_without_reuse)} without reuse; "
+                 f"{s.flops / 1e6:,.0f} of {s.flops_without_reuse / 1e6:,.0f} MFLOP computed)")
+    return [line]
+
+
+def start_lines(n: int, cold: StartTimes, warm: StartTimes, kept: StartTimes) -> list[str]:
+    other = cold.first_token - cold.imports - cold.open - cold.passes
+    return [
+        f"first token of the first request ({n} tokens):",
+        f"  cold, a fresh process: {_ms(cold.first_token)} (Python start {_ms(other)}, imports {_ms(cold.imports)}, "
+        f"opening the file {_ms(cold.open)}, passes with first-use dequantization {_ms(cold.passes)})",
+        f"  warm, this process, empty KV cache: {_ms(warm.first_token)}",
+        f"  warm, this process, the prompt's KV cache kept: {_ms(kept.first_token)}",
+        f"  a server's keep-alive saves {_ms(cold.first_token - warm.first_token)} per request after the first",
+    ]
