@@ -100,7 +100,17 @@ class Model:
                 f"token id {bad[0]} is outside this model's vocabulary (0..{self.config.n_vocab - 1})"
             )
 
-    def forward(
+    def forward(self, ids: np.ndarray, start: int, cache: KVCache, meter: Meter, *, record_attention: bool = False,
+                all_logits: bool = False) -> tuple[np.ndarray, list[LayerTrace]]:
+        """Run one pass over tokens `ids` at positions start..start+n.
+
+        Returns:
+            logits [n, n_vocab] if all_logits else [1, n_vocab] (last position), and one LayerTrace per layer.
+        """
+        x, traces = self.hidden(ids, start, cache, meter, record_attention=record_attention, all_rows=all_logits)
+        return self.head(x, meter), traces
+
+    def hidden(
         self,
         ids: np.ndarray,
         start: int,
@@ -108,20 +118,16 @@ class Model:
         meter: Meter,
         *,
         record_attention: bool = False,
-        all_logits: bool = False,
+        all_rows: bool = False,
     ) -> tuple[np.ndarray, list[LayerTrace]]:
-        """Run one pass over tokens `ids` at positions start..start+n.
+        """The trunk of a pass: [n] ids -> the final hidden state after the output norm.
 
         Returns:
-            logits [n, n_vocab] if all_logits else [1, n_vocab] (last position), and one LayerTrace per layer.
+            [n, d] if all_rows else [1, d] (last position), and one LayerTrace per layer. This is what the
+            output head reads, and what a multi-token-prediction block is seeded with (`mtp`).
         """
         c = self.config
-        n = len(ids)
-        positions = np.arange(start, start + n)
-        cos, sin = ops.rope_angles(positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors)
-        p = PassInput(c, meter, cache, positions, cos, sin, record_attention)
-        if "sliding" in c.mixers:
-            p.cos_swa, p.sin_swa = ops.rope_angles(positions, c.rope_dims, c.rope_base_swa, 1.0, self._rope_factors)
+        p = self.pass_input(c, meter, cache, start, len(ids), record_attention)
         x = meter.rows(EMBEDDING, ids)  # [n, d]
         if c.spec.embed_scale:
             x = x * np.float32(c.embed_scale)
@@ -129,15 +135,30 @@ class Model:
         for i in range(c.n_layers):
             trace = LayerTrace(i, c.mixers[i], c.ffns[i])
             # As llama.cpp does, the last layer's FFN runs only on the rows whose logits are wanted.
-            last_only = i == c.n_layers - 1 and not all_logits
+            last_only = i == c.n_layers - 1 and not all_rows
             x = block(p, i, x, trace, last_only=last_only)
             traces.append(trace)
-        x = ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps)
+        return ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps), traces
+
+    def pass_input(
+        self, config: Config, meter: Meter, cache: KVCache, start: int, n: int, record_attention: bool = False
+    ) -> PassInput:
+        """What every layer of a pass over n tokens at positions start..start+n shares (RoPE angles included)."""
+        c = config
+        positions = np.arange(start, start + n)
+        cos, sin = ops.rope_angles(positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors)
+        p = PassInput(c, meter, cache, positions, cos, sin, record_attention)
+        if "sliding" in c.mixers:
+            p.cos_swa, p.sin_swa = ops.rope_angles(positions, c.rope_dims, c.rope_base_swa, 1.0, self._rope_factors)
+        return p
+
+    def head(self, x: np.ndarray, meter: Meter) -> np.ndarray:
+        """[n, d] normed hidden rows -> [n, n_vocab] logits (the tied embedding when there is no output matrix)."""
         head = EMBEDDING if self.tied_output else OUTPUT
-        logits = meter.linear(head, x, "output.bias", group="output")  # [n or 1, n_vocab]
-        if c.final_softcap:
-            logits = ops.softcap(logits, c.final_softcap)
-        return logits, traces
+        logits = meter.linear(head, x, "output.bias", group="output")  # [n, n_vocab]
+        if self.config.final_softcap:
+            logits = ops.softcap(logits, self.config.final_softcap)
+        return logits
 
 
 def block(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace, *, last_only: bool = False) -> np.ndarray:

@@ -73,8 +73,14 @@ class Session:
         record_attention: bool = False,
         checkpoint_every: int = DEFAULT_EVERY,
         auto_checkpoints: bool = True,
+        keep_hidden: bool = False,
     ):
+        """Args:
+            keep_hidden: every pass keeps its final hidden rows (`Step.hidden`, [n, d]), as llama.cpp does for a
+                multi-token-prediction drafter; the last layer then runs on every row of a pass.
+        """
         self.model = model
+        self.keep_hidden = keep_hidden
         self.cache = KVCache(model.config, kv_type)
         self.record_attention = record_attention
         self.tokens: list[int] = []  # every token fed so far, in order
@@ -169,9 +175,11 @@ class Session:
         start = self.cache.length
         meter = self.model.meter()
         began = time.perf_counter()
-        logits, layers = self.model.forward(
-            np.asarray(ids), start, self.cache, meter, record_attention=self.record_attention, all_logits=all_logits
-        )
+        hidden, layers = self.model.hidden(
+            np.asarray(ids), start, self.cache, meter, record_attention=self.record_attention,
+            all_rows=all_logits or self.keep_hidden,
+        )  # [n or 1, d]
+        logits = self.model.head(hidden if all_logits else hidden[-1:], meter)  # [n or 1, n_vocab]
         seconds = time.perf_counter() - began
         end = start + len(ids)
         self.cache.length = end
@@ -193,6 +201,7 @@ class Session:
             logits=logits[-1],
             seconds=seconds,
             all_logits=logits if all_logits else None,
+            hidden=hidden if self.keep_hidden else None,
         )
         if sampler is not None:
             step.sample = self.choose(sampler)

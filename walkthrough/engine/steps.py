@@ -8,6 +8,11 @@ asked for, KV rows and bytes), what it cost (bytes read per tensor group in
 stored formats, FLOPs, seconds), and what came out (the last position's logits,
 every position's logits when asked for, the sampler's stages and the chosen
 token). `to_json()` is the JSON Lines record of `walkthrough trace --json`.
+
+A verification pass of speculative decoding (phase "verify", `speculative.py`)
+also carries a `Draft`: the drafted tokens, how many the model agreed with, the
+sampler's result at every position it emitted a token for, and what the
+drafter cost (bytes read, FLOPs, seconds).
 """
 
 from __future__ import annotations
@@ -69,6 +74,35 @@ class LayerTrace:
 
 
 @dataclass
+class Draft:
+    """What one round of speculative decoding drafted and what its verification pass kept."""
+
+    drafter: str  # "lookup", "mtp" or "draft:NAME"
+    k: int  # drafts asked for (the drafter may propose fewer)
+    tokens: list[int]  # the drafted tokens, in order (fed after the pending token)
+    accepted: int  # how many of them, from the first, the model's own choices equal
+    samples: list[SampleResult]  # one per emitted token: the accepted drafts, then the model's own next choice
+    bytes_read: dict[str, int] = field(default_factory=dict)  # the drafter's reads (plus "total"), empty for lookup
+    flops: int = 0  # the drafter's
+    seconds: float = 0.0  # the drafter's time
+    replay: dict[str, int] | None = None  # hybrid models: bytes of the pass that re-fed the kept tokens
+
+    @property
+    def emitted(self) -> list[int]:
+        """Tokens this round added to the answer (accepted drafts and the model's next token)."""
+        return [s.chosen for s in self.samples]
+
+    @property
+    def rejected(self) -> int:
+        return len(self.tokens) - self.accepted
+
+    def to_json(self) -> dict[str, Any]:
+        return {"drafter": self.drafter, "k": self.k, "tokens": list(self.tokens), "accepted": self.accepted,
+                "emitted": self.emitted, "drafter_bytes": dict(self.bytes_read), "drafter_flops": self.flops,
+                "drafter_seconds": round(self.seconds, 6), **({"replay_bytes": dict(self.replay)} if self.replay else {})}
+
+
+@dataclass
 class Step:
     """One forward pass."""
 
@@ -90,11 +124,20 @@ class Step:
     reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
     checkpointed: bool = False  # a hybrid session saved its recurrent state after this pass
     turn: str | None = None  # the request of a conversation this pass belongs to (engine.turns), if any
+    hidden: np.ndarray | None = None  # [n_tokens, d] final hidden rows after the output norm, when kept
+    draft: Draft | None = None  # speculative decoding: the round this verification pass checked
 
     @property
     def reused(self) -> int:
         """Tokens of this request taken from the cache (on its first pass; 0 on every other)."""
         return 0 if self.reuse is None else self.reuse.reused
+
+    @property
+    def generated(self) -> list[int]:
+        """Tokens this pass added to the answer: the chosen one, or every token a verification pass emitted."""
+        if self.draft is not None:
+            return self.draft.emitted
+        return [] if self.chosen is None else [self.chosen]
 
     @property
     def positions(self) -> tuple[int, int]:
@@ -153,6 +196,8 @@ class Step:
             out["reuse"] = self.reuse.to_json()
         if self.checkpointed:
             out["checkpoint"] = True
+        if self.draft is not None:
+            out["draft"] = self.draft.to_json()
         if logits:
             rows = self.all_logits if self.all_logits is not None else self.logits[None, :]
             out["logits"] = np.round(rows.astype(np.float64), 5).tolist()

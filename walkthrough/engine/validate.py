@@ -144,5 +144,16 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
     _check_part(f, "", c.spec.tensors, {"token_embd.weight": (d, v), "output.weight": (d, v),
                                         "output_norm.weight": (d,), "rope_freqs.weight": (c.rope_dims // 2,)})
     for i in range(c.n_layers):
-        _check_part(f, f"blk.{i}.", c.spec.layer_tensors(c.mixers[i], c.ffns[i]), _layer_shapes(f, c, i))
+        check_layer(f, c, i)
     _check_nothing_else(f, c)
+
+
+def check_layer(f: GGUFFile, c: Config, i: int) -> None:
+    """Raise `IncompleteModel` unless layer i holds every tensor its declared kinds read, at their shapes."""
+    _check_part(f, f"blk.{i}.", c.spec.layer_tensors(c.mixers[i], c.ffns[i]), _layer_shapes(f, c, i))
+
+
+def check_named(f: GGUFFile, shapes: dict[str, tuple[int, ...]], optional: tuple[str, ...] = ()) -> None:
+    """Raise `IncompleteModel` unless each named tensor is there at its shape (those in `optional` may be absent)."""
+    for name, shape in shapes.items():
+        _check(f, name, shape, required=name not in optional)

@@ -1,0 +1,190 @@
+"""Drafters for speculative decoding: cheap guesses of the next k tokens, checked later by the model.
+
+Three kinds, one interface (`Drafter`):
+
+- `PromptLookup` (n-gram drafting, as llama.cpp's lookup decoding): find the
+  latest earlier occurrence of the n tokens that end the context (the prompt,
+  what has been written, and the token just chosen) and propose the tokens that
+  followed it. n goes from 4 down to 1 (llama.cpp's `LLAMA_NGRAM_MAX` and
+  `LLAMA_NGRAM_MIN`, common/ngram-cache.h); the search is that of its
+  `common_ngram_simple_draft` (common/ngram-map.cpp): backwards, the latest
+  match wins. Free: no weights are read.
+  Example: context [5, 6, 7, 8, 5, 6], k=2 -> the 2-gram [5, 6] occurred at 0,
+  followed by [7, 8]: drafts [7, 8].
+- `DraftModel`: a smaller model with the same vocabulary runs its own session
+  and decodes greedily, one pass per draft (llama.cpp's draft sampler keeps the
+  best of top-k 10, i.e. the argmax; common/speculative.cpp).
+- `MTPDrafter` (`mtp.py`): the file's own multi-token-prediction block.
+
+Drafts are always the drafter's single best guess, so a draft is a point mass
+and the verification rule in `speculative.py` keeps the output distribution.
+
+A drafter is told of every pass the target model ran (`observe`) and of what a
+verification pass kept (`rewind`), so a drafter with a state (the draft model's
+KV cache, the MTP block's) stays in step. What a drafter read is reported with
+each draft (`Proposal`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from walkthrough.engine.model import Model
+from walkthrough.engine.session import Session
+from walkthrough.engine.steps import Step
+from walkthrough.errors import WalkthroughError
+
+NGRAM_MAX = 4  # llama.cpp's LLAMA_NGRAM_MAX (common/ngram-cache.h)
+NGRAM_MIN = 1  # LLAMA_NGRAM_MIN
+DEFAULT_DRAFT_MAX = 3  # llama.cpp's common_params_speculative_draft::n_max (common/common.h)
+
+
+@dataclass
+class Proposal:
+    """Tokens a drafter proposes and what proposing them cost."""
+
+    tokens: list[int]
+    bytes_read: dict[str, int] = field(default_factory=dict)  # per group plus "total"
+    flops: int = 0
+    seconds: float = 0.0
+
+
+class Drafter(Protocol):
+    """Something that proposes the next tokens."""
+
+    name: str
+    needs_hidden: bool  # the target session must keep its final hidden rows (`Session(keep_hidden=True)`)
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        """Up to k tokens to follow `context` (every token so far, the pending one last)."""
+
+    def observe(self, step: Step) -> None:
+        """The target model ran a pass (prefill chunk or verification)."""
+
+    def rewind(self, length: int) -> None:
+        """The target kept only its first `length` positions."""
+
+
+def lookup(context: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> list[int]:
+    """Prompt-lookup drafts: what followed the latest earlier occurrence of the context's last n tokens.
+
+    The longest n (from n_max down to n_min) that occurred earlier with at least one token after it wins.
+    """
+    size = len(context)
+    arr = np.asarray(context)
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        pattern = arr[size - n :]
+        # windows starting at j = size-n-1 down to 0 (the pattern's own place is excluded)
+        for j in range(size - n - 1, -1, -1):
+            if np.array_equal(arr[j : j + n], pattern):
+                follow = context[j + n : j + n + k]
+                if follow:
+                    return [int(t) for t in follow]
+                break
+    return []
+
+
+class PromptLookup:
+    """n-gram drafting from the context itself (reads no weights)."""
+
+    name = "lookup"
+    needs_hidden = False
+
+    def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN):
+        self.n_max, self.n_min = n_max, n_min
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        began = time.perf_counter()
+        tokens = lookup(context, k, self.n_max, self.n_min) if k > 0 else []
+        return Proposal(tokens, seconds=time.perf_counter() - began)
+
+    def observe(self, step: Step) -> None:
+        pass
+
+    def rewind(self, length: int) -> None:
+        pass
+
+
+def rewind(session: Session, length: int) -> Step | None:
+    """Keep the first `length` positions of a session (`Session.rewind`); returns the replay pass, if any.
+
+    A hybrid session goes back to its nearest checkpoint at or before `length`: the tokens from there to
+    `length` are fed again, in one pass (phase "replay"), which is returned.
+    """
+    tokens = session.tokens[:length]
+    reached = session.rewind(length)
+    return session.feed(tokens[reached:], phase="replay") if reached < length else None
+
+
+def _add(into: dict[str, int], read: dict[str, int]) -> None:
+    for group, nbytes in read.items():
+        into[group] = into.get(group, 0) + nbytes
+
+
+class DraftModel:
+    """A smaller model with the same vocabulary, decoding greedily in a session of its own."""
+
+    needs_hidden = False
+
+    def __init__(self, model: Model, target: Model, *, kv_type: str = "f16"):
+        check_same_vocabulary(model, target)
+        self.model = model
+        self.name = f"draft:{model.card.name or model.file.path.name}"
+        self.session = Session(model, kv_type=kv_type)
+        self._fed: list[int] = []  # tokens the draft session holds, in order
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, target: Model, **kwargs) -> DraftModel:
+        return cls(Model.open(path), target, **kwargs)
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        out = Proposal([])
+        if k <= 0:
+            return out
+        began = time.perf_counter()
+        common = 0
+        for a, b in zip(self._fed, context[:-1]):
+            if a != b:
+                break
+            common += 1
+        if common < len(self._fed):
+            replay = rewind(self.session, common)
+            del self._fed[common:]
+            if replay is not None:
+                _add(out.bytes_read, replay.bytes_read)
+                out.flops += replay.flops
+        if self.session.recurrent:
+            self.session.checkpoint()  # drafts past here may be rejected: keep the state to come back to
+        todo = context[len(self._fed) :]  # the context the draft model has not seen, the pending token last
+        for i in range(k):
+            step = self.session.feed(todo, phase="draft")
+            self._fed.extend(todo)
+            _add(out.bytes_read, step.bytes_read)
+            out.flops += step.flops
+            best = int(np.argmax(step.logits))
+            out.tokens.append(best)
+            todo = [best]
+        out.seconds = time.perf_counter() - began
+        return out
+
+    def observe(self, step: Step) -> None:
+        pass
+
+    def rewind(self, length: int) -> None:
+        pass
+
+
+def check_same_vocabulary(draft: Model, target: Model) -> None:
+    """Refuse a draft model whose token ids mean other tokens (one line, what to do)."""
+    a, b = draft.file.get("tokenizer.ggml.tokens"), target.file.get("tokenizer.ggml.tokens")
+    if draft.config.n_vocab != target.config.n_vocab or (isinstance(a, list) and isinstance(b, list) and a != b):
+        raise WalkthroughError(
+            f"draft model {draft.file.path.name} has another vocabulary than {target.file.path.name} "
+            f"({draft.config.n_vocab} vs {target.config.n_vocab} tokens or different token texts); "
+            "choose a draft model from the same family"
+        )

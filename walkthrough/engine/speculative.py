@@ -1,0 +1,102 @@
+"""Speculative decoding: a drafter guesses k tokens, one pass of the model checks them all.
+
+One round, after the prompt is prefilled and a token t0 is pending (chosen, not yet fed):
+
+    drafts d1..dk = drafter.propose(context + [t0], k)             # cheap: n-grams, a small model, the MTP block
+    one pass over [t0, d1, ..., dk] with the logits of every row    # reads the weights once for k+1 tokens
+    row i holds the model's distribution for the token after d_i (after t0 for i = 0):
+        sample row 0 -> t1; if t1 == d1 sample row 1 -> t2; ... stop at the first t_i != d_i (or after row k)
+    keep t0, d1..dj in the cache (j drafts accepted), forget the rest; t_{j+1} is the new pending token
+
+The rule that keeps the output exactly that of plain decoding: each row is
+sampled with the sampler's next uniform draw u, as plain decoding samples the
+same position with the same u, so both pick the same token (same seed, same
+settings). Seen as rejection sampling: a draft is a point mass q = 1 on d, so
+the standard rule (accept with probability min(1, p(d) / q(d)) = p(d); on
+rejection draw from the residual max(0, p - q), renormalised: p without d) is
+exactly "the model's own draw equals d", which is what is done. At temperature
+0 the draw is the argmax: the longest prefix of drafts the model agrees with.
+Draws are taken only for positions that emit a token, one per emitted token,
+so the generator stays in step with plain decoding.
+
+Rolling back (`Session.rewind`): attention layers just forget the positions
+past the kept ones. Linear-attention layers (hybrid models) hold one fixed
+state that has already absorbed the rejected drafts: a checkpoint is taken
+before the verification pass and, when a draft is rejected, the session goes
+back to it and the kept tokens are fed again (a "replay" pass, whose bytes the round's `Draft.replay` reports:
+what a rejection costs a hybrid model).
+
+Equality with plain decoding holds up to float summation order: a pass over
+k+1 rows multiplies in other batches than a pass over one (about 1e-6, as for
+prefill chunk sizes), which can only matter where two tokens tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from walkthrough.engine.drafters import Drafter
+from walkthrough.engine.sampler import Sampler
+from walkthrough.engine.session import Session
+from walkthrough.engine.steps import Draft, Step
+
+
+def speculate(
+    session: Session,
+    sampler: Sampler,
+    drafter: Drafter,
+    max_tokens: int,
+    *,
+    k: int,
+    stop_ids: Iterable[int] | None = None,
+) -> Iterator[Step]:
+    """Decode up to `max_tokens` tokens in rounds of k drafts and one verification pass; one Step per round.
+
+    Takes over where `Session.decode` would: feeds the pending token (sampled from the last logits first if
+    none is pending) and stops at an end-of-generation token or after max_tokens tokens, with the same
+    tokens as `Session.decode(sampler, max_tokens)` for the same sampler settings and seed.
+    """
+    stops = session.model.config.end_ids if stop_ids is None else frozenset(int(i) for i in stop_ids)
+    if session.pending is None:
+        session.choose(sampler)
+    produced = 0
+    while produced < max_tokens and session.pending not in stops:
+        pending, start = session.pending, session.position
+        proposal = drafter.propose(session.tokens + [pending], min(k, max_tokens - produced - 1))
+        drafts = proposal.tokens
+        if session.recurrent and drafts:
+            session.checkpoint()  # the state to restore if a draft is rejected (`Session.rewind`)
+        step = session.feed([pending, *drafts], phase="verify", all_logits=True)
+        drafter.observe(step)
+        samples = []
+        for row in range(len(drafts) + 1):
+            samples.append(sampler.sample(step.all_logits[row]))
+            chosen = samples[-1].chosen
+            if chosen in stops or row == len(drafts) or chosen != drafts[row]:
+                break
+        accepted = sum(1 for s, d in zip(samples, drafts) if s.chosen == d)
+        kept = start + len(samples)  # the pending token and the drafts before the last emitted token
+        replay = rewind(session, kept)
+        if kept < step.end:
+            drafter.rewind(kept)  # the replay's rows equal the verification pass's: a drafter has seen them
+        session.last_logits = step.all_logits[len(samples) - 1]
+        session.pending = samples[-1].chosen
+        step.logits = session.last_logits
+        step.sample = samples[-1]
+        step.stopped = session.pending in stops
+        step.kv_len, step.kv_bytes = session.position, session.cache.nbytes()
+        step.draft = Draft(drafter.name, k, drafts, accepted, samples, proposal.bytes_read, proposal.flops,
+                           proposal.seconds, None if replay is None else replay.bytes_read)
+        if replay is not None:
+            step.seconds += replay.seconds
+            step.flops += replay.flops
+        produced += len(samples)
+        yield step
+
+
+def prefill(
+    session: Session, drafter: Drafter, ids: Iterable[int], *, chunk: int | None = None, sampler: Sampler | None = None
+) -> Iterator[Step]:
+    """`Session.prefill`, with the drafter shown every pass (a drafter with a state of its own follows the prompt)."""
+    for step in session.prefill(ids, chunk=chunk, sampler=sampler):
+        drafter.observe(step)
+        yield step
