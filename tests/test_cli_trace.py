@@ -152,3 +152,34 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     assert main(["trace", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_speculative_trace_records_the_rounds(capsys):
+    ref = _reference(QWEN2MOE)
+    ids = ",".join(map(str, ref["prompt_ids"]))
+    records = _trace_json(capsys, str(QWEN2MOE), "--ids", ids, "--steps", "12", "--kv-type", "f32",
+                          "--speculate", "draft", "--draft", str(QWEN2MOE), "--draft-max", "4")
+    assert [r["phase"] for r in records] == ["prefill"] + ["verify"] * 3  # the model drafting for itself: 4 + 1 a pass
+    emitted = [records[0]["chosen"]] + [t for r in records[1:] for t in r["draft"]["emitted"]]
+    assert emitted[:12] == ref["greedy_ids"][:12]  # the tokens of plain greedy decoding, llama.cpp's
+    for r in records[1:]:
+        draft = r["draft"]
+        assert draft["drafter"].startswith("draft:")
+        assert r["input_ids"][1:] == draft["tokens"] and draft["accepted"] == len(draft["tokens"])
+        assert draft["drafter_bytes"]["total"] > 0 or not draft["tokens"]  # the last round had room for none
+        assert all(len(e) == len(r["input_ids"]) for e in r["experts"])  # experts of every row of the pass
+    assert main(["trace", str(QWEN2MOE), "--ids", ids, "--steps", "8", "--speculate", "lookup"]) == 0
+    out = capsys.readouterr().out
+    assert "speculative (lookup, up to 3 drafts)" in out and "alpha" in out and "plain decoding" in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--speculate", "draft"], "needs its file: add --draft"),
+    (["--speculate", "mtp"], "no multi-token-prediction block"),
+    (["--draft-max", "0", "--speculate", "lookup"], "--draft-max 0"),
+    (["--speculate", "lookup", "--draft", "x.gguf"], "--draft goes with --speculate draft"),
+])
+def test_speculative_options_fail_in_one_line(capsys, args, message):
+    assert main(["trace", str(QWEN2), "--ids", "1,2,3", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

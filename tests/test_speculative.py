@@ -220,3 +220,11 @@ def test_the_tiny_models_answer_is_the_same_with_prompt_lookup(settings: Sampler
     spec, _, rounds = _speculative(runner.model, PromptLookup(), ids, settings, 64, 40)
     assert spec == plain
     assert len(rounds) < 39  # the answer copies names from the record: some drafts are right
+
+
+def test_round_figures_follow_the_docstring_example():
+    from walkthrough.engine.rounds import expected_tokens
+
+    # 4 rounds of 3 drafts with 2, 0, 3, 1 accepted: alpha 0.5, 1 + 0.5 + 0.25 + 0.125 tokens expected per round
+    assert expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens(1.0, 3) == 4 and expected_tokens(0.0, 3) == 1

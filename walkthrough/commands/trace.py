@@ -11,6 +11,13 @@ prints JSON Lines instead, one `Step.to_json()` record per pass; `--logits`
 adds each pass's logits, one row per position (every prompt position for
 prefill passes), so a script can compare them with another engine.
 
+`--speculate lookup|mtp|draft` decodes by speculative decoding instead
+(`walkthrough.engine.speculative`): each row after the prompt is one
+verification pass over the pending token and up to `--draft-max` drafts
+(prompt lookup, the file's MTP block, or `--draft MODEL`), showing the
+drafts, how many the model accepted and what the drafter read; the tokens are
+those of plain decoding. A summary of the rounds follows the table.
+
 `--prompt` is one user message and `--messages` a JSON list of messages, both
 rendered with the model's chat template (generation prompt added) and tokenized
 as llama.cpp's chat path does, except that text typed in a message never becomes
@@ -46,6 +53,7 @@ from walkthrough.commands.options import PROBABILITY, SEED, TEMPERATURE, finite
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
 DEFAULT_STEPS = 16
+DEFAULT_DRAFT_MAX = 3  # llama.cpp's common_params_speculative_draft::n_max (walkthrough.engine.drafters)
 
 
 def add_parser(subparsers) -> None:
@@ -78,6 +86,11 @@ def add_parser(subparsers) -> None:
                    help="play the scripted four calls from the request: follow-up, edit, new chat (needs a template)")
     p.add_argument("--measure", action="store_true",
                    help="also time each request without reuse, and the first from a cold process")
+    p.add_argument("--speculate", choices=["lookup", "mtp", "draft"], metavar="lookup|mtp|draft",
+                   help="speculative decoding: draft with prompt lookup, the file's MTP block, or --draft MODEL")
+    p.add_argument("--draft-max", type=int, default=DEFAULT_DRAFT_MAX, metavar="K",
+                   help=f"tokens drafted per round (default {DEFAULT_DRAFT_MAX}, llama.cpp's)")
+    p.add_argument("--draft", metavar="MODEL", help="a smaller GGUF with the same vocabulary (implies --speculate draft)")
     p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
     p.add_argument("--logits", action="store_true",
                    help="add each pass's logits, one row per position (implies --json)")
@@ -102,12 +115,25 @@ def run(args: argparse.Namespace) -> int:
         raise WalkthroughError(f"--steps {args.steps}: give at least 1 token to generate")
     if args.chunk < 1:
         raise WalkthroughError(f"--chunk {args.chunk}: a prefill pass needs at least 1 token")
+    speculate = args.speculate or ("draft" if args.draft else None)
+    if args.draft_max < 1:
+        raise WalkthroughError(f"--draft-max {args.draft_max}: draft at least 1 token per round")
+    if args.draft and speculate != "draft":
+        raise WalkthroughError(f"--draft goes with --speculate draft, not --speculate {speculate}")
     f = open_model(args.model)
     model = Model(f)
     tok = tokenizer(f, required=args.ids is None)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)
+    if speculate:
+        if args.four_calls:
+            raise WalkthroughError("--four-calls plays turns; speculative decoding (--speculate) runs one request")
+        ids = prompt_ids(f, tok, args)  # every message rendered as one request
+        model.check_ids(ids)
+        passes = _speculative_passes(model, ids, Sampler(settings), args, speculate)
+        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
+        return 0
     if args.ids is not None:
         if args.four_calls:
             raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
@@ -129,6 +155,27 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.commands.trace_turns import play
 
     return play(f, model, tok, settings, args, as_json=as_json, printer=_print, piece=piece)
+
+
+def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):
+    """The passes of a speculative run: prefill chunks, then one verification pass per round."""
+    from walkthrough.engine import speculative
+    from walkthrough.engine.session import Session
+    from walkthrough.inspect.locate import model_path
+
+    draft = model_path(args.draft) if args.draft else None
+    drafter = speculative.make_drafter(kind, model, draft=draft, kv_type=args.kv_type)
+    session = Session(model, kv_type=args.kv_type, keep_hidden=drafter.needs_hidden)
+
+    def passes():
+        last = None
+        for last in speculative.prefill(session, drafter, ids, chunk=args.chunk, sampler=sampler,
+                                           all_logits=args.logits):
+            yield last
+        if not last.stopped:
+            yield from speculative.speculate(session, sampler, drafter, args.steps - 1, k=args.draft_max)
+
+    return passes
 
 
 def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True) -> None:

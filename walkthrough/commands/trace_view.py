@@ -12,6 +12,14 @@ woke out of all, per layer), stored bytes read, KV cache size after the pass,
 time, the chosen token, and the three most likely next tokens with their
 probabilities (cut first when the terminal is narrow).
 
+Speculative runs (`--speculate`) show one row per verification pass (phase
+"verify"): the pending token fed and how many drafts followed it ("in"), the
+drafts with the accepted ones before a bar and the rejected after it
+("drafts"), the experts woken over the pass's k + 1 rows, and the token the
+model chose after the accepted drafts; then a summary of the rounds
+(`walkthrough.engine.rounds`): acceptance, tokens per round measured and
+expected, weight bytes per token against plain decoding, experts, time.
+
 Hybrid models (linear-attention layers beside full attention) get a strip of
 layer kinds under the title, a "state" column beside "KV" (the fixed state,
 the same at every pass, while KV grows), and a closing line for each kind.
@@ -29,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.engine.model import Model
+from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text
@@ -53,7 +62,7 @@ def _piece(piece: Callable[[int], str], i: int) -> Text:
 def _experts(step: Step, n_experts: int) -> str:
     if not step.is_moe:
         return "-"
-    if step.phase == "decode":
+    if step.phase == "decode" and len(step.input_ids) == 1:
         return " ".join(",".join(str(e) for e in t.experts[0].tolist()) for t in step.layers if t.experts is not None)
     return " ".join(f"{len(t.woken)}/{n_experts}" for t in step.layers if t.experts is not None)
 
@@ -86,24 +95,29 @@ def print_trace(
                                 f"{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
         if hybrid:
             console.print(_kinds_strip(model.config.mixers))
-    headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms", "chosen", "top"]
+    steps = list(steps)
+    speculative = any(step.draft is not None for step in steps)
+    headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms",
+               *(["drafts"] if speculative else []), "chosen", "top"]
     rows: list[tuple[str | Text, ...]] = []
-    totals = {"prefill": [0, 0.0], "decode": [0, 0.0]}
+    totals = {"prefill": [0, 0.0], "decode": [0, 0.0], "verify": [0, 0.0]}
     generated: list[int] = []
     step = None
     for step in steps:
-        totals[step.phase][0] += step.end - step.start
-        totals[step.phase][1] += step.seconds
-        fed = _piece(piece, step.input_ids[0]) if step.phase == "decode" else Text(f"{len(step.input_ids)} tokens")
+        totals[step.phase][0] += len(step.generated) if step.phase == "verify" else step.end - step.start
+        totals[step.phase][1] += step.seconds + (step.draft.seconds if step.draft else 0.0)
+        fed = Text(f"{len(step.input_ids)} tokens") if step.phase == "prefill" else _piece(piece, step.input_ids[0])
+        if step.draft is not None:
+            fed.append(f" +{len(step.draft.tokens)}", style="dim")
         chosen = Text("") if step.chosen is None else _piece(piece, step.chosen)
         if step.stopped:
             chosen.append(" (end)", style="dim")
-        if step.chosen is not None:
-            generated.append(step.chosen)
+        generated += step.generated
         state = (human_bytes(step.state_bytes),) if hybrid else ()
+        drafts = (_drafts(step, piece),) if speculative else ()
         rows.append((step.phase, f"{step.start}:{step.end}", fed, _experts(step, card.n_experts),
                      human_bytes(step.bytes_read["total"]), human_bytes(step.kv_bytes), *state,
-                     f"{step.seconds * 1000:.1f}", chosen, _top(step, piece)))
+                     f"{step.seconds * 1000:.1f}", *drafts, chosen, _top(step, piece)))
     needed = [max(cell_len(h), *(_cell_width(row[i]) for row in rows)) for i, h in enumerate(headers)]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
     for header, width in zip(headers, column_widths(headers, needed, console.width)):
@@ -116,10 +130,53 @@ def print_trace(
         if tokens:
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
             console.print(f"{phase}: {tokens} tokens in {seconds * 1000:.1f} ms{rate}")
+    if speculative:
+        for line in round_lines(steps, card):
+            console.print(line)
     if hybrid and step is not None:
         for line in _cache_lines(step):
             console.print(line)
     console.print(Text("generated: ").append_text(safe_text("".join(piece(i) for i in generated))))
+
+
+def _drafts(step: Step, piece: Callable[[int], str]) -> Text:
+    """The drafted tokens: accepted ones, a bar, then the rejected ones struck through ("-" for no drafts)."""
+    d = step.draft
+    if d is None or not d.tokens:
+        return Text("-" if d is not None else "")
+    out = Text()
+    for i, token in enumerate(d.tokens):
+        if i == d.accepted:
+            out.append("|", style="bold")
+        elif i:
+            out.append(" ")
+        text = _piece(piece, token)
+        text.stylize("green" if i < d.accepted else "strike red")
+        out.append_text(text)
+    if d.accepted == len(d.tokens):
+        out.append("|", style="bold")
+    return out
+
+
+def round_lines(steps: list[Step], card) -> list[str]:
+    """The rounds summed up: acceptance, tokens per round, weight bytes per token against plain, experts, time."""
+    stats = round_stats(steps)
+    first = next(s.draft for s in steps if s.draft is not None)
+    lines = [
+        f"speculative ({first.drafter}, up to {first.k} drafts): {stats.rounds} rounds, {stats.drafted} drafted, "
+        f"{stats.accepted} accepted: alpha {stats.alpha:.2f}",
+        f"tokens per round: {stats.tokens_per_round:.2f} measured, {stats.expected_per_round:.2f} expected at "
+        f"alpha {stats.alpha:.2f}",
+    ]
+    plain = card.bytes_per_token
+    versus = f" against {human_bytes(plain)} for plain decoding ({stats.bytes_per_token / plain:.2f}x)" if plain else ""
+    lines.append(f"weight bytes per token: {human_bytes(round(stats.bytes_per_token))}{versus}; "
+                 f"drafter {human_bytes(stats.drafter_bytes)}, replays {human_bytes(stats.replay_bytes)} in all")
+    if stats.experts_woken is not None:
+        lines.append(f"experts woken per MoE layer by a verification pass: {stats.experts_woken:.1f} of "
+                     f"{card.n_experts} (one decoded token wakes {card.n_experts_used})")
+    lines.append(f"time per round: {stats.seconds_per_round * 1000:.1f} ms (drafting and verification)")
+    return lines
 
 
 def _cell_width(cell: str | Text) -> int:

@@ -49,7 +49,7 @@ class Proposal:
     """Tokens a drafter proposes and what proposing them cost."""
 
     tokens: list[int]
-    bytes_read: dict[str, int] = field(default_factory=dict)  # per group plus "total"
+    bytes_read: dict[str, int] = field(default_factory=lambda: {"total": 0})  # per group plus "total"
     flops: int = 0
     seconds: float = 0.0
 

@@ -33,11 +33,15 @@ prefill chunk sizes), which can only matter where two tokens tie.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
-from walkthrough.engine.drafters import Drafter
+
+from walkthrough.engine.drafters import Drafter, DraftModel, PromptLookup, rewind
+from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.session import Session
 from walkthrough.engine.steps import Draft, Step
+from walkthrough.errors import WalkthroughError
 
 
 def speculate(
@@ -94,9 +98,32 @@ def speculate(
 
 
 def prefill(
-    session: Session, drafter: Drafter, ids: Iterable[int], *, chunk: int | None = None, sampler: Sampler | None = None
+    session: Session, drafter: Drafter, ids: Iterable[int], *, chunk: int | None = None,
+    sampler: Sampler | None = None, all_logits: bool = False,
 ) -> Iterator[Step]:
     """`Session.prefill`, with the drafter shown every pass (a drafter with a state of its own follows the prompt)."""
-    for step in session.prefill(ids, chunk=chunk, sampler=sampler):
+    for step in session.prefill(ids, chunk=chunk, sampler=sampler, all_logits=all_logits):
         drafter.observe(step)
         yield step
+
+
+DRAFTERS = ("lookup", "mtp", "draft")
+
+
+def make_drafter(kind: str, model: Model, *, draft: str | os.PathLike | None = None, kv_type: str = "f16") -> Drafter:
+    """The drafter named `kind` for `model`: "lookup", "mtp" (the file's own block) or "draft" (the file `draft`).
+
+    Raises:
+        WalkthroughError: unknown kind, "draft" without a file, a draft file with another vocabulary, no MTP block.
+    """
+    if kind == "lookup":
+        return PromptLookup()
+    if kind == "mtp":
+        from walkthrough.engine.mtp import MTPDrafter
+
+        return MTPDrafter(model, kv_type=kv_type)
+    if kind == "draft":
+        if draft is None:
+            raise WalkthroughError("drafting with a draft model needs its file: add --draft MODEL.gguf")
+        return DraftModel.open(draft, model, kv_type=kv_type)
+    raise WalkthroughError(f"unknown drafter {kind!r}; choose one of {', '.join(DRAFTERS)}")
