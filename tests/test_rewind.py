@@ -143,3 +143,20 @@ def test_checkpoint_memory_is_the_cards_state_bytes_per_checkpoint():
     # request: mark 5, end - 4 = 9, every 8, end 13; decode: 16 lies past the 4 tokens decoded (13..17) -> 16
     assert session.checkpoints.positions == [5, 8, 9, 13, 16]
     assert session.checkpoints.nbytes == per * 5
+
+
+def test_restore_goes_back_to_a_checkpoint_of_ones_own(model: Model):
+    # A speculative draft: save, feed three draft tokens in one pass, go back, feed the accepted one.
+    session = Session(model, kv_type="f32")
+    list(session.request(PROMPT))
+    kept = list(session.checkpoints.positions)
+    draft = session.checkpoint(keep=False)
+    assert session.checkpoints.positions == kept  # not added to the session's own
+    session.feed(FOLLOW_UP[:3], phase="decode")
+    session.restore(draft)
+    assert session.position == len(PROMPT) and session.tokens == PROMPT
+    assert np.array_equal(session.last_logits, draft.logits)
+    after = session.feed(FOLLOW_UP[:1], phase="decode").logits
+    fresh = Session(model, kv_type="f32")
+    list(fresh.request(PROMPT))
+    assert np.array_equal(after, fresh.feed(FOLLOW_UP[:1], phase="decode").logits)

@@ -28,6 +28,8 @@ Going back (a second turn, an edited message, a rejected speculative draft):
 
     cp = session.checkpoint()                      # save the state here (hybrid models)
     session.rewind(cp.position)                    # -> the position reached
+    draft = session.checkpoint(keep=False)         # a checkpoint of one's own, e.g. before verifying a draft
+    session.restore(draft)                         # exactly back there (states, KV length, tokens, logits)
 
 `rewind(p)` forgets every position from p on. A plain transformer's KV cache
 is truncated there and nothing else changes: the rows kept are exactly the
@@ -105,13 +107,28 @@ class Session:
         """True for a hybrid session that takes checkpoints by itself (`auto_checkpoints`)."""
         return self.recurrent and self.checkpoints.auto
 
-    def checkpoint(self) -> Checkpoint:
-        """Save the recurrent states and last logits at the current position (kept only for hybrid models)."""
+    def checkpoint(self, *, keep: bool = True) -> Checkpoint:
+        """Save the recurrent states and last logits at the current position.
+
+        With `keep` (hybrid models only) it joins `checkpoints`, where `rewind` and `request` find it; with
+        keep=False it is only returned, for `restore` (a speculative draft's, as llama.cpp keeps its
+        `spec_ckpt` apart from the prompt's checkpoints).
+        """
         logits = None if self.last_logits is None else self.last_logits.copy()
         saved = Checkpoint(self.position, copy_states(self.cache.states), logits)
-        if self.recurrent:
+        if keep and self.recurrent:
             self.checkpoints.add(saved)
         return saved
+
+    def restore(self, saved: Checkpoint) -> None:
+        """Go back exactly to `saved` (taken by `checkpoint()` of this session at or before the current position)."""
+        if saved.position > self.position:
+            raise WalkthroughError(f"cannot restore position {saved.position}: the session holds {self.position}")
+        self.cache.truncate(saved.position, saved.states if self.recurrent else None)
+        del self.tokens[saved.position :]
+        self.checkpoints.drop_after(saved.position)
+        self.last_logits = None if saved.logits is None else saved.logits.copy()
+        self.pending = None
 
     def rewind(self, position: int) -> int:
         """Forget every position from `position` on; returns the position reached.
