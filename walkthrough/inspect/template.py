@@ -39,6 +39,7 @@ __all__ = [
     "TemplateError",
     "chat_templates",
     "check_messages",
+    "content_text",
     "load_messages",
     "load_template_file",
     "read_utf8",
@@ -175,6 +176,23 @@ def check_messages(data: Any, origin: str = "messages") -> list[dict]:
                 "give text, a list of parts, or null"
             )
     return data
+
+
+def content_text(content: Any) -> str:
+    """A message's content as one text to show or edit: text itself, "" for null, and for a list of parts
+    the parts' "text" fields joined, any other part shown as its type in brackets ("[image]").
+
+    Example: content_text([{"type": "text", "text": "see"}, {"type": "image"}]) -> "see[image]"
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"] if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else f"[{part.get('type', 'part') if isinstance(part, dict) else 'part'}]"
+            for part in content
+        )
+    return ""
 
 
 def load_messages(path: str | os.PathLike) -> list[dict]:

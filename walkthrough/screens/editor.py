@@ -14,6 +14,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Label, TextArea
 
+from walkthrough.inspect.template import content_text
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -36,7 +38,7 @@ class MessageEditor(ModalScreen[dict | None]):
             yield Label(self.title_text, id="editor-title")
             yield Input(self.message.get("role", "user"), placeholder="role: system, user or assistant",
                         id="editor-role")
-            yield TextArea(self.message.get("content", ""), id="editor-content", soft_wrap=True)
+            yield TextArea(content_text(self.message.get("content")), id="editor-content", soft_wrap=True)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
+from walkthrough.inspect.template import content_text
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.views import SPECIAL_STYLE
@@ -130,7 +131,7 @@ own text dimmed. v switches between the three views.
         highlighted = options.highlighted
         options.clear_options()
         for i, message in enumerate(messages):
-            content = message.get("content") or ""
+            content = content_text(message.get("content"))
             line = Text.assemble((f"{i + 1}. ", "bold"), safe_text(f"{message.get('role', '?')}: ", "bold"),
                                  safe_text(content[:PREVIEW_CHARS] + ("…" if len(content) > PREVIEW_CHARS else "")))
             options.add_option(Option(line))

@@ -1,0 +1,74 @@
+"""Hostile runs through the app (issue 20): every stage of a poisoned file, hostile text and messages, by Pilot.
+
+The app must not exit with an error or a traceback (Pilot re-raises an unhandled
+exception when the test ends): a file the engine refuses shows the reason on the
+stages that need the engine, and no stage shows a raw control or invisible character.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from app_support import app_for, screen_text, settle
+from gguf.constants import GGUFValueType as V
+from hostile_support import ARCH, HOSTILE_TEXT, raw_controls, with_metadata, with_weight
+
+STAGE_KEYS = "12345678"
+
+
+async def _visit_every_stage(pilot, keys: str = STAGE_KEYS) -> list[str]:
+    """Each stage's screen text, after a step where the stage steps."""
+    texts = []
+    for key in keys:
+        await pilot.press(key)
+        await pilot.press("space")
+        await settle(pilot)
+        texts.append(screen_text(pilot.app))
+    return texts
+
+
+def _variants(tmp_path):
+    return {
+        "nan rope base": with_metadata(tmp_path, "nan.gguf", {f"{ARCH}.rope.freq_base": (V.FLOAT32, math.nan)}),
+        "scaling factor text": with_metadata(tmp_path, "abc.gguf", {f"{ARCH}.rope.scaling.factor": (V.STRING, "0")}),
+        "inf norm weight": with_weight(tmp_path, "inf.gguf", "output_norm.weight", math.inf),
+        "hostile text": with_metadata(tmp_path, "text.gguf", {"general.name": (V.STRING, HOSTILE_TEXT),
+                                                              "general.author": (V.STRING, HOSTILE_TEXT)}),
+        "hostile template": with_metadata(tmp_path, "tpl.gguf", {"tokenizer.chat_template": (
+            V.STRING, "{% set a=[0]*16000000 %}{{ ([a]*16000000)==([a[:]]*16000000) }}")}),
+    }
+
+
+# Every stage for two files; the stages that show the refusal (File, Chat, Prefill) for the others.
+VISITS = [("nan rope base", STAGE_KEYS), ("hostile text", STAGE_KEYS), ("scaling factor text", "124"),
+          ("inf norm weight", "124"), ("hostile template", "124")]
+
+
+@pytest.mark.parametrize(("variant", "keys"), VISITS, ids=[v for v, _ in VISITS])
+async def test_stages_survive_a_hostile_file(tmp_path, variant, keys):
+    path = _variants(tmp_path)[variant]
+    app = app_for(path, [{"role": "user", "content": HOSTILE_TEXT}])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        texts = await _visit_every_stage(pilot, keys)
+        assert app.error is None
+        for key, text in zip(keys, texts):
+            assert not raw_controls(text), (key, raw_controls(text))
+        if variant != "hostile text":
+            assert "cannot run" in "".join(texts) or "stopped" in "".join(texts)
+
+
+@pytest.mark.parametrize("content", [[{"type": "text", "text": "hi"}], None], ids=["parts", "null"])
+async def test_unusual_message_content_on_the_chat_stage(fixtures_dir, content):
+    app = app_for(fixtures_dir / "reference" / "ref-llama-f32.gguf", [{"role": "user", "content": content}])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        texts = await _visit_every_stage(pilot)
+        await pilot.press("2")
+        await pilot.press("e")  # open the editor on the message, then save it unchanged
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert app.error is None
+        assert all(not raw_controls(t) for t in texts)
