@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,26 @@ def command_argv(name: str, tmp_path: Path) -> list[str]:
         "template": ["template", "--messages", str(messages_file(tmp_path))],
         "trace": ["trace", "--prompt", "hello", "--steps", "1"],
         "compare": ["compare", "--prompt", "hello", "--steps", "1"],
+        "serve": ["serve", "--port", str(free_port())],
     }[name]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RecordingServer:
+    """Stands in for textual-serve's Server: records what would be served instead of serving forever."""
+
+    started: list[tuple[str, str, int]] = []
+
+    def __init__(self, command: str, host: str, port: int, title: str | None = None) -> None:
+        self.command, self.host, self.port = command, host, port
+
+    def serve(self) -> None:
+        RecordingServer.started.append((self.command, self.host, self.port))
 
 
 def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
@@ -115,6 +135,8 @@ def test_a_missing_bundled_model_is_one_line(command, tmp_path, capsys, monkeypa
 def test_no_model_means_the_bundled_one(command, tmp_path, capsys, monkeypatch):
     """Every command opens the same file for a missing MODEL (a fixture stands in for the tiny model)."""
     monkeypatch.setattr(locate, "BUNDLED_MODEL", REFERENCE)
+    if command == "serve":
+        monkeypatch.setattr("textual_serve.server.Server", RecordingServer)
     code, out, err = run_cli(capsys, command_argv(command, tmp_path))
     assert code == 0, err
     if command == "inspect":
@@ -220,6 +242,7 @@ ISSUE_OPTIONS = {  # the options each issue's usage line names
     "estimate": ["MODEL", "--hardware", "--context", "--prompt-tokens", "--output-tokens", "--kv-type",
                  "--users", "--json"],
     "compare": ["[A] B", "--messages", "--json"],
+    "serve": ["MODEL", "--host", "--port"],
 }
 
 
