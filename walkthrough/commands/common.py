@@ -24,6 +24,15 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
 
 
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """`--engine numpy|llama.cpp` (`args.engine`, numpy by default)."""
+    from walkthrough.engine.engines import ENGINES
+
+    parser.add_argument("--engine", default=ENGINES[0], choices=ENGINES,
+                        help="numpy (default, the glass box) or llama.cpp (real speed; "
+                        "needs pip install 'walkthrough[llama]')")
+
+
 def open_model(spec: str | os.PathLike | None) -> GGUFFile:
     """The opened `GGUFFile` for MODEL (first shard of a split model; the bundled tiny model for None).
 

@@ -48,7 +48,7 @@ import argparse
 import json
 import sys
 
-from walkthrough.commands.common import add_model_argument, open_model, warn
+from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model, warn
 from walkthrough.commands.options import PROBABILITY, SEED, TEMPERATURE, finite
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
@@ -62,11 +62,12 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser(
         "trace",
-        help="run one request through the numpy engine and print every pass (prefill chunks, decoded tokens)",
-        description="Run one request through the numpy engine: prefill in chunks, then decode. "
-        "One row (or one JSON line) per forward pass.",
+        help="run one request through an engine and print every pass (prefill chunks, decoded tokens)",
+        description="Run one request through the numpy engine (or llama.cpp, --engine): prefill in chunks, "
+        "then decode. One row (or one JSON line) per forward pass.",
     )
     add_model_argument(p)
+    add_engine_argument(p)
     add_request_arguments(p, required=True)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens to generate (default {DEFAULT_STEPS}; fewer if an end-of-turn token comes)")
@@ -106,9 +107,8 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool, default
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the model, build the prompt ids, run the request, print each pass as it ends."""
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.engines import load_model, new_session
     from walkthrough.engine.sampler import Sampler, SamplerSettings
-    from walkthrough.engine.session import Session
     from walkthrough.errors import WalkthroughError
 
     if args.steps < 1:
@@ -120,9 +120,12 @@ def run(args: argparse.Namespace) -> int:
         raise WalkthroughError(f"--draft-max {args.draft_max}: draft at least 1 token per round")
     if args.draft and speculate != "draft":
         raise WalkthroughError(f"--draft goes with --speculate draft, not --speculate {speculate}")
+    if args.engine != "numpy" and (args.measure or speculate):
+        raise WalkthroughError(f"--{'measure' if args.measure else 'speculate'} runs on the numpy engine only; "
+                               "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
     f = open_model(args.model)
-    model = Model(f)
     tok = tokenizer(f, required=args.ids is None)
+    model = load_model(args.engine, f)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
         ids = prompt_ids(f, tok, args)
         model.check_ids(ids)
-        session = Session(model, kv_type=args.kv_type, auto_checkpoints=False)
+        session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps)
 
         sampler = Sampler(settings)
 

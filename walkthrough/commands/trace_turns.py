@@ -14,9 +14,9 @@ from typing import Any
 
 from walkthrough.commands.common import warn
 from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
+from walkthrough.engine.engines import new_session
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import SamplerSettings
-from walkthrough.engine.session import Session
 from walkthrough.engine.turns import Conversation, FourCalls, summarize
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.template import load_messages, select_template
@@ -30,7 +30,7 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
     source = select_template(f, where=f.path.name)
     several = args.four_calls or sum(m.get("role") == "user" for m in messages) > 1
-    session = Session(model, kv_type=args.kv_type, auto_checkpoints=several)
+    session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several)
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,
                         origin=f"chat template of {f.path.name}", measure_fresh=args.measure)
     requests = FourCalls.load().requests(talk, messages) if args.four_calls else talk.requests(messages)

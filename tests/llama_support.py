@@ -1,0 +1,83 @@
+"""For the llama.cpp engine's tests: the skip marker, and a small model of an architecture only llama.cpp runs.
+
+`needs_llama` skips a test only where llama-cpp-python is genuinely absent
+(CI installs the `[llama]` extra, so there they run). `write_olmoe` writes an
+OLMoE file (llama.cpp's src/models/olmoe.cpp: full-width q/k RMSNorm, routed
+experts whose weights are not renormalised) with seeded random F32 weights and
+the reference fixtures' tokenizer and chat template, small enough to run every
+stage in a test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES_DIR
+from gguf import GGUFWriter
+
+from walkthrough.engine.llama_model import INSTALL_HINT, llama_available
+from walkthrough.inspect.gguf import open_gguf
+
+needs_llama = pytest.mark.skipif(
+    not llama_available(), reason=f"llama-cpp-python is not installed here ({INSTALL_HINT})"
+)
+
+TOKENIZER_SOURCE = FIXTURES_DIR / "reference" / "ref-qwen3moe-q8_0.gguf"
+OLMOE = {"n_layers": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 4, "n_ff": 32, "n_experts": 8, "n_used": 2}
+
+
+def write_olmoe(path: Path, seed: int = 0) -> Path:
+    """A 2-layer OLMoE with 8 experts (2 used) and random weights; numpy's engine refuses the architecture.
+
+    OLMoE normalises the whole q and k rows (n_embd wide), so its KV heads equal its query heads here."""
+    src = open_gguf(TOKENIZER_SOURCE)
+    tokens = src.get("tokenizer.ggml.tokens")
+    h = OLMOE
+    d, head = h["n_embd"], h["n_embd"] // h["n_head"]
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape: int) -> np.ndarray:  # numpy order (ggml's reversed)
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    w = GGUFWriter(str(path), "olmoe")
+    w.add_name("test-olmoe")
+    w.add_block_count(h["n_layers"])
+    w.add_context_length(256)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(h["n_ff"])
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv(h["n_head_kv"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_expert_count(h["n_experts"])
+    w.add_expert_used_count(h["n_used"])
+    w.add_tokenizer_model(src.get("tokenizer.ggml.model"))
+    w.add_tokenizer_pre(src.get("tokenizer.ggml.pre"))
+    w.add_token_list(tokens)
+    w.add_token_types([int(t) for t in src.get("tokenizer.ggml.token_type")])
+    w.add_token_merges(src.get("tokenizer.ggml.merges"))
+    w.add_bos_token_id(src.get("tokenizer.ggml.bos_token_id"))
+    w.add_eos_token_id(src.get("tokenizer.ggml.eos_token_id"))
+    w.add_chat_template(src.get("tokenizer.chat_template"))
+    src.close()
+    kv = h["n_head_kv"] * head
+    w.add_tensor("token_embd.weight", weights(len(tokens), d))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("output.weight", weights(len(tokens), d))
+    for i in range(h["n_layers"]):
+        b = f"blk.{i}."
+        for name, shape in (("attn_q", (d, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)), ("attn_output", (d, d)),
+                            ("ffn_gate_inp", (h["n_experts"], d)),
+                            ("ffn_gate_exps", (h["n_experts"], h["n_ff"], d)),
+                            ("ffn_up_exps", (h["n_experts"], h["n_ff"], d)),
+                            ("ffn_down_exps", (h["n_experts"], d, h["n_ff"]))):
+            w.add_tensor(b + name + ".weight", weights(*shape))
+        for name, size in (("attn_norm", d), ("attn_q_norm", d), ("attn_k_norm", d), ("ffn_norm", d)):
+            w.add_tensor(b + name + ".weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,0 +1,161 @@
+"""The llama.cpp engine against the reference fixtures and the numpy engine, and on an architecture only it runs.
+
+The fixtures' logits were computed by llama.cpp (llama-cpp-python 0.3.36, F32 KV
+cache, no flash attention), so the llama.cpp engine must reproduce them closely;
+both engines fed the same tokens must choose the same experts at every layer and
+position, and their logits agree within the fixtures' tolerances (those of
+test_engine_reference). KV bytes are checked against the model card's count,
+which is derived from the metadata, not from llama.cpp.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_support import OLMOE, needs_llama, write_olmoe
+from test_engine_reference import _cases, _tolerance
+
+from walkthrough.cli import main
+from walkthrough.engine.config import UnsupportedArchitecture
+from walkthrough.engine.model import Model
+from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.engine.session import Session
+
+pytestmark = needs_llama
+
+LLAMA_SELF_TOLERANCE = 1e-4  # same program, same inputs: only thread scheduling may reorder float sums
+
+
+def _llama(path: Path, **kwargs):
+    from walkthrough.engine.llama_model import LlamaModel
+    from walkthrough.engine.llama_session import LlamaSession
+
+    return LlamaSession(LlamaModel.open(path), **kwargs)
+
+
+def _run(session, ref) -> tuple[np.ndarray, list]:
+    """Every position's logits for prompt + greedy ids, and the steps (prefill in one pass, all rows)."""
+    steps = list(session.prefill(ref["prompt_ids"], all_logits=True))
+    logits = [np.concatenate([s.all_logits for s in steps])]
+    for token in ref["greedy_ids"]:
+        steps.append(session.feed([token], phase="decode"))
+        logits.append(steps[-1].logits[None, :])
+    return np.concatenate(logits), steps
+
+
+@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
+def test_llama_engine_reproduces_the_reference_logits(path: Path):
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    ours, steps = _run(_llama(path, kv_type="f32", record_attention=True), ref)  # as the fixtures: no flash attention
+    theirs = np.concatenate([np.asarray(ref["prefill_logits"]), np.asarray(ref["decode_logits"])])
+    assert float(np.max(np.abs(ours - theirs))) <= LLAMA_SELF_TOLERANCE
+    assert [int(np.argmax(row)) for row in ours[len(ref["prompt_ids"]) - 1 : -1]] == ref["greedy_ids"]
+    assert [s.kv_len for s in steps] == list(range(len(ref["prompt_ids"]), len(ref["prompt_ids"]) + len(steps)))
+
+
+@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
+def test_engines_agree_on_experts_logits_and_cache(path: Path):
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    try:
+        model = Model.open(path)
+    except UnsupportedArchitecture as exc:
+        pytest.skip(str(exc))
+    tol, _ = _tolerance(model.card.bytes_by_type)
+    # As the fixtures were made: F32 KV cache, no flash attention (recording attention turns it off).
+    numpy_logits, numpy_steps = _run(Session(model, kv_type="f32"), ref)
+    llama_logits, llama_steps = _run(_llama(path, kv_type="f32", record_attention=True), ref)
+    assert float(np.max(np.abs(numpy_logits - llama_logits))) <= tol
+    for a, b in zip(numpy_steps, llama_steps):
+        assert (a.start, a.end, a.kv_len) == (b.start, b.end, b.kv_len)
+        assert a.kv_bytes == b.kv_bytes == 2 * model.card.kv_bytes(b.kv_len, "f16")  # F32: twice F16's bytes
+        assert a.state_bytes == b.state_bytes
+        for x, y in zip(a.layers, b.layers):
+            assert (x.mixer, x.ffn) == (y.mixer, y.ffn)
+            if x.experts is None:
+                assert y.experts is None
+                continue
+            # Same experts for every token of the pass (as sets: near-equal router scores may swap order).
+            assert np.array_equal(np.sort(x.experts, axis=1), np.sort(y.experts, axis=1)), (a.start, x.index)
+            order_x, order_y = np.argsort(x.experts, axis=1), np.argsort(y.experts, axis=1)
+            wx = np.take_along_axis(x.expert_weights, order_x, axis=1)
+            wy = np.take_along_axis(y.expert_weights, order_y, axis=1)
+            assert np.allclose(wx, wy, atol=max(tol, 1e-3))
+        assert a.bytes_read == b.bytes_read, a.start
+
+
+@pytest.mark.parametrize("path", [p for p in _cases() if "q8_0" not in p.name and "q4_0" not in p.name][:2],
+                         ids=lambda p: p.stem)
+def test_attention_weights_match_the_numpy_engine(path: Path):
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    ids = ref["prompt_ids"][:10]
+    a = next(Session(Model.open(path), kv_type="f32", record_attention=True).prefill(ids))
+    b = next(_llama(path, kv_type="f32", record_attention=True).prefill(ids))
+    for x, y in zip(a.layers, b.layers):
+        if x.attention is None:
+            assert y.attention is None
+            continue
+        assert y.attention.shape == x.attention.shape == (x.attention.shape[0], len(ids))
+        assert np.allclose(x.attention, y.attention, atol=1e-4)
+
+
+def test_a_pass_stops_when_progress_raises(tmp_path: Path):
+    from walkthrough.engine.llama_session import PassInterrupted
+
+    path = _cases()[0]
+    session = _llama(path)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        if done == 1:
+            raise Stop()
+
+    with pytest.raises(Stop):
+        session.feed([1, 2, 3], phase="prefill", progress=progress)
+    n_layers = session.model.config.n_layers
+    assert seen == [(0, n_layers), (1, n_layers)]  # stopped after the first layer, not at the end
+    with pytest.raises(PassInterrupted):
+        session.feed([4], phase="decode")
+    whole = []
+    _llama(path).feed([1, 2, 3], phase="prefill", progress=lambda d, t: whole.append(d))
+    assert whole == list(range(n_layers + 1))
+
+
+def test_llama_only_architecture_runs_every_pass(tmp_path: Path, capsys):
+    path = write_olmoe(tmp_path / "olmoe.gguf")
+    with pytest.raises(UnsupportedArchitecture):
+        Model.open(path)
+    session = _llama(path, record_attention=True)
+    sampler = Sampler(SamplerSettings(temperature=0.8, seed=3))
+    steps = list(session.prefill([1, 2, 3, 4, 5], chunk=2, sampler=sampler))
+    steps += list(session.decode(sampler, 4, stop_ids=[]))
+    assert [s.phase for s in steps] == ["prefill"] * 3 + ["decode"] * 4
+    assert steps[-1].kv_len == 9
+    for step in steps:
+        for layer in step.layers:
+            assert layer.experts.shape[1] == OLMOE["n_used"]
+            assert layer.attention.shape == (OLMOE["n_head"], step.kv_len)
+            assert np.allclose(layer.attention.sum(axis=1), 1.0, atol=1e-5)
+    # qwen2moe-style routing without renormalisation: weights are softmax probabilities, each below 1
+    assert all(0 < w < 1 for w in steps[-1].layers[0].expert_weights.ravel())
+    assert main(["trace", str(path), "--engine", "llama.cpp", "--ids", "1,2,3", "--steps", "3", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 3 and all(len(r["experts"]) == OLMOE["n_layers"] for r in records)
+
+
+def test_same_seed_same_tokens_on_both_engines():
+    path = next(p for p in _cases() if "f32" in p.name)
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    runs = []
+    for session in (Session(Model.open(path), kv_type="f32"), _llama(path, kv_type="f32")):
+        sampler = Sampler(SamplerSettings(temperature=0.7, seed=11))
+        steps = list(session.prefill(ref["prompt_ids"], sampler=sampler))
+        steps += list(session.decode(sampler, 8, stop_ids=[]))
+        runs.append([s.chosen for s in steps])
+    assert runs[0] == runs[1]

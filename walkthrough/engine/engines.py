@@ -1,0 +1,76 @@
+"""Choosing an engine: numpy (always there, the glass box) or llama.cpp (the optional extra, real speed).
+
+Both give a model with `card`, `file`, `config.n_layers` / `config.mixers` /
+`config.end_ids` and `check_ids`, and a session with the same `prefill` /
+`decode` / `feed` and the same `Step` records, so callers pick an engine once:
+
+    model = load_model("llama.cpp", f, card)      # WalkthroughError with the install line if it is missing
+    session = new_session(model, record_attention=True, n_ctx=len(ids) + 120)
+
+`advice(card)` is the one line the app shows when a file is big enough that the
+numpy engine would take seconds per token and llama.cpp is installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from walkthrough.errors import WalkthroughError
+
+if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
+    from walkthrough.inspect.card import ModelCard
+    from walkthrough.inspect.gguf import GGUFFile
+
+ENGINES = ("numpy", "llama.cpp")
+# Above this many weight bytes read per decoded token the numpy engine takes seconds per token (it dequantizes
+# every weight it reads in Python; issue 14 measured 31-42 s a token on a 21.8 GB Qwen3.6-35B-A3B-shaped file).
+LARGE_READ_PER_TOKEN = 256 << 20
+
+
+def check_engine(name: str) -> str:
+    """The engine name, or a one-line error listing the known ones."""
+    if name not in ENGINES:
+        raise WalkthroughError(f"unknown engine {name!r}: choose {' or '.join(ENGINES)}")
+    return name
+
+
+def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Any:
+    """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
+
+    Raises:
+        WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
+    """
+    if check_engine(name) == "llama.cpp":
+        from walkthrough.engine.llama_model import LlamaModel
+
+        return LlamaModel(f, card=card)
+    from walkthrough.engine.model import Model
+
+    return Model(f, card=card)
+
+
+def new_session(model: Any, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
+                auto_checkpoints: bool = True):
+    """A fresh session on the model's engine.
+
+    `n_ctx` (positions) sizes llama.cpp's context (numpy's cache grows); `auto_checkpoints` is the numpy
+    session's (llama.cpp's takes none: a hybrid model's state rewinds to the start).
+    """
+    if getattr(model, "engine", "numpy") == "llama.cpp":
+        from walkthrough.engine.llama_session import LlamaSession
+
+        return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx)
+    from walkthrough.engine.session import Session
+
+    return Session(model, kv_type=kv_type, record_attention=record_attention, auto_checkpoints=auto_checkpoints)
+
+
+def advice(card: ModelCard, engine: str) -> str | None:
+    """Why to switch to llama.cpp for this file (on numpy, for a large file, llama.cpp installed), else None."""
+    from walkthrough.engine.llama_model import llama_available
+
+    per_token = card.bytes_per_token or 0
+    if engine != "numpy" or per_token < LARGE_READ_PER_TOKEN or not llama_available():
+        return None
+    return (f"each token reads {per_token / 1e9:.2f} GB of weights, which the numpy engine dequantizes in Python: "
+            "seconds per token; llama.cpp is installed and runs it at full speed (--engine llama.cpp)")

@@ -1,0 +1,110 @@
+"""Measured speed beside the roofline: what a run's passes took, next to what `costs.estimate` predicts.
+
+A run's `Step` records carry the seconds each pass took (measured around the
+engine's forward pass) and the bytes it read (the engine's count of weights and
+KV entries touched). From them:
+
+- prefill tokens/s = prompt tokens / seconds of the prefill passes; the time to
+  first token is those seconds (the first token is picked at their end);
+- decode tokens/s = decode passes / their seconds;
+- achieved bandwidth = bytes the decode passes read / their seconds, also as a
+  share of the profile's bandwidth.
+
+`compare(estimate, measured)` lines these up with the estimate's ceiling and
+realistic figures, row by row, for the Costs stage and `walkthrough estimate` /
+`walkthrough bench`. Example: 3 decode passes of 0.5 s reading 1 GB each ->
+2 tokens/s and 2 GB/s, 25% of an 8 GB/s profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from walkthrough.units import fmt
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one run's passes took on this machine."""
+
+    engine: str  # "numpy" or "llama.cpp"
+    prompt_tokens: int
+    prefill_seconds: float
+    decode_passes: int
+    decode_seconds: float
+    decode_bytes: int  # bytes read by the decode passes (weights, KV cache, states)
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return self.decode_passes / self.decode_seconds if self.decode_seconds > 0 else None
+
+    @property
+    def seconds_per_token(self) -> float | None:
+        return self.decode_seconds / self.decode_passes if self.decode_passes else None
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Bytes per second the decode passes achieved."""
+        return self.decode_bytes / self.decode_seconds if self.decode_seconds > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "prompt_tokens": self.prompt_tokens, "ttft_s": self.prefill_seconds,
+                "prefill_tokens_per_s": self.prefill_tokens_per_s, "decode_passes": self.decode_passes,
+                "decode_seconds": self.decode_seconds, "decode_tokens_per_s": self.decode_tokens_per_s,
+                "seconds_per_token": self.seconds_per_token, "decode_bytes": self.decode_bytes,
+                "bandwidth_bytes_per_s": self.bandwidth}
+
+
+def measure(steps: Sequence[Any], engine: str) -> Measured | None:
+    """The measured figures of a run's Steps (None before its prefill has finished)."""
+    prefill = [s for s in steps if s.phase == "prefill"]
+    if not prefill or prefill[-1].sample is None:
+        return None
+    decode = [s for s in steps if s.phase == "decode"]
+    return Measured(
+        engine=engine,
+        prompt_tokens=sum(s.end - s.start for s in prefill),
+        prefill_seconds=sum(s.seconds for s in prefill),
+        decode_passes=len(decode),
+        decode_seconds=sum(s.seconds for s in decode),
+        decode_bytes=sum(s.bytes_read.get("total", 0) for s in decode),
+    )
+
+
+class Comparison(NamedTuple):
+    """One row: a figure as the roofline models it (ceiling, realistic) and as measured."""
+
+    label: str
+    ceiling: str
+    realistic: str
+    measured: str
+
+
+def _or_dash(value: float | None, unit: str) -> str:
+    return "-" if value is None else fmt(value, unit)
+
+
+def compare(e: Any, m: Measured) -> list[Comparison]:
+    """Modelled beside measured for an estimate (`costs.Estimate`) of the same request sizes on the profile."""
+    hw = e.hardware
+    rows = []
+    if e.fits:
+        share = None if m.bandwidth is None else m.bandwidth / hw.bandwidth
+        rows += [
+            Comparison("prefill", "-", fmt(e.prefill.tokens_per_s.value, "tokens/s"),
+                       _or_dash(m.prefill_tokens_per_s, "tokens/s")),
+            Comparison(f"first token ({m.prompt_tokens} prompt)", "-",
+                       fmt(e.prefill.seconds.value, "s") if e.prompt_tokens == m.prompt_tokens else "-",
+                       fmt(m.prefill_seconds, "s")),
+            Comparison("decode", fmt(e.decode.ceiling.value, "tokens/s"), fmt(e.decode.tokens_per_s.value, "tokens/s"),
+                       _or_dash(m.decode_tokens_per_s, "tokens/s")),
+            Comparison("bandwidth", fmt(hw.bandwidth, "B/s"), fmt(hw.bandwidth * hw.decode_efficiency, "B/s"),
+                       "-" if share is None else f"{fmt(m.bandwidth, 'B/s')} ({share:.0%} of the profile)"),
+        ]
+    return rows
