@@ -76,16 +76,13 @@ def lookup(context: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRA
     The longest n (from n_max down to n_min) that occurred earlier with at least one token after it wins.
     """
     size = len(context)
-    arr = np.asarray(context)
+    arr = np.asarray(context, dtype=np.int64)
     for n in range(min(n_max, size - 1), n_min - 1, -1):
-        pattern = arr[size - n :]
-        # windows starting at j = size-n-1 down to 0 (the pattern's own place is excluded)
-        for j in range(size - n - 1, -1, -1):
-            if np.array_equal(arr[j : j + n], pattern):
-                follow = context[j + n : j + n + k]
-                if follow:
-                    return [int(t) for t in follow]
-                break
+        windows = np.lib.stride_tricks.sliding_window_view(arr[: size - 1], n)  # [size - n, n]: starts 0..size-n-1
+        hits = np.flatnonzero((windows == arr[size - n :]).all(axis=1))  # earlier starts j, each with a token after
+        if hits.size:
+            j = int(hits[-1])  # the latest
+            return [int(t) for t in context[j + n : j + n + k]]
     return []
 
 
