@@ -34,6 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
+from walkthrough.engine.checkpoints import Checkpoint
 from walkthrough.engine.model import Model
 from walkthrough.engine.session import Session
 from walkthrough.engine.steps import Step
@@ -107,15 +108,22 @@ class PromptLookup:
         pass
 
 
-def rewind(session: Session, length: int) -> Step | None:
-    """Keep the first `length` positions of a session (`Session.rewind`); returns the replay pass, if any.
+def roll_back(session: Session, length: int, saved: Checkpoint | None) -> Step | None:
+    """Keep the first `length` positions of a session; returns the replay pass of a hybrid model, if any.
 
-    A hybrid session goes back to its nearest checkpoint at or before `length`: the tokens from there to
-    `length` are fed again, in one pass (phase "replay"), which is returned.
+    Plain transformers forget the KV rows past `length` (`Session.rewind`, exact). A hybrid model's
+    recurrent state cannot be cut: the session goes back to `saved` (`Session.restore`; a checkpoint of its
+    own taken at or before `length`) and the tokens from there to `length` are fed again in one pass
+    (phase "replay"), which is returned.
     """
-    tokens = session.tokens[:length]
-    reached = session.rewind(length)
-    return session.feed(tokens[reached:], phase="replay") if reached < length else None
+    if length >= session.position:
+        return None
+    if not session.recurrent:
+        session.rewind(length)
+        return None
+    tokens = session.tokens[saved.position : length]
+    session.restore(saved)
+    return session.feed(tokens, phase="replay") if tokens else None
 
 
 def _add(into: dict[str, int], read: dict[str, int]) -> None:
@@ -134,6 +142,7 @@ class DraftModel:
         self.name = f"draft:{model.card.name or model.file.path.name}"
         self.session = Session(model, kv_type=kv_type)
         self._fed: list[int] = []  # tokens the draft session holds, in order
+        self._saved: Checkpoint | None = None  # the draft session before this round's drafts (hybrid drafts)
 
     @classmethod
     def open(cls, path: str | os.PathLike, target: Model, **kwargs) -> DraftModel:
@@ -150,13 +159,13 @@ class DraftModel:
                 break
             common += 1
         if common < len(self._fed):
-            replay = rewind(self.session, common)
+            replay = roll_back(self.session, common, self._saved)
             del self._fed[common:]
             if replay is not None:
                 _add(out.bytes_read, replay.bytes_read)
                 out.flops += replay.flops
-        if self.session.recurrent:
-            self.session.checkpoint()  # drafts past here may be rejected: keep the state to come back to
+        # drafts past here may be rejected: a hybrid draft model keeps its state here to come back to
+        self._saved = self.session.checkpoint(keep=False) if self.session.recurrent else None
         todo = context[len(self._fed) :]  # the context the draft model has not seen, the pending token last
         for i in range(k):
             step = self.session.feed(todo, phase="draft")

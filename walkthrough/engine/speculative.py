@@ -19,11 +19,12 @@ exactly "the model's own draw equals d", which is what is done. At temperature
 Draws are taken only for positions that emit a token, one per emitted token,
 so the generator stays in step with plain decoding.
 
-Rolling back (`Session.rewind`): attention layers just forget the positions
-past the kept ones. Linear-attention layers (hybrid models) hold one fixed
-state that has already absorbed the rejected drafts: a checkpoint is taken
-before the verification pass and, when a draft is rejected, the session goes
-back to it and the kept tokens are fed again (a "replay" pass, whose bytes the round's `Draft.replay` reports:
+Rolling back (`drafters.roll_back`): attention layers just forget the
+positions past the kept ones (`Session.rewind`). Linear-attention layers
+(hybrid models) hold one fixed state that has already absorbed the rejected
+drafts: a checkpoint of the round's own is taken before the verification pass
+(`Session.checkpoint(keep=False)`) and, when a draft is rejected, the session
+goes back to it (`Session.restore`) and the kept tokens are fed again (a "replay" pass, whose bytes the round's `Draft.replay` reports:
 what a rejection costs a hybrid model).
 
 Equality with plain decoding holds up to float summation order: a pass over
@@ -36,7 +37,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
-from walkthrough.engine.drafters import Drafter, DraftModel, PromptLookup, rewind
+from walkthrough.engine.drafters import Drafter, DraftModel, PromptLookup, roll_back
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.session import Session
@@ -67,8 +68,8 @@ def speculate(
         pending, start = session.pending, session.position
         proposal = drafter.propose(session.tokens + [pending], min(k, max_tokens - produced - 1))
         drafts = proposal.tokens
-        if session.recurrent and drafts:
-            session.checkpoint()  # the state to restore if a draft is rejected (`Session.rewind`)
+        # a hybrid model's state to return to if a draft is rejected (kept apart, as llama.cpp's spec_ckpt)
+        saved = session.checkpoint(keep=False) if session.recurrent and drafts else None
         step = session.feed([pending, *drafts], phase="verify", all_logits=True)
         drafter.observe(step)
         samples = []
@@ -79,7 +80,7 @@ def speculate(
                 break
         accepted = sum(1 for s, d in zip(samples, drafts) if s.chosen == d)
         kept = start + len(samples)  # the pending token and the drafts before the last emitted token
-        replay = rewind(session, kept)
+        replay = roll_back(session, kept, saved)
         if kept < step.end:
             drafter.rewind(kept)  # the replay's rows equal the verification pass's: a drafter has seen them
         session.last_logits = step.all_logits[len(samples) - 1]
