@@ -12,7 +12,8 @@ Usage (a script run by hand; llama-cpp-python is not a project dependency):
 
     python tests/bench/make_arch_references.py [ARCH ...] [--out tests/fixtures/arch]
 
-Weights: matrices N(0, 1/fan_in), norms 1 + N(0, 0.1^2), embeddings N(0, 1); quantized files store
+Weights: matrices N(0, 1/fan_in), norms 1 + N(0, 0.1^2), embeddings N(0, 1) (N(0, 1/width) where the
+architecture scales them by sqrt(width)); quantized files store
 every matrix whose rows are whole 32-value blocks in the quantized type and keep vectors in F32.
 """
 
@@ -68,8 +69,8 @@ class Weights:
         self.tensors[name] = (mean + std * self.rng.standard_normal((*stack, n))).astype(np.float32)
 
 
-def _head(w: Weights, dims: Dims, *, tied: bool = False) -> None:
-    w.tensors["token_embd.weight"] = w.rng.standard_normal((dims.vocab, dims.d)).astype(np.float32)
+def _head(w: Weights, dims: Dims, *, tied: bool = False, embed_std: float = 1.0) -> None:
+    w.tensors["token_embd.weight"] = (embed_std * w.rng.standard_normal((dims.vocab, dims.d))).astype(np.float32)
     w.vec("output_norm.weight", dims.d)
     if not tied:
         w.mat("output.weight", dims.vocab, dims.d)
@@ -130,7 +131,7 @@ def gemma3(gw: GGUFWriter, w: Weights) -> None:
     gw.add_sliding_window(6)
     gw.add_float32("gemma3.rope.freq_base_swa", 10000.0)
     gw.add_float32("gemma3.final_logit_softcapping", 4.0)
-    _head(w, dims, tied=True)
+    _head(w, dims, tied=True, embed_std=dims.d ** -0.5)  # the sqrt(d) embedding scale brings rows to N(0, 1)
     for i in range(dims.n_layers):
         b = f"blk.{i}."
         _norms(w, b, dims, "attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")

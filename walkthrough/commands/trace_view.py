@@ -93,7 +93,7 @@ def print_trace(
         console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
                                 f"{card.n_experts or 'no'} experts"
                                 f"{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
-        if hybrid:
+        if set(model.config.mixers) != {"full"}:
             console.print(_kinds_strip(model.config.mixers))
     steps = list(steps)
     speculative = any(step.draft is not None for step in steps)
@@ -200,10 +200,16 @@ def column_widths(headers: list[str], needed: list[int], width: int) -> list[int
     return widths
 
 
+_KIND_LETTERS = {"linear": ("l", "linear attention, fixed state"),
+                 "sliding": ("s", "sliding-window attention, KV cache of the window"),
+                 "full": ("F", "full attention, KV cache")}
+
+
 def _kinds_strip(kinds: tuple[str, ...]) -> str:
-    """One letter per layer: l = linear attention (fixed state), F = full attention (KV cache)."""
-    letters = "".join("l" if kind == "linear" else "F" for kind in kinds)
-    return f"layers: {letters}  (l = linear attention, fixed state; F = full attention, KV cache)"
+    """One letter per layer: l = linear attention (fixed state), s = sliding window, F = full attention."""
+    letters = "".join(_KIND_LETTERS[kind][0] for kind in kinds)
+    legend = "; ".join(f"{letter} = {what}" for kind, (letter, what) in _KIND_LETTERS.items() if kind in kinds)
+    return f"layers: {letters}  ({legend})"
 
 
 def _layer_list(indices: list[int], noun: str) -> str:

@@ -29,6 +29,9 @@ from walkthrough.inspect.hparams import Hparams
 # (`rope_freq_base_train_swa` in src/llama-hparams.h); some architectures default to the global base instead.
 ROPE_BASE_SWA_DEFAULT = 10000.0
 ROPE_BASE_DEFAULT = 10000.0  # llama.cpp's default rope_freq_base_train
+# Keys that change the math when non-zero and that no declaration implements yet: llama 4 / Mistral 3
+# attention temperature tuning (src/models/mistral3.cpp), a per-model attention scale (granite).
+_UNHANDLED_KEYS = ("attention.temperature_scale", "attention.scale")
 
 # Token texts llama.cpp treats as end of generation whatever their id
 # (source: `llama_vocab::impl::load`, the `special_eog_ids` list in src/llama-vocab.cpp).
@@ -162,6 +165,10 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
             f"the engine cannot run architecture {arch!r} (it runs {known}); the file can still be inspected"
         )
     numeric_checks.check_metadata(f, arch)  # NaN, negative or non-numeric floats: one line before anything runs
+    for key in _UNHANDLED_KEYS:
+        if Hparams(f, arch).float(key):
+            raise UnsupportedArchitecture(f"{arch}.{key} is set in this file and the engine does not implement it "
+                                          "(inspect still works)")
     n_layers = _required(card, "n_layers")
     layers = card.layers[:n_layers]
     mixers, ffns = _layer_kinds(card, spec, n_layers)

@@ -81,8 +81,9 @@ def kv_table(step) -> Table:
     table.add_column("positions", justify="right")
     table.add_column("bytes", justify="right")
     for layer in step.layers:
-        if layer.mixer == "full":
-            table.add_row(f"L{layer.index}", "attention", str(layer.kv_len), human_bytes(layer.kv_bytes))
+        if layer.mixer in ("full", "sliding"):
+            kind = "attention" if layer.mixer == "full" else "sliding window"
+            table.add_row(f"L{layer.index}", kind, str(layer.kv_len), human_bytes(layer.kv_bytes))
         else:
             table.add_row(f"L{layer.index}", layer.mixer, "fixed", human_bytes(layer.state_bytes))
     return table
