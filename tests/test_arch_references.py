@@ -40,7 +40,7 @@ def _hp(model: Model) -> dict:
 
 def test_every_architecture_has_its_two_references():
     arches = {p.stem.split("-", 1)[1].rsplit("-", 1)[0] for p in ALL}
-    assert arches >= {"gemma3", "phi3", "mistral3", "qwen35", "gpt-oss"}
+    assert arches >= {"gemma3", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3"}
     for arch in arches:
         assert len([p for p in ALL if p.stem.startswith(f"ref-{arch}-")]) == 2, arch
     assert all(p.stat().st_size < 1 << 20 and p.with_suffix(".logits.json").stat().st_size < 1 << 20 for p in ALL)

@@ -164,6 +164,18 @@ def mistral3(gw: GGUFWriter, w: Weights) -> None:
         _dense(w, b, dims)
 
 
+def smollm3(gw: GGUFWriter, w: Weights) -> None:
+    """llama's block, four layers, the fourth without RoPE."""
+    dims = Dims()
+    _common(gw, dims, rope_base=5e6)
+    _head(w, dims, tied=True, embed_std=dims.d ** -0.5)  # small rows, so a tied head does not echo the input
+    for i in range(dims.n_layers):
+        b = f"blk.{i}."
+        _norms(w, b, dims)
+        _attention(w, b, dims)
+        _dense(w, b, dims)
+
+
 def qwen35(gw: GGUFWriter, w: Weights) -> None:
     """Three Gated DeltaNet layers then one gated full-attention layer, dense FFNs (partial rotary: 8 of 16)."""
     dims = Dims(ff=64)
@@ -229,7 +241,8 @@ BUILDERS: dict[str, tuple[Callable[[GGUFWriter, Weights], None], Q]] = {
     "phi3": (phi3, Q.Q4_0),
     "mistral3": (mistral3, Q.Q8_0),
     "qwen35": (qwen35, Q.Q8_0),
-    "gpt-oss": (gpt_oss, Q.MXFP4),  # experts only, as published files store them; the rest stays F32
+    "gpt-oss": (gpt_oss, Q.MXFP4),
+    "smollm3": (smollm3, Q.Q8_0),  # experts only, as published files store them; the rest stays F32
 }
 
 

@@ -103,6 +103,7 @@ class Architecture:
     qk_norm: bool = False  # RMSNorm of q and k per head, before RoPE
     attention_gate: bool = False  # the query projection carries an output gate per head (qwen35)
     router: Router | None = None
+    no_rope_every: int = 0  # if n > 0, layers i with (i + 1) % n == 0 skip RoPE (smollm3's NoPE layers)
     swa_rope_global: bool = False  # sliding layers default to the global RoPE base, not 10000 (gpt-oss)
     sinks: bool = False  # one learned logit per head joins every softmax (`attn_sinks`, gpt-oss)
     softcap: bool = False  # logits = c tanh(logits / c) with c = `{arch}.final_logit_softcapping` when present
@@ -210,6 +211,11 @@ ARCHITECTURES: dict[str, Architecture] = {
             "mistral3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS,
             mixers={"full": ATTENTION + Tensors(optional=b(T.ATTN_OUT))},
             ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True),
+        ),
+        # src/models/smollm3.cpp: llama's block; every 4th layer has no RoPE (n_no_rope_layer_step = 4).
+        Architecture(
+            "smollm3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS, mixers={"full": ATTENTION},
+            ffns={"dense": DENSE}, no_rope_every=4,
         ),
         # src/models/openai-moe.cpp: alternating sliding-window (even layers) and full attention, both with
         # attention sinks and biases; the sliding layers' RoPE base defaults to the global one; routed experts

@@ -84,9 +84,11 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     if c.spec.qk_norm:
         q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
         k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
-    neox = c.spec.rope == "neox"
-    cos, sin = p.angles(layer)
-    q, k = ops.rope(q, cos, sin, neox), ops.rope(k, cos, sin, neox)
+    every = c.spec.no_rope_every
+    if not (every and (layer + 1) % every == 0):  # NoPE layers see positions only through the causal mask
+        neox = c.spec.rope == "neox"
+        cos, sin = p.angles(layer)
+        q, k = ops.rope(q, cos, sin, neox), ops.rope(k, cos, sin, neox)
     out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
     return m.linear(pre + "attn_output.weight", out.reshape(n, c.n_head * c.head_dim_v), pre + "attn_output.bias")
 
