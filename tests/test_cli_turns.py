@@ -70,6 +70,7 @@ def test_the_four_calls_say_what_each_reused_and_why(capsys):
     assert [t["reuse"]["stop"] for t in turns] == ["empty", "held", "differs", "differs"]
     assert turns[1]["reuse"]["reused"] == turns[0]["prompt_tokens"]  # the one answer token was never fed
     assert turns[2]["cause"]["cause"] == "edited" and turns[2]["cause"]["words"] == "message 1 (user) was changed"
+    assert next(r for r in records if r.get("turn") == "edit" and "phase" in r)["cause"] == turns[2]["cause"]
     for t in turns:
         assert t["reuse"]["reused"] + t["reuse"]["computed"] == t["prompt_tokens"]
         assert t["cost"]["computed"] == t["reuse"]["computed"]

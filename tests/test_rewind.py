@@ -160,3 +160,21 @@ def test_restore_goes_back_to_a_checkpoint_of_ones_own(model: Model):
     fresh = Session(model, kv_type="f32")
     list(fresh.request(PROMPT))
     assert np.array_equal(after, fresh.feed(FOLLOW_UP[:1], phase="decode").logits)
+
+
+def test_recover_after_an_abandoned_pass(model: Model):
+    # A pass stopped midway (the app's cancel hook) leaves linear layers half-updated: recover goes back to a
+    # checkpoint; attention layers had nothing to undo. Then the session runs on as a fresh one would.
+    session = Session(model, kv_type="f32")
+    list(session.request(PROMPT))
+
+    # The pass's layers ran (states changed, KV rows written past the position), but the session never
+    # recorded it: as when the progress hook stops a pass after its last layer.
+    model.forward(np.asarray(FOLLOW_UP), session.position, session.cache, model.meter())
+    at = session.recover()
+    assert at == (len(PROMPT) if not session.recurrent else session.checkpoints.positions[-1]) == session.position
+    tail = list(session.request(PROMPT + FOLLOW_UP, all_logits=True))
+    fresh = Session(model, kv_type="f32")
+    list(fresh.request(PROMPT))
+    want = fresh.feed(FOLLOW_UP, phase="prefill", all_logits=True).all_logits
+    assert np.allclose(np.concatenate([s.all_logits for s in tail])[-len(FOLLOW_UP):], want, atol=1e-5)

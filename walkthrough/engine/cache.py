@@ -146,8 +146,8 @@ class KVCache:
         """
         if length < 0 or length > self.length:
             raise WalkthroughError(f"cannot truncate a cache of {self.length} positions to {length}")
-        if self.states and length != self.length:
-            if states is not None:
+        if self.states:
+            if states is not None:  # copied in even at the same length (a state a broken pass left half-done)
                 for layer, state in states.items():
                     for name, array in state.items():
                         self.states[layer][name][...] = array
@@ -155,7 +155,7 @@ class KVCache:
                 for state in self.states.values():
                     for array in state.values():
                         array[...] = 0.0
-            else:
+            elif length != self.length:
                 raise WalkthroughError(
                     f"the recurrent state cannot be rewound to position {length} without a checkpoint there"
                 )

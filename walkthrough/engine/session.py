@@ -155,6 +155,25 @@ class Session:
         self.pending = None
         return position
 
+    def recover(self) -> int:
+        """After a pass was abandoned midway: make the session consistent again; returns the position it holds.
+
+        A pass moves the position and the tokens only when it ends, and attention layers write only rows past
+        the position, so a plain transformer has nothing to undo. A hybrid model's linear layers change their
+        state in place, layer by layer: the session goes back to its newest checkpoint at or before the
+        position (the start when there is none).
+        """
+        if not self.recurrent:
+            return self.position
+        saved = self.checkpoints.nearest(self.position)
+        if saved is None:
+            self.cache.truncate(0)
+            self.tokens, self.last_logits, self.pending = [], None, None
+            self.checkpoints.drop_after(0)
+        else:
+            self.restore(saved)
+        return self.position
+
     def reuse_prefix(self, ids: list[int]) -> Reuse:
         """Keep what the session holds of a new prompt `ids` and rewind to there; returns what was kept and why.
 

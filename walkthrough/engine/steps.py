@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from walkthrough.engine.checkpoints import Reuse
+from walkthrough.engine.prefix_break import Break
 from walkthrough.engine.ops import softmax
 from walkthrough.engine.sampler import SampleResult
 
@@ -122,6 +123,7 @@ class Step:
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
     stopped: bool = False  # the chosen token ends the generation
     reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
+    cause: Break | None = None  # first pass of a request whose prefix broke: the cause, when the caller knows it
     checkpointed: bool = False  # a hybrid session saved its recurrent state after this pass
     turn: str | None = None  # the request of a conversation this pass belongs to (engine.turns), if any
     hidden: np.ndarray | None = None  # [n_tokens, d] final hidden rows after the output norm, when kept
@@ -194,6 +196,8 @@ class Step:
         if self.reuse is not None:
             out["reused"] = self.reuse.reused
             out["reuse"] = self.reuse.to_json()
+        if self.cause is not None:
+            out["cause"] = self.cause.to_json()
         if self.checkpointed:
             out["checkpoint"] = True
         if self.draft is not None:

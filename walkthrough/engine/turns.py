@@ -186,6 +186,8 @@ class Conversation:
                 runs.pop(0)
                 continue
             step.turn = label or None
+            if step.reuse is not None and self.held is not None:  # outside the timed part: not the request's work
+                step.cause = self.explain(self.held, messages, chat, step.reuse)
             steps.append(step)
             if first_token is None and step.chosen is not None:
                 first_token = own
@@ -197,10 +199,7 @@ class Conversation:
     def _record(self, label: str, messages: list[dict], chat: ChatTokens, steps: list[Step], seconds: float) -> None:
         prompt = [s for s in steps if s.phase == "prefill"]
         reuse = prompt[0].reuse
-        cause = None
-        if self.held is not None and reuse.differs_at is not None:
-            cause = explain(self.held, messages, chat, reuse.differs_at, decode=self.tokenizer.decode,
-                            render_again=self.render)
+        cause = prompt[0].cause
         answer = [s.chosen for s in steps if s.chosen is not None]
         ends = self.session.model.config.end_ids
         text = self.tokenizer.decode([i for i in answer if i not in ends])
@@ -211,6 +210,12 @@ class Conversation:
         self.turns.append(Turn(label, messages, chat, reuse, cause, steps, answer, text, cost, fresh,
                                len(checkpoints.kept), checkpoints.nbytes))
         self.held = Held(messages, chat, self.session.tokens[len(chat.ids):])
+
+    def explain(self, held: Held, messages: list[dict], chat: ChatTokens, reuse: Reuse) -> Break | None:
+        """Why the request parted from what was held (None when no token differs)."""
+        if reuse.differs_at is None:
+            return None
+        return explain(held, messages, chat, reuse.differs_at, decode=self.tokenizer.decode, render_again=self.render)
 
     def _fresh(self, chat: ChatTokens, messages: list[dict]) -> Cost:
         """The same prompt from an empty cache in this process (render and tokenize again, all passes)."""
