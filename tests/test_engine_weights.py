@@ -149,6 +149,6 @@ def test_shapes_that_disagree_with_the_metadata_are_refused(tmp_path):
 
 
 def test_rope_scaling_the_engine_does_not_implement_is_refused(tmp_path):
-    yarn = _rewrite(QWEN2, tmp_path / "yarn.gguf", metadata={"qwen2.rope.scaling.type": (V.STRING, "yarn")})
-    with pytest.raises(UnsupportedArchitecture, match="yarn"):
-        Model.open(yarn)
+    longrope = _rewrite(QWEN2, tmp_path / "longrope.gguf", metadata={"qwen2.rope.scaling.type": (V.STRING, "longrope")})
+    with pytest.raises(UnsupportedArchitecture, match="longrope"):
+        Model.open(longrope)

@@ -52,6 +52,11 @@ def llama_side(model: str, ids: list[int]) -> dict:
         type_k=GGML_TYPE_F32,
         type_v=GGML_TYPE_F32,
         flash_attn=False,
+        # -1: not set, so llama.cpp reads YaRN's betas and attention factor from the file as its own tools do
+        # (llama-cpp-python's defaults, 32 / 1 / 1, would override them).
+        yarn_beta_fast=-1.0,
+        yarn_beta_slow=-1.0,
+        yarn_attn_factor=-1.0,
     )
     llm.eval(ids)
     prefill = np.array(llm.scores[: len(ids)], dtype=np.float64)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, quants
 from gguf.constants import GGMLQuantizationType as Q
+from gguf.constants import RopeScalingType
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "fixtures" / "reference"
@@ -153,9 +154,15 @@ def phi3(gw: GGUFWriter, w: Weights) -> None:
 
 
 def mistral3(gw: GGUFWriter, w: Weights) -> None:
-    """llama's block with adjacent-pair RoPE and an attention output bias."""
+    """llama's block with adjacent-pair RoPE and an attention output bias; YaRN x16 (own betas, log multiplier)."""
     dims = Dims()
     _common(gw, dims, rope_base=1e6)
+    gw.add_rope_scaling_type(RopeScalingType.YARN)
+    gw.add_rope_scaling_factor(16.0)
+    gw.add_rope_scaling_orig_ctx_len(2048)
+    gw.add_float32("mistral3.rope.scaling.yarn_beta_fast", 16.0)
+    gw.add_float32("mistral3.rope.scaling.yarn_beta_slow", 2.0)
+    gw.add_float32("mistral3.rope.scaling.yarn_log_multiplier", 0.5)
     _head(w, dims)
     for i in range(dims.n_layers):
         b = f"blk.{i}."
@@ -210,9 +217,13 @@ def qwen35(gw: GGUFWriter, w: Weights) -> None:
 
 
 def gpt_oss(gw: GGUFWriter, w: Weights) -> None:
-    """Four layers alternating sliding window (6) and full attention, sinks, biases, 4 experts (2 used)."""
+    """Four layers alternating sliding window (6) and full attention, sinks, biases, 4 experts (2 used);
+    YaRN x32 over an original context of 4096, as published gpt-oss files have it."""
     dims = Dims(ff=32)
     _common(gw, dims, rope_base=150000.0)
+    gw.add_rope_scaling_type(RopeScalingType.YARN)
+    gw.add_rope_scaling_factor(32.0)
+    gw.add_rope_scaling_orig_ctx_len(4096)
     gw.add_sliding_window(6)
     gw.add_expert_count(dims.n_experts)
     gw.add_expert_used_count(dims.n_used)
@@ -303,8 +314,11 @@ def _load(path: Path):
 
     llama_c.llama_model_default_params = params
     try:
+        # type 0: F32 KV cache. YaRN settings -1: "not set", so llama.cpp takes the file's (as its own tools do);
+        # llama-cpp-python's defaults (beta_fast 32, beta_slow 1, attn_factor 1) would override them.
         return llama_cpp.Llama(model_path=str(path), n_ctx=256, n_batch=256, logits_all=True, verbose=False,
-                               type_k=0, type_v=0, flash_attn=False, n_threads=2)  # type 0: F32 KV cache
+                               type_k=0, type_v=0, flash_attn=False, n_threads=2,
+                               yarn_beta_fast=-1.0, yarn_beta_slow=-1.0, yarn_attn_factor=-1.0)
     finally:
         llama_c.llama_model_default_params = default_params
 

@@ -104,7 +104,8 @@ class Architecture:
     attention_gate: bool = False  # the query projection carries an output gate per head (qwen35)
     router: Router | None = None
     no_rope_every: int = 0  # if n > 0, layers i with (i + 1) % n == 0 skip RoPE (smollm3's NoPE layers)
-    swa_rope_global: bool = False  # sliding layers default to the global RoPE base, not 10000 (gpt-oss)
+    swa_rope_global: bool = False  # sliding layers default to the global RoPE base and scaling (gpt-oss)
+    yarn_keys: bool = False  # reads `rope.scaling.yarn_beta_fast/slow` and `yarn_log_multiplier` (mistral3)
     sinks: bool = False  # one learned logit per head joins every softmax (`attn_sinks`, gpt-oss)
     softcap: bool = False  # logits = c tanh(logits / c) with c = `{arch}.final_logit_softcapping` when present
     notes: str = ""  # how the recipe differs from llama's, one line, for the README and the card
@@ -210,7 +211,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture(
             "mistral3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS,
             mixers={"full": ATTENTION + Tensors(optional=b(T.ATTN_OUT))},
-            ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True),
+            ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True), yarn_keys=True,
         ),
         # src/models/smollm3.cpp: llama's block; every 4th layer has no RoPE (n_no_rope_layer_step = 4).
         Architecture(

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from walkthrough.engine import numeric_checks
+import math
+
+from walkthrough.engine import numeric_checks, ops
 from walkthrough.engine.arch import ARCHITECTURES, Architecture
 from walkthrough.engine.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
@@ -78,6 +80,8 @@ class Config:
     sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
     rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
+    rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
+    rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
 
     @property
     def attention_scale(self) -> float:
@@ -128,13 +132,38 @@ def _required(card: ModelCard, name: str):
 
 def _rope_freq_scale(f: GGUFFile, arch: str) -> float:
     scaling = f.get(f"{arch}.rope.scaling.type")
-    if isinstance(scaling, str) and scaling not in ("none", "linear"):
+    if isinstance(scaling, str) and scaling not in ("none", "linear", "yarn"):
         raise UnsupportedArchitecture(
             f"RoPE scaling {scaling!r} ({arch}.rope.scaling.type) is not implemented by the engine; "
-            "only none and linear are (inspect still works)"
+            "only none, linear and yarn are (inspect still works)"
         )
     factor = f.get(f"{arch}.rope.scaling.factor") or f.get(f"{arch}.rope.scale_linear") or 0.0
-    return 1.0 / float(factor) if factor else 1.0
+    return 1.0 if scaling == "none" or not factor else 1.0 / float(factor)
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    """llama.cpp's get_mscale (src/llama-context.cpp): 1 + 0.1 mscale ln(factor) above a factor of 1."""
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _yarn(hp: Hparams, spec: Architecture, card: ModelCard, freq_scale: float) -> ops.Yarn | None:
+    """YaRN settings as `llama_context` derives them; None unless `rope.scaling.type` is yarn."""
+    if hp.raw("rope.scaling.type") != "yarn":
+        return None
+    factor = 1.0 / freq_scale
+    log_mul = (hp.float("rope.scaling.yarn_log_multiplier") or 0.0) if spec.yarn_keys else 0.0
+    if log_mul:  # mscale taken as 1 (llama.cpp's note; deepseek2 aside)
+        mscale = _yarn_mscale(factor, 1.0) / _yarn_mscale(factor, log_mul)
+    else:
+        mscale = _yarn_mscale(factor, 1.0)
+    betas = {"beta_fast": 32.0, "beta_slow": 1.0}
+    if spec.yarn_keys:
+        betas = {k: hp.float(f"rope.scaling.yarn_{k}") or v for k, v in betas.items()}
+    return ops.Yarn(
+        n_ctx_orig=hp.int("rope.scaling.original_context_length") or card.context_length or 0,
+        mscale=mscale * (hp.float("rope.scaling.attn_factor") or 1.0),
+        **betas,
+    )
 
 
 def _layer_kinds(card: ModelCard, spec: Architecture, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -175,6 +204,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
     n_head = _required(card, "n_head")
     hp = Hparams(f, arch)
     rope_base = card.rope_base or ROPE_BASE_DEFAULT
+    freq_scale = _rope_freq_scale(f, arch)
     windows = [layer.sliding_window for layer in layers if layer.sliding_window]
     config = Config(
         arch=arch,
@@ -189,7 +219,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         norm_eps=_required(card, "norm_eps"),
         rope_dims=card.rope_dims or card.head_dim_k,
         rope_base=rope_base,
-        rope_freq_scale=_rope_freq_scale(f, arch),
+        rope_freq_scale=freq_scale,
         n_experts=card.n_experts,
         n_experts_used=card.n_experts_used or 0,
         mixers=mixers,
@@ -199,6 +229,8 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         sliding_window=max(windows, default=0),
         rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
+        rope_yarn=_yarn(hp, spec, card, freq_scale),
+        rope_freq_scale_swa=freq_scale if spec.swa_rope_global else 1.0,
     )
     numeric_checks.check_config(config, f.path.name)
     return config

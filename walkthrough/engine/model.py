@@ -146,10 +146,13 @@ class Model:
         """What every layer of a pass over n tokens at positions start..start+n shares (RoPE angles included)."""
         c = config
         positions = np.arange(start, start + n)
-        cos, sin = ops.rope_angles(positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors)
+        cos, sin = ops.rope_angles(
+            positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors, c.rope_yarn)
         p = PassInput(c, meter, cache, positions, cos, sin, record_attention)
         if "sliding" in c.mixers:
-            p.cos_swa, p.sin_swa = ops.rope_angles(positions, c.rope_dims, c.rope_base_swa, 1.0, self._rope_factors)
+            yarn = c.rope_yarn if c.rope_freq_scale_swa != 1.0 else None  # sliding layers sharing the scaling
+            p.cos_swa, p.sin_swa = ops.rope_angles(
+                positions, c.rope_dims, c.rope_base_swa, c.rope_freq_scale_swa, self._rope_factors, yarn)
         return p
 
     def head(self, x: np.ndarray, meter: Meter) -> np.ndarray:

@@ -10,6 +10,9 @@ mask by position, top-k routing).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from walkthrough.engine.activations import round_activations
@@ -63,19 +66,53 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+@dataclass(frozen=True)
+class Yarn:
+    """YaRN context extension (ggml's `rope_yarn`, ggml-cpu/ops.cpp; llama.cpp sets it up in `llama_context`).
+
+    Pairs turning faster than `beta_fast` turns over the original context keep their angle (extrapolate),
+    pairs slower than `beta_slow` turns take the scaled one (interpolate), a ramp mixes those between;
+    cos and sin are multiplied by `mscale`.
+    """
+
+    n_ctx_orig: int  # context the model was trained on (`rope.scaling.original_context_length`)
+    beta_fast: float = 32.0  # llama.cpp's defaults (src/llama-hparams.h)
+    beta_slow: float = 1.0
+    mscale: float = 1.0  # magnitude of cos and sin: 1 + 0.1 ln(factor), or the ratio set by `yarn_log_multiplier`
+
+
+def _yarn_corr_dim(n_rot: int, n_ctx_orig: int, turns: float, base: float) -> float:
+    """The pair index whose angle makes `turns` full turns over n_ctx_orig positions (ggml_rope_yarn_corr_dim)."""
+    return n_rot * math.log(n_ctx_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+
 def rope_angles(
-    positions: np.ndarray, n_rot: int, base: float, freq_scale: float = 1.0, freq_factors: np.ndarray | None = None
+    positions: np.ndarray,
+    n_rot: int,
+    base: float,
+    freq_scale: float = 1.0,
+    freq_factors: np.ndarray | None = None,
+    yarn: Yarn | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """[n] positions -> (cos, sin), each [n, n_rot/2].
 
     theta_i = position * freq_scale * base^(-2i / n_rot), divided by freq_factors[i] when the
-    file carries `rope_freqs.weight` (llama 3 long-context factors).
+    file carries `rope_freqs.weight` (llama 3 long-context factors). With YaRN, pair i mixes the
+    scaled angle with the unscaled one by ramp_i = 1 - clip((i - low) / max(0.001, high - low), 0, 1),
+    low and high the pairs that turn beta_fast and beta_slow times over the original context.
     """
     inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
     if freq_factors is not None:
         inv = inv / freq_factors.astype(np.float64)
-    theta = np.outer(positions.astype(np.float64) * freq_scale, inv)  # [n, n_rot/2]
-    return np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    extrap = np.outer(positions.astype(np.float64), inv)  # [n, n_rot/2]
+    if yarn is None:
+        theta = extrap * freq_scale
+        return np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    low = max(0.0, math.floor(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_fast, base)))
+    high = min(n_rot - 1.0, math.ceil(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_slow, base)))
+    ramp = 1 - np.clip((np.arange(n_rot // 2) - low) / max(0.001, high - low), 0, 1)  # [n_rot/2]
+    theta = extrap * freq_scale * (1 - ramp) + extrap * ramp
+    return (np.cos(theta) * yarn.mscale).astype(np.float32), (np.sin(theta) * yarn.mscale).astype(np.float32)
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
