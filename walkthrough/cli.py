@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     opens_app = not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"))
     try:
         if opens_app:
-            return _command("app").run(app_parser().parse_args(argv))
+            args = app_parser().parse_args(argv)
+            args.argv = argv  # as typed, for `--record` to run the same app in a child process
+            return _command("app").run(args)
         args = build_parser().parse_args(argv)
         return _command(args.command).run(args)
     except WalkthroughError as exc:

@@ -33,10 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit at the end of the autoplay (alone: once the file is shown)")
     parser.add_argument("--screenshots", metavar="DIR",
                         help="walk every stage and save an SVG picture of each into DIR")
+    parser.add_argument("--format", choices=("svg", "png"), default="svg",
+                        help="pictures for --screenshots: svg, or png drawn by headless Chromium (default svg)")
+    parser.add_argument("--record", metavar="FILE.cast",
+                        help="record the session as an asciicast v2 file (asciinema players read it); "
+                        "with --autoplay --exit, a screencast of the whole walk")
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, run the app, and return its exit status."""
+    if args.record is not None:
+        return _record(args)
     from walkthrough.app import make_app
     from walkthrough.inspect.locate import model_path
 
@@ -56,10 +63,48 @@ def run(args: argparse.Namespace) -> int:
         screenshots=args.screenshots,
         pace=args.pace,
     )
+    if args.screenshots is not None and args.format == "png":
+        from walkthrough.pictures import chromium
+
+        chromium()  # missing: one line now, before the walk
     app.run()
+    if args.screenshots is not None and args.format == "png" and not app.error:
+        from walkthrough.pictures import svg_to_png
+
+        for svg in app.walk.saved:
+            svg_to_png(svg, svg.with_suffix(".png"))
     if app.error:
         from walkthrough.textsafe import visible
 
         print(f"walkthrough: error: {visible(app.error)}", file=sys.stderr)
         return EXIT_LOAD_FAILED
     return app.return_code or 0
+
+
+def without_record(argv: list[str]) -> list[str]:
+    """The app's arguments as typed, less `--record FILE` (the child process runs the rest)."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--record":
+            skip = True
+        elif not word.startswith("--record="):
+            kept.append(word)
+    return kept
+
+
+def _record(args: argparse.Namespace) -> int:
+    """Run the app in a child process on a pseudo-terminal and record it to `args.record`."""
+    from pathlib import Path
+
+    from walkthrough.errors import WalkthroughError
+    from walkthrough.inspect.locate import model_path
+    from walkthrough.recording import record
+
+    model_path(args.model)
+    path = Path(args.record)
+    if path.is_dir() or not path.parent.is_dir():
+        raise WalkthroughError(f"--record {args.record}: name a file in an existing folder, e.g. walk.cast")
+    argv = getattr(args, "argv", None) or []
+    return record(without_record(argv), path)

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from walkthrough.pictures import publishable_svg
+
 AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
 TICKS_PER_PACE = 8  # ticks per pace (a stepping stage runs one pass per tick)
 QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
@@ -25,7 +27,8 @@ class Autoplay:
         self.pace = pace
         self.screenshots = screenshots
         self.exit_at_end = exit_at_end
-        self.arrived = time.monotonic()  # when the walk reached the current stage (or it last stepped)
+        self.arrived: float | None = time.monotonic()  # when the stage was drawn (or last stepped); None: not yet
+        self.saved: list[Path] = []  # pictures written, in order
 
     @property
     def interval(self) -> float:
@@ -35,6 +38,8 @@ class Autoplay:
         app = self.app
         if "run" not in app.loaded or app.stepping:
             return  # still loading, or a pass is running
+        if self.arrived is None:
+            return  # the stage moved to has not been drawn yet: a viewer has not seen it
         if app.screen.autoplay_step():
             self.arrived = time.monotonic()
             return
@@ -47,7 +52,12 @@ class Autoplay:
             if self.exit_at_end:
                 app.exit(0)
             return
+        self.arrived = None
         app.action_next_stage()
+        app.call_after_refresh(self._drawn)
+
+    def _drawn(self) -> None:
+        self.arrived = time.monotonic()
 
     def _save_picture(self) -> bool:
         """Save `N-stage.svg`; False (try again next tick) while the footer is rebuilding its keys."""
@@ -56,5 +66,7 @@ class Autoplay:
         if QUIT_LABEL not in svg:
             return False
         self.screenshots.mkdir(parents=True, exist_ok=True)
-        (self.screenshots / f"{app.stage_number}-{app.current_mode}.svg").write_text(svg, encoding="utf-8")
+        path = self.screenshots / f"{app.stage_number}-{app.current_mode}.svg"
+        path.write_text(publishable_svg(svg), encoding="utf-8")
+        self.saved.append(path)
         return True
