@@ -9,7 +9,12 @@ Human output is one row per pass (phase, positions, tokens fed, experts per
 layer, bytes read, KV cache size, top candidates, chosen token). `--json`
 prints JSON Lines instead, one `Step.to_json()` record per pass; `--logits`
 adds each pass's logits, one row per position (every prompt position for
-prefill passes), so a script can compare them with another engine.
+prefill passes), so a script can compare them with another engine. Each JSON
+record also says how surprised the model was by each token it fed
+(`surprisal`, nats: -log p of the token given all before it; prefill passes
+compute every position's logits for it), by the token it chose
+(`chosen_surprisal`), and the `loss` so far: loss and perplexity of the
+request and of the answer (`walkthrough.engine.surprisal.run_summary`).
 
 `--speculate lookup|mtp|draft` decodes by speculative decoding instead
 (`walkthrough.engine.speculative`): each row after the prompt is one
@@ -142,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
             raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
         ids = prompt_ids(f, tok, args)
         model.check_ids(ids)
-        session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps)
+        session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps,
+                              measure_surprisal=as_json)
 
         sampler = Sampler(settings)
 
@@ -183,8 +189,14 @@ def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace
 
 def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True) -> None:
     if as_json:
+        from walkthrough.engine.surprisal import run_summary
+
+        seen = []
         for step in passes:
             record = step.to_json(logits=logits)
+            step.all_logits = None  # printed already: a long prompt's rows would pile up
+            seen.append(step)
+            record["loss"] = run_summary(seen)
             record["chosen_piece"] = None if step.chosen is None else piece(step.chosen)
             for entry in record["top"]:
                 entry["piece"] = piece(entry["id"])

@@ -30,7 +30,7 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
     source = select_template(f, where=f.path.name)
     several = args.four_calls or sum(m.get("role") == "user" for m in messages) > 1
-    session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several)
+    session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several, measure_surprisal=as_json)
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,
                         origin=f"chat template of {f.path.name}", measure_fresh=args.measure)
     requests = FourCalls.load().requests(talk, messages) if args.four_calls else talk.requests(messages)

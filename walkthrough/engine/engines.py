@@ -50,11 +50,12 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Any:
 
 
 def new_session(model: Any, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
-                auto_checkpoints: bool = True):
+                auto_checkpoints: bool = True, measure_surprisal: bool = False):
     """A fresh session on the model's engine.
 
     `n_ctx` (positions) sizes llama.cpp's context (numpy's cache grows); `auto_checkpoints` is the numpy
-    session's (llama.cpp's takes none: a hybrid model's state rewinds to the start).
+    session's (llama.cpp's takes none: a hybrid model's state rewinds to the start), and so is
+    `measure_surprisal` (every prompt token's surprisal; llama.cpp's steps know the first of each pass).
     """
     if getattr(model, "engine", "numpy") == "llama.cpp":
         from walkthrough.engine.llama_session import LlamaSession
@@ -62,7 +63,8 @@ def new_session(model: Any, *, kv_type: str = "f16", record_attention: bool = Fa
         return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx)
     from walkthrough.engine.session import Session
 
-    return Session(model, kv_type=kv_type, record_attention=record_attention, auto_checkpoints=auto_checkpoints)
+    return Session(model, kv_type=kv_type, record_attention=record_attention, auto_checkpoints=auto_checkpoints,
+                   measure_surprisal=measure_surprisal)
 
 
 def advice(card: ModelCard, engine: str) -> str | None:

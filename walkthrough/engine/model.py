@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import os
 
 import numpy as np
@@ -119,12 +120,17 @@ class Model:
         *,
         record_attention: bool = False,
         all_rows: bool = False,
+        unmetered_rows: bool = False,
     ) -> tuple[np.ndarray, list[LayerTrace]]:
         """The trunk of a pass: [n] ids -> the final hidden state after the output norm.
 
+        Args:
+            unmetered_rows: also finish the rows the pass does not need (to measure every token's
+                surprisal) through a meter nobody reads, so the pass costs what it costs without them.
+
         Returns:
-            [n, d] if all_rows else [1, d] (last position), and one LayerTrace per layer. This is what the
-            output head reads, and what a multi-token-prediction block is seeded with (`mtp`).
+            [n, d] if all_rows or unmetered_rows else [1, d] (last position), and one LayerTrace per layer.
+            This is what the output head reads, and what a multi-token-prediction block is seeded with (`mtp`).
         """
         c = self.config
         p = self.pass_input(c, meter, cache, start, len(ids), record_attention)
@@ -132,12 +138,18 @@ class Model:
         if c.spec.embed_scale:
             x = x * np.float32(c.embed_scale)
         traces = []
+        aside: list[np.ndarray] | None = [] if unmetered_rows and not all_rows and len(ids) > 1 else None
         for i in range(c.n_layers):
             trace = LayerTrace(i, c.mixers[i], c.ffns[i])
             # As llama.cpp does, the last layer's FFN runs only on the rows whose logits are wanted.
             last_only = i == c.n_layers - 1 and not all_rows
-            x = block(p, i, x, trace, last_only=last_only)
+            x = block(p, i, x, trace, last_only=last_only, aside=aside)
             traces.append(trace)
+        if aside:  # the rows the pass skipped, finished outside its meter
+            scratch = copy.copy(p)
+            scratch.meter = self.meter()
+            last = c.n_layers - 1
+            x = np.concatenate([ffn_half(scratch, last, aside[0], LayerTrace(last, c.mixers[last], c.ffns[last])), x])
         return ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps), traces
 
     def pass_input(
@@ -164,16 +176,29 @@ class Model:
         return logits
 
 
-def block(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace, *, last_only: bool = False) -> np.ndarray:
-    """One transformer block: [n, d] -> [n, d] ([1, d] when last_only: only the last row goes on)."""
-    spec, m, eps, pre = p.config.spec, p.meter, p.config.norm_eps, f"blk.{i}."
+def _norm(p: PassInput, i: int, h: np.ndarray, name: str | None) -> np.ndarray:
+    """A declared RMSNorm of layer i, or none."""
+    return h if name is None else ops.rmsnorm(h, p.meter.tensor(f"blk.{i}.{name}"), p.config.norm_eps)
 
-    def norm(h: np.ndarray, name: str | None) -> np.ndarray:  # a declared RMSNorm, or none
-        return h if name is None else ops.rmsnorm(h, m.tensor(pre + name), eps)
 
-    h = MIXERS[p.config.mixer_key(i)](p, i, norm(x, spec.attn_norm), trace)
-    x = x + norm(h, spec.attn_post_norm)
+def ffn_half(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
+    """The second half of block i: x + FFN(norm(x)) (post-norm if declared), [rows, d] -> [rows, d]."""
+    spec = p.config.spec
+    return x + _norm(p, i, FFNS[trace.ffn](p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
+
+
+def block(
+    p: PassInput, i: int, x: np.ndarray, trace: LayerTrace, *, last_only: bool = False,
+    aside: list[np.ndarray] | None = None,
+) -> np.ndarray:
+    """One transformer block: [n, d] -> [n, d] ([1, d] when last_only: only the last row goes on).
+
+    With last_only, a list `aside` receives the other rows [n - 1, d] as they enter the FFN.
+    """
+    spec = p.config.spec
+    x = x + _norm(p, i, MIXERS[p.config.mixer_key(i)](p, i, _norm(p, i, x, spec.attn_norm), trace), spec.attn_post_norm)
     if last_only:
+        if aside is not None:
+            aside.append(x[:-1])
         x = x[-1:]
-    h = FFNS[trace.ffn](p, i, norm(x, spec.ffn_norm), trace)
-    return x + norm(h, spec.ffn_post_norm)
+    return ffn_half(p, i, x, trace)

@@ -49,6 +49,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from walkthrough.engine import surprisal
 from walkthrough.engine.cache import KVCache
 from walkthrough.engine.checkpoints import (
     DEFAULT_EVERY,
@@ -76,12 +77,16 @@ class Session:
         checkpoint_every: int = DEFAULT_EVERY,
         auto_checkpoints: bool = True,
         keep_hidden: bool = False,
+        measure_surprisal: bool = False,
     ):
         """Args:
             keep_hidden: every pass keeps its final hidden rows (`Step.hidden`, [n, d]), as llama.cpp does for a
                 multi-token-prediction drafter; the last layer then runs on every row of a pass.
+            measure_surprisal: prefill passes also compute every position's logits, outside the pass's meter
+                (its bytes and FLOPs stay the pass's), so each `Step.surprisal` is complete.
         """
         self.model = model
+        self.measure_surprisal = measure_surprisal
         self.keep_hidden = keep_hidden
         self.cache = KVCache(model.config, kv_type)
         self.record_attention = record_attention
@@ -209,13 +214,18 @@ class Session:
             raise WalkthroughError("a pass needs at least one token")
         self.model.check_ids(ids)
         start = self.cache.length
+        previous = self.last_logits  # [V] the distribution the first of `ids` was drawn against
         meter = self.model.meter()
         began = time.perf_counter()
+        measured = self.measure_surprisal and len(ids) > 1 and not all_logits  # rows for surprisal only
         hidden, layers = self.model.hidden(
             np.asarray(ids), start, self.cache, meter, record_attention=self.record_attention,
-            all_rows=all_logits or self.keep_hidden,
+            all_rows=all_logits or self.keep_hidden, unmetered_rows=measured,
         )  # [n or 1, d]
         logits = self.model.head(hidden if all_logits else hidden[-1:], meter)  # [n or 1, n_vocab]
+        rows = logits if all_logits else None  # [n, n_vocab] every position's logits, when known
+        if measured:  # the other rows' head product is not the pass's cost either
+            rows = np.concatenate([self.model.head(hidden[:-1], self.model.meter()), logits])
         seconds = time.perf_counter() - began
         end = start + len(ids)
         self.cache.length = end
@@ -238,6 +248,7 @@ class Session:
             seconds=seconds,
             all_logits=logits if all_logits else None,
             hidden=hidden if self.keep_hidden else None,
+            surprisal=surprisal.of_pass(previous, rows, ids),
         )
         if sampler is not None:
             step.sample = self.choose(sampler)

@@ -7,7 +7,9 @@ experts woken over the pass, the last token's attention weights per head when
 asked for, KV rows and bytes), what it cost (bytes read per tensor group in
 stored formats, FLOPs, seconds), and what came out (the last position's logits,
 every position's logits when asked for, the sampler's stages and the chosen
-token). `to_json()` is the JSON Lines record of `walkthrough trace --json`.
+token), and how surprised the model was by each token fed (`surprisal`, nats;
+for all of a prefill pass's tokens only when its session measures them).
+`to_json()` is the JSON Lines record of `walkthrough trace --json`.
 
 A verification pass of speculative decoding (phase "verify", `speculative.py`)
 also carries a `Draft`: the drafted tokens, how many the model agreed with, the
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from walkthrough.engine import surprisal as sp
 from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.prefix_break import Break
 from walkthrough.engine.ops import softmax
@@ -120,6 +123,7 @@ class Step:
     logits: np.ndarray  # [n_vocab] last position
     seconds: float = 0.0  # wall time of the forward pass
     all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
+    surprisal: np.ndarray | None = None  # [n_tokens] nats of each input token given all before it (nan: unknown)
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
     stopped: bool = False  # the chosen token ends the generation
     reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
@@ -165,6 +169,13 @@ class Step:
         ids = np.argsort(-probs, kind="stable")[:n]
         return [(int(i), float(probs[i])) for i in ids]
 
+    @property
+    def chosen_surprisal(self) -> float | None:
+        """-log p of the chosen token under this pass's raw last logits (nats), None if nothing was chosen."""
+        if self.chosen is None:
+            return None
+        return float(sp.surprisal(self.logits[None, :], [self.chosen])[0])
+
     def to_json(self, *, logits: bool = False) -> dict[str, Any]:
         """The JSON Lines record of this pass (`walkthrough trace --json`)."""
         out: dict[str, Any] = {
@@ -189,8 +200,11 @@ class Step:
                 for t in self.layers
             ]
             out["experts_woken"] = [None if t.experts is None else list(t.woken) for t in self.layers]
+        if self.surprisal is not None:
+            out["surprisal"] = [None if not np.isfinite(x) else round(float(x), 6) for x in self.surprisal]
         if self.sample is not None:
             out["sampling"] = self.sample.summary()
+            out["chosen_surprisal"] = round(self.chosen_surprisal, 6)
         if self.stopped:
             out["stopped"] = True
         if self.reuse is not None:

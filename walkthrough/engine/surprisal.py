@@ -47,3 +47,32 @@ def summary(surprisals: Sequence[float] | np.ndarray) -> dict[str, float | int |
     if not s.size:
         return {"tokens": 0, "loss": None, "perplexity": None}
     return {"tokens": int(s.size), "loss": float(np.mean(s)), "perplexity": perplexity(s)}
+
+
+def of_pass(previous: np.ndarray | None, logits: np.ndarray | None, ids: Sequence[int]) -> np.ndarray:
+    """[n] surprisal of a pass's input tokens, nan where the logits before a token were not kept.
+
+    Args:
+        previous: [V] logits of the position before the pass (the last pass's last row), or None.
+        logits: [n, V] every position's logits of this pass, or None (then only the first token is known).
+        ids: the n tokens the pass fed.
+    """
+    out = np.full(len(ids), np.nan)
+    if previous is not None and len(ids):
+        out[0] = surprisal(previous[None, :], ids[:1])[0]
+    if logits is not None and len(ids) > 1:
+        out[1:] = surprisal(logits[:-1], ids[1:])
+    return out
+
+
+def run_summary(steps: Sequence) -> dict[str, dict]:
+    """Loss and perplexity of a run's request and answer, from its `Step` records.
+
+    The request: every prompt token whose surprisal its prefill passes kept (all but the first,
+    when they kept every position's logits). The answer: every token a pass chose, under the raw
+    logits it was chosen from (temperature 1, before any sampling stage).
+    """
+    request = [s for step in steps if step.phase == "prefill" for s in step.surprisal.tolist()
+               if step.surprisal is not None and np.isfinite(s)]
+    answer = [step.chosen_surprisal for step in steps if step.chosen is not None]
+    return {"request": summary(request), "answer": summary(answer)}

@@ -194,7 +194,7 @@ class RequestState:
             self.session = self._passes = None
             if not self.can_run:
                 return
-            self.session = Session(self.model, record_attention=True)
+            self.session = Session(self.model, record_attention=True, measure_surprisal=True)
             self.sampler = Sampler(self.settings)
             self._passes = itertools.chain(
                 self.session.prefill(self.prompt_ids, chunk=self.chunk, sampler=self.sampler),

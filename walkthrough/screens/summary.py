@@ -20,12 +20,14 @@ class SummaryScreen(StageScreen):
 
     STAGE = "summary"
     HEADING = "summary"
-    TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache")
+    TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache", "perplexity")
     HELP = """
 The whole request in one table: the file, the chat, the tokens, the prefill
 passes, the decoded tokens, the sampler, and the reply. Every figure is from
 the file or from the passes this run actually made (wall times are this
-machine's numpy engine, not a production runtime). Go back to any stage with
+machine's numpy engine, not a production runtime). Surprisal is how unexpected
+each token was to the model (-log p, in nats): its mean is the loss, and
+e^loss the perplexity, over the request and over the reply. Go back to any stage with
 its number key; r on a stepping stage restarts the request.
 """
 
@@ -69,6 +71,7 @@ its number key; r on a stepping stage restarts the request.
         if costs is not None:
             table.add_row("7 costs", costs)
         if state.steps:
+            table.add_row("surprisal", self._surprisal(state.steps))
             last = state.steps[-1]
             table.add_row("KV cache", f"{last.kv_len} positions, {human_bytes(last.kv_bytes)}")
             table.add_row("read in all", human_bytes(state.cumulative_bytes().get("total", 0)))
@@ -95,6 +98,18 @@ its number key; r on a stepping stage restarts the request.
             return text.append(f"does not fit ({e.memory.verdict})")
         return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}, "
                            f"decode {fmt(e.decode.tokens_per_s.value, 'tokens/s')}")
+
+    @staticmethod
+    def _surprisal(steps) -> str:
+        """Loss and perplexity of the request and of the answer so far (the engine's `run_summary`)."""
+        from walkthrough.engine.surprisal import run_summary
+
+        parts = []
+        for name, s in run_summary(steps).items():
+            if s["tokens"]:
+                parts.append(f"{name}: {s['loss']:.3f} nats per token, perplexity {s['perplexity']:.3f} "
+                             f"({s['tokens']} tokens)")
+        return "; ".join(parts) or "no token measured yet"
 
     @staticmethod
     def _passes(steps, unit: str) -> str:
