@@ -39,6 +39,7 @@ class PassInput:
     record_attention: bool
     cos_swa: np.ndarray | None = None  # [n, n_rot/2] the angles at the sliding layers' RoPE base
     sin_swa: np.ndarray | None = None
+    attention_rows: bool = False  # keep every row of the attention weights, not only the last token's
 
     def angles(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """(cos, sin) [n, n_rot/2] of one layer: sliding-window layers may turn at their own base."""
@@ -97,7 +98,7 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     """Write k [n, h_kv, hd], v [n, h_kv, hd_v] to the cache, attend q [n, h, hd] over it -> [n, h, hd_v].
 
     Counts the cached bytes read and the attention FLOPs, and fills the trace's KV length and bytes
-    (and the last token's attention weights when the pass records them).
+    (and the last token's attention weights, or every row of them, when the pass records them).
     """
     c = p.config
     start = int(p.positions[0])
@@ -118,6 +119,8 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     trace.kv_bytes = p.cache.layer_bytes(layer, keys.shape[0])
     if p.record_attention:
         trace.attention = weights[:, -1, :].copy()  # [h, L] the last token's row
+    if p.attention_rows:
+        trace.attention_rows = weights.copy()  # [h, n, L] every query of the pass over every cached key
     return out
 
 

@@ -121,12 +121,14 @@ class Model:
         record_attention: bool = False,
         all_rows: bool = False,
         unmetered_rows: bool = False,
+        attention_rows: bool = False,
     ) -> tuple[np.ndarray, list[LayerTrace]]:
         """The trunk of a pass: [n] ids -> the final hidden state after the output norm.
 
         Args:
             unmetered_rows: also finish the rows the pass does not need (to measure every token's
                 surprisal) through a meter nobody reads, so the pass costs what it costs without them.
+            attention_rows: attention layers keep every row of their weights (`LayerTrace.attention_rows`).
 
         Returns:
             [n, d] if all_rows or unmetered_rows else [1, d] (last position), and one LayerTrace per layer.
@@ -134,6 +136,7 @@ class Model:
         """
         c = self.config
         p = self.pass_input(c, meter, cache, start, len(ids), record_attention)
+        p.attention_rows = attention_rows
         x = meter.rows(EMBEDDING, ids)  # [n, d]
         if c.spec.embed_scale:
             x = x * np.float32(c.embed_scale)

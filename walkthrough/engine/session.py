@@ -78,13 +78,17 @@ class Session:
         auto_checkpoints: bool = True,
         keep_hidden: bool = False,
         measure_surprisal: bool = False,
+        attention_rows: bool = False,
     ):
         """Args:
             keep_hidden: every pass keeps its final hidden rows (`Step.hidden`, [n, d]), as llama.cpp does for a
                 multi-token-prediction drafter; the last layer then runs on every row of a pass.
             measure_surprisal: prefill passes also compute every position's logits, outside the pass's meter
                 (its bytes and FLOPs stay the pass's), so each `Step.surprisal` is complete.
+            attention_rows: every pass keeps all rows of its attention weights per attention layer
+                (`LayerTrace.attention_rows`), the causal matrix `attention_map` assembles.
         """
+        self.attention_rows = attention_rows
         self.model = model
         self.measure_surprisal = measure_surprisal
         self.keep_hidden = keep_hidden
@@ -220,7 +224,7 @@ class Session:
         measured = self.measure_surprisal and len(ids) > 1 and not all_logits  # rows for surprisal only
         hidden, layers = self.model.hidden(
             np.asarray(ids), start, self.cache, meter, record_attention=self.record_attention,
-            all_rows=all_logits or self.keep_hidden, unmetered_rows=measured,
+            all_rows=all_logits or self.keep_hidden, unmetered_rows=measured, attention_rows=self.attention_rows,
         )  # [n or 1, d]
         logits = self.model.head(hidden if all_logits else hidden[-1:], meter)  # [n or 1, n_vocab]
         rows = logits if all_logits else None  # [n, n_vocab] every position's logits, when known

@@ -46,6 +46,7 @@ class LayerTrace:
     experts: np.ndarray | None = None
     expert_weights: np.ndarray | None = None
     attention: np.ndarray | None = None  # [n_head, kv_len] last token's attention weights (opt-in)
+    attention_rows: np.ndarray | None = None  # [n_head, n_tokens, kv_len] every row of the pass (opt-in)
     kv_len: int = 0  # positions cached after this pass (attention layers)
     kv_bytes: int = 0  # bytes of this layer's cache after this pass
     state_bytes: int = 0  # fixed recurrent state (linear layers)
