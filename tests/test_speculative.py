@@ -216,10 +216,10 @@ def test_the_tiny_models_answer_is_the_same_with_prompt_lookup(settings: Sampler
     runner = Runner()
     messages = json.loads((ASSETS / "default_request.json").read_text())
     ids = runner.tok.encode(render(runner.template, messages, add_generation_prompt=True), parse_special=True)
-    plain, _ = _plain(runner.model, ids, settings, 64, 40)
-    spec, _, rounds = _speculative(runner.model, PromptLookup(), ids, settings, 64, 40)
+    plain, _ = _plain(runner.model, ids, settings, 128, 24)
+    spec, _, rounds = _speculative(runner.model, PromptLookup(), ids, settings, 128, 24)
     assert spec == plain
-    assert len(rounds) < 39  # the answer copies names from the record: some drafts are right
+    assert len(rounds) < 23  # the answer copies line numbers from the record: some drafts are right
 
 
 def test_round_figures_follow_the_docstring_example():

@@ -20,7 +20,13 @@ per model, all measured here:
   and the ratio speculative / plain.
 
 The two answers are checked to be the same tokens (speculative decoding must not
-change them); a difference is printed. Nothing is asserted: this prints figures.
+change them); a difference is printed. A verification pass multiplies k + 1 rows
+at once where plain decoding multiplies one, so float sums come out in another
+order (about 1e-6); with llama.cpp's 8-bit rounding of each product's input (the
+engine's default) such a difference can cross a rounding step and, over 30
+layers, move logits by tenths: on SmolLM2 Q4_1 that changes the answer.
+`--plain-products` runs float products instead (`Model(match_llama_cpp=False)`),
+where the two answers agree. Nothing is asserted: this prints figures.
 """
 
 from __future__ import annotations
@@ -82,13 +88,17 @@ def main() -> int:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--tokens", type=int, default=48, help="tokens to generate (default 48)")
     parser.add_argument("--draft-max", type=int, default=3, help="drafts per round (default 3, llama.cpp's)")
+    parser.add_argument("--plain-products", action="store_true",
+                        help="float products (no 8-bit rounding of inputs as llama.cpp does)")
     args = parser.parse_args()
     paths = args.models or [p for p in (TINY, SMOLLM2) if p.exists()]
-    print(f"default request, greedy, {args.tokens} tokens, prompt lookup with up to {args.draft_max} drafts")
+    products = "float products" if args.plain_products else "llama.cpp's input rounding"
+    print(f"default request, greedy, {args.tokens} tokens, prompt lookup with up to {args.draft_max} drafts, "
+          f"{products}")
     print(f"{'model':<34} {'mode':<7} {'alpha':>6} {'drafts/rd':>9} {'tok/pass':>8} {'MiB/tok':>8} {'tok/s':>7} "
           f"{'ratio':>6}")
     for path in paths:
-        model = Model.open(path)
+        model = Model.open(path, match_llama_cpp=not args.plain_products)
         ids = prompt(model)
         base = plain(model, ids, args.tokens)
         spec = lookup(model, ids, args.tokens, args.draft_max)
