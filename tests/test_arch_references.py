@@ -24,9 +24,13 @@ ALL = sorted(ARCH.glob("ref-*.gguf"))
 
 
 def _sliding_by_llama_cpp(arch: str, n_layers: int, hp: dict) -> list[bool]:
-    """Which layers slide, written out from llama.cpp's loaders (vendored 0.3.36): gemma3 `load_swa_pattern(ml, 6)`
+    """Which layers slide, written out from llama.cpp's loaders (vendored 0.3.36): gemma4 reads a flag per layer,
+    gemma3 `load_swa_pattern(ml, 6)`
     and gpt-oss `load_swa_pattern(ml, 2)` mark layer i sliding when i % n < n - 1 (`set_swa_pattern`,
     src/llama-hparams.cpp); phi3 ignores its window ("Phi SWA is currently disabled", src/models/phi3.cpp)."""
+    pattern = hp.get("attention.sliding_window_pattern")
+    if pattern is not None and np.ndim(pattern) == 1:  # gemma4: one flag per layer, required
+        return [bool(x) for x in pattern][:n_layers]
     period = {"gemma3": 6, "gpt-oss": 2}.get(arch)
     if period is None or not hp.get("attention.sliding_window"):
         return [False] * n_layers
@@ -40,7 +44,7 @@ def _hp(model: Model) -> dict:
 
 def test_every_architecture_has_its_two_references():
     arches = {p.stem.split("-", 1)[1].rsplit("-", 1)[0] for p in ALL}
-    assert arches >= {"gemma3", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3"}
+    assert arches >= {"gemma3", "gemma4", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3"}
     for arch in arches:
         assert len([p for p in ALL if p.stem.startswith(f"ref-{arch}-")]) == 2, arch
     assert all(p.stat().st_size < 1 << 20 and p.with_suffix(".logits.json").stat().st_size < 1 << 20 for p in ALL)
@@ -55,11 +59,16 @@ def test_layer_kinds_and_kv_bytes_follow_llama_cpp(arch: str):
     window = hp.get("attention.sliding_window") if any(sliding) else None
     assert [layer.attention == "sliding" for layer in card.layers] == sliding
     assert all(layer.sliding_window == window for layer in card.layers if layer.attention == "sliding")
-    # KV: 2 (K and V) x KV heads x head size x 2 bytes (F16) per position, a sliding layer at most its window.
-    per_layer = 2 * hp["attention.head_count_kv"] * hp["attention.key_length"] * 2
+    # KV: 2 (K and V) x KV heads x head size x 2 bytes (F16) per position, a sliding layer at most its window
+    # and with its own head size where the file gives one (`attention.key_length_swa`).
+    def per_layer(kind: str) -> int:
+        head = hp.get("attention.key_length_swa", hp["attention.key_length"]) if kind == "sliding" else \
+            hp["attention.key_length"]
+        return 2 * hp["attention.head_count_kv"] * head * 2
+
     kv_layers = [layer for layer in card.layers if layer.attention in ("full", "sliding")]
     for length in (3, 24, 100):
-        expected = sum(per_layer * (min(length, window) if layer.attention == "sliding" else length)
+        expected = sum(per_layer(layer.attention) * (min(length, window) if layer.attention == "sliding" else length)
                        for layer in kv_layers)
         assert card.kv_bytes(length) == expected
     session = Session(model)

@@ -140,6 +140,32 @@ def gemma3(gw: GGUFWriter, w: Weights) -> None:
         _dense(w, b, dims)
 
 
+def gemma4(gw: GGUFWriter, w: Weights) -> None:
+    """Five layers, sliding (head 16, base 1e4) except layers 2 and 4 (head 32, base 1e6, proportional RoPE:
+    `rope_freqs` stops the upper half of the pairs); layer 4 has no attn_v (values from the keys)."""
+    dims, head_swa = Dims(n_layers=5, head=32, ff=64), 16
+    pattern = [True, True, False, True, False]
+    _common(gw, dims, rope_base=1e6)
+    gw.add_sliding_window(6)
+    gw.add_array("gemma4.attention.sliding_window_pattern", pattern)
+    gw.add_uint32("gemma4.attention.key_length_swa", head_swa)
+    gw.add_uint32("gemma4.attention.value_length_swa", head_swa)
+    gw.add_uint32("gemma4.rope.dimension_count_swa", head_swa)
+    gw.add_uint32("gemma4.embedding_length_per_layer_input", 0)
+    gw.add_float32("gemma4.rope.freq_base_swa", 10000.0)
+    gw.add_float32("gemma4.final_logit_softcapping", 4.0)
+    _head(w, dims, tied=True, embed_std=dims.d ** -0.5)
+    w.tensors["rope_freqs.weight"] = np.array([1.0] * 8 + [1e30] * 8, np.float32)
+    for i, sliding in enumerate(pattern):
+        b, layer = f"blk.{i}.", Dims(n_layers=5, head=head_swa if sliding else dims.head, ff=64)
+        _norms(w, b, dims, "attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")
+        _attention(w, b, layer, qk_norm=True)
+        if i == 4:
+            del w.tensors[b + "attn_v.weight"]
+        w.vec(b + "layer_output_scale.weight", 1, 1.0, 0.3)
+        _dense(w, b, dims)
+
+
 def phi3(gw: GGUFWriter, w: Weights) -> None:
     """Fused q/k/v and gate/up projections; a declared sliding window that llama.cpp does not apply."""
     dims = Dims()
@@ -252,6 +278,7 @@ BUILDERS: dict[str, tuple[Callable[[GGUFWriter, Weights], None], Q]] = {
     "phi3": (phi3, Q.Q4_0),
     "mistral3": (mistral3, Q.Q8_0),
     "qwen35": (qwen35, Q.Q8_0),
+    "gemma4": (gemma4, Q.Q8_0),
     "gpt-oss": (gpt_oss, Q.MXFP4),
     "smollm3": (smollm3, Q.Q8_0),  # experts only, as published files store them; the rest stays F32
 }

@@ -105,6 +105,10 @@ class Architecture:
     router: Router | None = None
     no_rope_every: int = 0  # if n > 0, layers i with (i + 1) % n == 0 skip RoPE (smollm3's NoPE layers)
     swa_rope_global: bool = False  # sliding layers default to the global RoPE base and scaling (gpt-oss)
+    attention_scale: float | None = None  # q.k multiplier when not 1/sqrt(key size) (gemma4: 1)
+    v_from_k: bool = False  # a layer without `attn_v` uses the key projection as values (gemma4)
+    v_norm: bool = False  # values RMS-normalised per head without a weight (gemma4)
+    swa_rope_factors: bool = True  # sliding layers use `rope_freqs` too (gemma4: full layers only)
     yarn_keys: bool = False  # reads `rope.scaling.yarn_beta_fast/slow` and `yarn_log_multiplier` (mistral3)
     sinks: bool = False  # one learned logit per head joins every softmax (`attn_sinks`, gpt-oss)
     softcap: bool = False  # logits = c tanh(logits / c) with c = `{arch}.final_logit_softcapping` when present
@@ -149,6 +153,8 @@ QWEN35_BLOCK = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM))  # post_attent
 EXPERT_BIASES = Tensors(required=b(T.FFN_GATE_INP, T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP))
 SINKS = Tensors(required=(*w(T.ATTN_SINKS), *b(T.ATTN_OUT)), optional=b(T.ATTN_Q, T.ATTN_K, T.ATTN_V))
 SANDWICH = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM, T.FFN_NORM, T.FFN_POST_NORM))  # gemma
+GEMMA4_ATTENTION = Tensors(required=w(T.ATTN_Q, T.ATTN_K, T.ATTN_OUT, T.ATTN_Q_NORM, T.ATTN_K_NORM),
+                           optional=w(T.ATTN_V))
 FUSED_UP = Tensors(required=w(T.FFN_UP, T.FFN_DOWN))  # ffn_up yields gate | up (phi3)
 
 
@@ -200,6 +206,18 @@ ARCHITECTURES: dict[str, Architecture] = {
             mixers={"full": ATTENTION + QK_NORM, "sliding": ATTENTION + QK_NORM}, ffns={"dense": DENSE},
             attn_post_norm="post_attention_norm.weight", ffn_post_norm="post_ffw_norm.weight",
             activation="gelu", embed_scale=True, qk_norm=True, softcap=True,
+        ),
+        # src/models/gemma4.cpp (text, without per-layer embeddings or shared KV caches): gemma3's sandwich,
+        # GeGLU, embedding scale and soft-cap; attention scale 1 with q/k norms and values RMS-normalised
+        # without a weight; values from the key projection where a layer has no attn_v; sliding layers with
+        # their own head size, rotated dims and RoPE base (the pattern is a per-layer array in the file);
+        # `rope_freqs` (proportional RoPE) on full layers only; an optional output scale per layer.
+        Architecture(
+            "gemma4", rope="neox", tensors=GLOBALS_ROPE, block=SANDWICH + Tensors(optional=w(T.LAYER_OUT_SCALE)),
+            mixers={"full": GEMMA4_ATTENTION, "sliding": GEMMA4_ATTENTION}, ffns={"dense": DENSE},
+            attn_post_norm="post_attention_norm.weight", ffn_post_norm="post_ffw_norm.weight",
+            activation="gelu", embed_scale=True, qk_norm=True, softcap=True, attention_scale=1.0,
+            v_from_k=True, v_norm=True, swa_rope_factors=False,
         ),
         # src/models/phi3.cpp: q/k/v fused or not, gate and up in one projection; llama.cpp runs phi3's
         # sliding window as full attention ("Phi SWA is currently disabled"), so the card shows full layers.

@@ -63,13 +63,13 @@ class KVCache:
             h = config.n_head_kv[i]
             if cache_type.startswith("q"):
                 block = GGML_QUANT_SIZES[GGMLQuantizationType[cache_type.upper()]][0]
-                if (h * config.head_dim_k) % block or (h * config.head_dim_v) % block:
+                if (h * config.head_k(i)) % block or (h * config.head_v(i)) % block:
                     raise WalkthroughError(
                         f"a {cache_type} KV cache needs rows that are multiples of {block} values; "
-                        f"layer {i} has {h} x {config.head_dim_k}; choose f16"
+                        f"layer {i} has {h} x {config.head_k(i)}; choose f16"
                     )
-            self._k[i] = np.zeros((capacity, h, config.head_dim_k), np.float32)
-            self._v[i] = np.zeros((capacity, h, config.head_dim_v), np.float32)
+            self._k[i] = np.zeros((capacity, h, config.head_k(i)), np.float32)
+            self._v[i] = np.zeros((capacity, h, config.head_v(i)), np.float32)
         self.states: dict[int, dict[str, np.ndarray]] = {}  # linear-attention layers: name -> fixed-size array
         self.state_bytes_by_layer: dict[int, int] = {}
         for i, kind in enumerate(config.mixers):
@@ -113,13 +113,13 @@ class KVCache:
 
     def layer_bytes_per_token(self, layer: int) -> int:
         c = self.config
-        return round(c.n_head_kv[layer] * (c.head_dim_k + c.head_dim_v) * self._per_value)
+        return round(c.n_head_kv[layer] * (c.head_k(layer) + c.head_v(layer)) * self._per_value)
 
     @property
     def bytes_per_token(self) -> int:
         """KV bytes one more position adds, over all attention layers."""
         c = self.config
-        values = sum(c.n_head_kv[i] * (c.head_dim_k + c.head_dim_v) for i in self.layers)
+        values = sum(c.n_head_kv[i] * (c.head_k(i) + c.head_v(i)) for i in self.layers)
         return round(values * self._per_value)
 
     def layer_bytes(self, layer: int, length: int | None = None) -> int:

@@ -33,7 +33,9 @@ ROPE_BASE_SWA_DEFAULT = 10000.0
 ROPE_BASE_DEFAULT = 10000.0  # llama.cpp's default rope_freq_base_train
 # Keys that change the math when non-zero and that no declaration implements yet: llama 4 / Mistral 3
 # attention temperature tuning (src/models/mistral3.cpp), a per-model attention scale (granite).
-_UNHANDLED_KEYS = ("attention.temperature_scale", "attention.scale")
+# Gemma 3n / 4 per-layer embeddings and KV caches shared between layers are not implemented either.
+_UNHANDLED_KEYS = ("attention.temperature_scale", "attention.scale", "embedding_length_per_layer_input",
+                   "attention.shared_kv_layers")
 
 # Token texts llama.cpp treats as end of generation whatever their id
 # (source: `llama_vocab::impl::load`, the `special_eog_ids` list in src/llama-vocab.cpp).
@@ -82,10 +84,26 @@ class Config:
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
     rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
     rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
+    head_dim_k_swa: int = 0  # head sizes and rotated dims of "sliding" layers when they differ (0: as full layers)
+    head_dim_v_swa: int = 0
+    rope_dims_swa: int = 0
 
-    @property
-    def attention_scale(self) -> float:
-        return 1.0 / float(self.head_dim_k) ** 0.5
+    def head_k(self, layer: int) -> int:
+        """Key (and query) size per head of a layer: `attention.key_length`, or `key_length_swa` if it slides."""
+        return (self.head_dim_k_swa or self.head_dim_k) if self.mixers[layer] == "sliding" else self.head_dim_k
+
+    def head_v(self, layer: int) -> int:
+        """Value size per head of a layer."""
+        return (self.head_dim_v_swa or self.head_dim_v) if self.mixers[layer] == "sliding" else self.head_dim_v
+
+    def n_rot(self, layer: int) -> int:
+        """Rotated dims per head of a layer (`rope.dimension_count`, or `dimension_count_swa` if it slides)."""
+        return (self.rope_dims_swa or self.rope_dims) if self.mixers[layer] == "sliding" else self.rope_dims
+
+    def attention_scale(self, layer: int) -> float:
+        """What q.k is multiplied by: the declaration's constant, else 1 / sqrt(key size)."""
+        scale = self.spec.attention_scale
+        return scale if scale is not None else 1.0 / float(self.head_k(layer)) ** 0.5
 
     @property
     def embed_scale(self) -> float:
@@ -231,6 +249,9 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
         rope_yarn=_yarn(hp, spec, card, freq_scale),
         rope_freq_scale_swa=freq_scale if spec.swa_rope_global else 1.0,
+        head_dim_k_swa=hp.int("attention.key_length_swa") or 0,
+        head_dim_v_swa=hp.int("attention.value_length_swa") or 0,  # llama.cpp: the full layers' sizes by default
+        rope_dims_swa=hp.int("rope.dimension_count_swa") or 0,
     )
     numeric_checks.check_config(config, f.path.name)
     return config

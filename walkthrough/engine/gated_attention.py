@@ -24,7 +24,7 @@ from walkthrough.engine.steps import LayerTrace
 def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: joint query+gate projection, q/k RMSNorm, partial rope, attention, sigmoid gate."""
     c, m, n, pre = p.config, p.meter, x.shape[0], f"blk.{layer}."
-    hd = c.head_dim_k
+    hd = c.head_k(layer)
     qg, k, v = project_qkv(p, pre, x, q_dim=2 * hd)  # [n, h, 2 hd], [n, h_kv, hd], [n, h_kv, hd_v]
     q, gate = qg[..., :hd], qg[..., hd:]  # [n, h, hd] each
     q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
@@ -33,7 +33,7 @@ def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTr
     cos, sin = np.where(turns, p.cos, np.float32(1)), np.where(turns, p.sin, np.float32(0))  # [n, n_rot/2]
     q, k = ops.rope(q, cos, sin, neox=True), ops.rope(k, cos, sin, neox=True)
     out = attend(p, layer, q, k, v, trace) * ops.sigmoid(gate)  # [n, h, hd_v]
-    o = out.reshape(n, c.n_head * c.head_dim_v)
+    o = out.reshape(n, -1)
     return m.linear(pre + "attn_output.weight", o, pre + "attn_output.bias")
 
 

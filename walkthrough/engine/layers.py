@@ -54,23 +54,22 @@ def project_qkv(
     """[n, d] -> q [n, h, q_dim], k [n, h_kv, hd], v [n, h_kv, hd_v] (fused or separate projections, optional biases).
 
     q_dim is the query width per head: hd, or more when the query projection carries extra
-    values per head (qwen35moe's output gate, `gated_attention`).
+    values per head (qwen35moe's output gate, `gated_attention`). Where the declaration allows it and the
+    layer has no `attn_v`, the values are the keys' projection (gemma4).
     """
     c, m, n = p.config, p.meter, x.shape[0]
     layer = int(pre.split(".")[1])
-    h_kv = c.n_head_kv[layer]
-    q_dim = q_dim or c.head_dim_k
+    h_kv, hd, hd_v = c.n_head_kv[layer], c.head_k(layer), c.head_v(layer)
+    q_dim = q_dim or hd
     if m.weights.has(pre + "attn_qkv.weight"):
         qkv = m.linear(pre + "attn_qkv.weight", x, pre + "attn_qkv.bias")
-        nq, nk = c.n_head * q_dim, h_kv * c.head_dim_k
+        nq, nk = c.n_head * q_dim, h_kv * hd
         q, k, v = qkv[:, :nq], qkv[:, nq : nq + nk], qkv[:, nq + nk :]
     else:
-        q, k, v = (m.linear(pre + f"attn_{part}.weight", x, pre + f"attn_{part}.bias") for part in "qkv")
-    return (
-        q.reshape(n, c.n_head, q_dim),
-        k.reshape(n, h_kv, c.head_dim_k),
-        v.reshape(n, h_kv, c.head_dim_v),
-    )
+        q, k = (m.linear(pre + f"attn_{part}.weight", x, pre + f"attn_{part}.bias") for part in "qk")
+        has_v = not c.spec.v_from_k or m.weights.has(pre + "attn_v.weight")
+        v = m.linear(pre + "attn_v.weight", x, pre + "attn_v.bias") if has_v else k
+    return q.reshape(n, c.n_head, q_dim), k.reshape(n, h_kv, hd), v.reshape(n, h_kv, hd_v)
 
 
 def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
@@ -85,13 +84,15 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     if c.spec.qk_norm:
         q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
         k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
+    if c.spec.v_norm:
+        v = ops.rmsnorm(v, np.float32(1), c.norm_eps)  # no weight (gemma4)
     every = c.spec.no_rope_every
     if not (every and (layer + 1) % every == 0):  # NoPE layers see positions only through the causal mask
         neox = c.spec.rope == "neox"
         cos, sin = p.angles(layer)
         q, k = ops.rope(q, cos, sin, neox), ops.rope(k, cos, sin, neox)
     out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
-    return m.linear(pre + "attn_output.weight", out.reshape(n, c.n_head * c.head_dim_v), pre + "attn_output.bias")
+    return m.linear(pre + "attn_output.weight", out.reshape(n, -1), pre + "attn_output.bias")
 
 
 def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, trace: LayerTrace) -> np.ndarray:
@@ -108,12 +109,12 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     window = c.window(layer)
     sinks = p.meter.tensor(f"blk.{layer}.attn_sinks.weight") if c.spec.sinks else None  # [h]
     out, weights = ops.attention(
-        q, keys, values, p.positions, c.attention_scale, fmt, window=window, sinks=sinks
+        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks
     )  # [n, h, hd_v], [h, n, L]
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
     visible = int(np.sum(seen))  # query-key pairs the causal (and window) mask lets through
     p.meter.read_cache(
-        p.cache.layer_bytes(layer, keys.shape[0]), 2 * c.n_head * (c.head_dim_k + c.head_dim_v) * visible
+        p.cache.layer_bytes(layer, keys.shape[0]), 2 * c.n_head * (c.head_k(layer) + c.head_v(layer)) * visible
     )
     trace.kv_len = keys.shape[0]
     trace.kv_bytes = p.cache.layer_bytes(layer, keys.shape[0])

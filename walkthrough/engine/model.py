@@ -43,6 +43,7 @@ from walkthrough.inspect.gguf import GGUFFile, open_gguf
 
 EMBEDDING = "token_embd.weight"
 OUTPUT = "output.weight"
+ROPE_FREQS = "rope_freqs.weight"  # per-pair frequency divisors (llama 3 long context, gemma4's proportional RoPE)
 
 
 class Model:
@@ -71,7 +72,6 @@ class Model:
         check_small_tensors(f, self.weights, self.config.n_embd)  # NaN/Inf norm weights refused before a pass
         self.tied_output = not self.weights.has(OUTPUT)
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
-        self._rope_factors = self.weights.get("rope_freqs.weight") if self.weights.has("rope_freqs.weight") else None
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kwargs) -> Model:
@@ -161,13 +161,15 @@ class Model:
         """What every layer of a pass over n tokens at positions start..start+n shares (RoPE angles included)."""
         c = config
         positions = np.arange(start, start + n)
-        cos, sin = ops.rope_angles(
-            positions, c.rope_dims, c.rope_base, c.rope_freq_scale, self._rope_factors, c.rope_yarn)
+        factors = meter.optional(ROPE_FREQS)  # [n_rot/2] or None; read (and counted) once per pass
+        cos, sin = ops.rope_angles(positions, c.rope_dims, c.rope_base, c.rope_freq_scale, factors, c.rope_yarn)
         p = PassInput(c, meter, cache, positions, cos, sin, record_attention)
         if "sliding" in c.mixers:
             yarn = c.rope_yarn if c.rope_freq_scale_swa != 1.0 else None  # sliding layers sharing the scaling
+            factors = factors if c.spec.swa_rope_factors else None
+            n_rot = c.n_rot(c.mixers.index("sliding"))
             p.cos_swa, p.sin_swa = ops.rope_angles(
-                positions, c.rope_dims, c.rope_base_swa, c.rope_freq_scale_swa, self._rope_factors, yarn)
+                positions, n_rot, c.rope_base_swa, c.rope_freq_scale_swa, factors, yarn)
         return p
 
     def head(self, x: np.ndarray, meter: Meter) -> np.ndarray:
@@ -185,9 +187,12 @@ def _norm(p: PassInput, i: int, h: np.ndarray, name: str | None) -> np.ndarray:
 
 
 def ffn_half(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
-    """The second half of block i: x + FFN(norm(x)) (post-norm if declared), [rows, d] -> [rows, d]."""
+    """The second half of block i: x + FFN(norm(x)) (post-norm if declared), times the layer's output scale
+    if it has one (gemma4), [rows, d] -> [rows, d]."""
     spec = p.config.spec
-    return x + _norm(p, i, FFNS[trace.ffn](p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
+    x = x + _norm(p, i, FFNS[trace.ffn](p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
+    scale = p.meter.optional(f"blk.{i}.layer_output_scale.weight")  # [1]
+    return x if scale is None else x * scale
 
 
 def block(

@@ -65,7 +65,7 @@ def _width(f: GGUFFile, pre: str, kind: str, d: int, up_outputs: int = 1) -> int
 
 def _layer_shapes(f: GGUFFile, c: Config, i: int) -> Shapes:
     """Every tensor a layer of `c` may hold (name after `blk.N.`) and its shape implied by the metadata."""
-    pre, d, h, dk, dv, h_kv = f"blk.{i}.", c.n_embd, c.n_head, c.head_dim_k, c.head_dim_v, c.n_head_kv[i]
+    pre, d, h, dk, dv, h_kv = f"blk.{i}.", c.n_embd, c.n_head, c.head_k(i), c.head_v(i), c.n_head_kv[i]
     nq = h * dk * (2 if c.spec.attention_gate else 1)  # a gated query carries the gate too
     ff, e = _width(f, pre, "", d, 2 if c.spec.fused_up else 1), c.n_experts
     ff_exp, ff_sh = _width(f, pre, "_exps", d), _width(f, pre, "_shexp", d)
@@ -75,6 +75,7 @@ def _layer_shapes(f: GGUFFile, c: Config, i: int) -> Shapes:
         "attn_qkv.weight": (d, nq + h_kv * (dk + dv)), "attn_qkv.bias": (nq + h_kv * (dk + dv),),
         "attn_output.weight": (h * dv, d), "attn_output.bias": (d,),
         "attn_q_norm.weight": (dk,), "attn_k_norm.weight": (dk,), "attn_sinks.weight": (h,),
+        "layer_output_scale.weight": (1,),
         "ffn_gate.weight": (d, ff), "ffn_up.weight": (d, 2 * ff if c.spec.fused_up else ff), "ffn_down.weight": (ff, d),
         "ffn_gate.bias": (ff,), "ffn_up.bias": (2 * ff if c.spec.fused_up else ff,), "ffn_down.bias": (d,),
         "ffn_gate_inp.weight": (d, e), "ffn_gate_inp.bias": (e,),
@@ -85,7 +86,8 @@ def _layer_shapes(f: GGUFFile, c: Config, i: int) -> Shapes:
         "ffn_gate_inp_shexp.weight": (d,),
     }
     for name in c.spec.block.names:  # the block's norms
-        shapes[name] = (d,)
+        if name.endswith("norm.weight"):
+            shapes[name] = (d,)
     if c.mixers[i] == "linear" and c.hybrid is not None:
         shapes.update(c.hybrid.tensor_shapes(d))
     return shapes
@@ -129,8 +131,9 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
     """Raise `IncompleteModel` unless the file holds exactly the declared tensors, at their shapes."""
     if c.n_head % max(min(c.n_head_kv), 1) or min(c.n_head_kv) < 1:
         raise IncompleteModel(f"{f.path.name}: {c.n_head} query heads cannot share {list(set(c.n_head_kv))} KV heads")
-    if c.rope_dims % 2 or c.rope_dims > c.head_dim_k:
-        raise IncompleteModel(f"{f.path.name}: RoPE over {c.rope_dims} dims does not fit heads of {c.head_dim_k}")
+    for i in range(c.n_layers):
+        if c.n_rot(i) % 2 or c.n_rot(i) > c.head_k(i):
+            raise IncompleteModel(f"{f.path.name}: RoPE over {c.n_rot(i)} dims does not fit heads of {c.head_k(i)}")
     if c.spec.attention_gate and c.head_dim_k != c.head_dim_v:  # the gate multiplies the output per value
         raise IncompleteModel(f"{f.path.name}: a gated attention head needs keys and values of one size, "
                               f"not {c.head_dim_k} and {c.head_dim_v}")

@@ -233,8 +233,10 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
         kv_values = 0
         if keeps_kv:
             kv_values = None
-            if heads is not None and dims["head_k"] is not None and dims["head_v"] is not None:
-                kv_values = heads * (dims["head_k"] + dims["head_v"])
+            head_k, head_v = (dims[f"{x}_swa"] or dims[x] for x in ("head_k", "head_v")) if window else (
+                dims["head_k"], dims["head_v"])
+            if heads is not None and head_k is not None and head_v is not None:
+                kv_values = heads * (head_k + head_v)
             else:
                 kv_values = _kv_from_tensors(p)
         state = 0
@@ -306,6 +308,9 @@ def _dims(f: GGUFFile, hp: Hparams) -> dict:
         "n_head_kv": hp.int("attention.head_count_kv") or n_head,
         "head_k": head_k,
         "head_v": head_v if head_v is not None else head_k,
+        # sliding-window layers' own head sizes (llama.cpp reads them for every architecture)
+        "head_k_swa": hp.int("attention.key_length_swa"),
+        "head_v_swa": hp.int("attention.value_length_swa"),
         "n_experts": _n_experts(f, hp),
     }
 
