@@ -11,6 +11,7 @@ position is checked against the block written out by hand from llama.cpp's graph
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from walkthrough.errors import WalkthroughError
 
 REFERENCE = FIXTURES_DIR / "reference"
 FIXTURES = sorted(REFERENCE.glob("ref-*.gguf"))
+ARCH = sorted((Path(__file__).parent / "fixtures" / "arch").glob("ref-*-f32.gguf"))  # the newer architectures
 GREEDY = SamplerSettings(temperature=0.0)
 SEEDED = SamplerSettings(temperature=0.9, seed=11)
 N_NEW = 16
@@ -64,15 +66,27 @@ def models() -> dict[str, Model]:
 @pytest.mark.parametrize("name", [p.stem for p in FIXTURES])
 def test_prompt_lookup_gives_the_plain_tokens(models, name: str, settings: SamplerSettings):
     model, ids = models[name], _prompt(REFERENCE / f"{name}.gguf")
+    _check_lookup(model, ids, settings, REFERENCE / f"{name}.logits.json")
+
+
+@pytest.mark.parametrize("settings", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+@pytest.mark.parametrize("path", ARCH, ids=[p.stem for p in ARCH])
+def test_prompt_lookup_gives_the_plain_tokens_on_the_newer_architectures(path, settings: SamplerSettings):
+    _check_lookup(Model.open(path), _prompt(path), settings, path.with_suffix(".logits.json"))
+
+
+def _check_lookup(model: Model, ids: list[int], settings: SamplerSettings, reference) -> None:
     plain, plain_session = _plain(model, ids, settings, 7, N_NEW)
     spec, session, rounds = _speculative(model, PromptLookup(), ids, settings, 7, N_NEW)
     assert spec == plain
     if settings is GREEDY:  # and plain greedy decoding is llama.cpp's
-        assert spec == json.loads((REFERENCE / f"{name}.logits.json").read_text())["greedy_ids"][:N_NEW]
+        assert spec == json.loads(reference.read_text())["greedy_ids"][:N_NEW]
     assert session.tokens == plain_session.tokens and session.pending == plain_session.pending
     assert session.position == plain_session.position == len(ids) + N_NEW - 1
-    for layer in session.cache.layers:  # the rolled-back cache holds what plain decoding wrote
-        assert np.allclose(session.cache.keys(layer), plain_session.cache.keys(layer), atol=1e-5)
+    # the rolled-back cache holds what plain decoding wrote, up to float summation order over 4 rows or 1
+    for layer in session.cache.layers:
+        keys, plain_keys = session.cache.keys(layer), plain_session.cache.keys(layer)
+        assert np.abs(keys - plain_keys).max() <= 1e-4 * max(1.0, float(np.abs(plain_keys).max()))
     for layer, state in session.cache.states.items():
         for key, array in state.items():
             assert np.allclose(array, plain_session.cache.states[layer][key], atol=1e-4)
