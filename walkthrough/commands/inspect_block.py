@@ -7,7 +7,7 @@ values rounded to each type gguf.quants can write: RMS and largest error, the
 outlier effect, and what the tensor and the whole file would weigh at that
 type; and the error of every value for a few common types. `--json` prints
 the same as one object. Numbers come from `walkthrough.inspect.block` and
-`walkthrough.inspect.requant`; nothing is computed here.
+`walkthrough.inspect.requant`, tables from `walkthrough.screens.block_view`.
 """
 
 from __future__ import annotations
@@ -15,21 +15,12 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 import numpy as np
-from gguf.constants import GGMLQuantizationType as Q
-from rich import box
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from walkthrough.inspect.block import Block, parse_block_spec, read_block
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import OUTLIER_TIMES, Rounding, file_size_at, round_block, size_at
-from walkthrough.screens.format import human_bytes
-from walkthrough.textsafe import safe_text
-
-FLOATS = (Q.F32, Q.F16, Q.BF16)
-ERROR_COLUMNS = (Q.F16, Q.Q8_0, Q.Q5_1, Q.Q4_1, Q.Q4_0)  # per-value errors shown in the human table
-HEX_PER_LINE = 16
+from walkthrough.screens.block_view import block_heading, block_tables
 
 
 def run_block(f: GGUFFile, spec: str, *, as_json: bool, out: TextIO) -> int:
@@ -92,106 +83,9 @@ def block_json(f: GGUFFile, block: Block, rounds: list[Rounding]) -> dict[str, A
     }
 
 
-def _g(x: float | None, digits: int = 4) -> str:
-    return "-" if x is None else f"{x:.{digits}g}"
-
-
 def render(f: GGUFFile, block: Block, rounds: list[Rounding], *, out: TextIO) -> None:
-    """Tables for one block (fits 80 columns; the per-value tables are one row per value)."""
+    """The heading and tables of one block (`screens.block_view`), fitting 80 columns."""
     console = Console(file=out, markup=False, emoji=False, highlight=False)
-    t = f.tensors[block.tensor]
-    end = block.column + block.block_size
-    console.print(Text.assemble(
-        ("Block ", "bold"), (f"{block.index:,}", "bold"), " of ", safe_text(block.tensor),
-        f" ({block.qtype.name}, {block.n_blocks:,} blocks): row {block.row:,}, values {block.column:,}..{end - 1:,}, "
-        f"bytes at {block.file_offset:,}"))
-    console.print(f"{block.qtype.name}: {block.bits.explain()}")
-    console.print(_bytes_table(block))
-    if block.decoded.fields and block.qtype not in FLOATS:
-        console.print(_fields_table(block))
-    console.print(_values_table(block))
-    console.print(_rounding_table(f, t, block, rounds))
-    console.print(_errors_table(block, rounds))
-
-
-def _bytes_table(block: Block) -> Table:
-    table = Table(title="Stored bytes", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("field", "bytes", "hex"):
-        table.add_column(col)
-    fields = block.field_bytes()
-    if len(fields) > 4 and fields[0][0].startswith("value"):  # floats: one line for all values
-        fields = [("values", fields[0][1], b"".join(b for _, _, b in fields))]
-    for name, _meaning, raw in fields:
-        hexes = raw.hex(" ")
-        lines = [hexes[i:i + 3 * HEX_PER_LINE - 1] for i in range(0, len(hexes), 3 * HEX_PER_LINE)]
-        table.add_row(name, str(len(raw)), "\n".join(lines))
-    return table
-
-
-def _fields_table(block: Block) -> Table:
-    table = Table(title="Decoded fields", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("field")
-    table.add_column("values", overflow="fold")
-    for name, values in block.decoded.fields.items():
-        shown = ", ".join(_g(v) if isinstance(v, float) else str(v) for v in np.asarray(values).tolist())
-        table.add_row(name, shown)
-    return table
-
-
-def _values_table(block: Block) -> Table:
-    d = block.decoded
-    table = Table(title="Values (value = step x level + offset)" if d.codes is not None else "Values",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ("i", "code", "level", "step", "offset", "value") if d.codes is not None else ("i", "value")
-    if block.qtype in FLOATS:
-        columns = ("i", "sign", "exponent", "mantissa", "value")
-    for col in columns:
-        table.add_column(col, justify="right")
-    for i, value in enumerate(block.values.tolist()):
-        if block.qtype in FLOATS:
-            table.add_row(str(i), *(str(d.fields[k][i]) for k in ("sign", "exponent", "mantissa")), _g(value, 6))
-        elif d.codes is not None:
-            table.add_row(str(i), str(d.codes[i]), str(d.levels[i]), _g(float(d.steps[i])),
-                          _g(float(d.offsets[i])), _g(value, 6))
-        else:
-            table.add_row(str(i), _g(value, 6))
-    return table
-
-
-def _e(x: float | None) -> str:
-    return "-" if x is None else ("0" if x == 0 else f"{x:.2e}")
-
-
-def _rounding_table(f: GGUFFile, t, block: Block, rounds: list[Rounding]) -> Table:
-    table = Table(title=f"The same values at other types (now {block.qtype.name}: tensor {human_bytes(t.nbytes)}, "
-                  f"file {human_bytes(f.file_size)}). rest: RMS error of the other values of the largest one's "
-                  f"block, without and with that value x {OUTLIER_TIMES:g}",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    for col in ("type", "bits", "RMS err", "max err", "rest", "+outlier", "tensor", "file"):
-        table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
-    reasons = []
-    for r in rounds:
-        tensor = size_at(t, r.qtype)
-        sizes = ("-" if tensor is None else human_bytes(tensor), human_bytes(file_size_at(f, r.qtype)))
-        if r.values is None:
-            table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", "-", "-", "-", "-", *sizes)
-            reasons.append(r.reason)
-            continue
-        table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", _e(r.rms), _e(r.max_error),
-                      _e(r.clean_rms), _e(r.outlier_rms), *sizes)
-    table.caption = "\n".join(reasons) or None
-    table.caption_justify = "left"
-    return table
-
-
-def _errors_table(block: Block, rounds: list[Rounding]) -> Table:
-    shown = [r for r in rounds if r.qtype in ERROR_COLUMNS and r.values is not None]
-    table = Table(title="Error of each value (rounded - stored)", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("i", justify="right")
-    table.add_column("value", justify="right")
-    for r in shown:
-        table.add_column(r.qtype.name, justify="right")
-    for i, value in enumerate(block.values.tolist()):
-        table.add_row(str(i), _g(value, 5), *(_e(float(r.errors[i])) for r in shown))
-    return table
+    console.print(block_heading(block))
+    for table in block_tables(f, block, rounds):
+        console.print(table)

@@ -29,6 +29,8 @@ import numpy as np
 
 from walkthrough.engine.config import Config
 
+ROWS_BUDGET = 256_000_000  # bytes of recorded rows the app allows a run (see `rows_bytes`)
+
 
 @dataclass
 class AttentionMap:
@@ -87,3 +89,14 @@ class AttentionMap:
 
 def _has_rows(step) -> bool:
     return any(t.attention_rows is not None for t in step.layers)
+
+
+def rows_bytes(config: Config, positions: int) -> int:
+    """Bytes the recorded rows of a run over `positions` tokens take (float32, every attention layer and head).
+
+    Each pass keeps [h, n, L] per layer; over a run the rows add up to about h x T^2 per layer (float32),
+    so recording is for short requests: 300 tokens x 4 heads x 4 layers is 5.8 MB, 2,000 tokens x 32 heads
+    x 32 layers 16 GB.
+    """
+    layers = sum(1 for kind in config.mixers if kind != "linear")
+    return layers * config.n_head * positions * positions * 4

@@ -52,6 +52,10 @@ type holds). It also says whether the engine can run this file, and if not, why.
 Tensors: every tensor by layer, with its group (attention, experts, norm...),
 storage type, shape (GGUF order: row length first), parameters and bytes.
 Press / to filter (by name, group or type), escape to leave the filter.
+Enter (or b) on a tensor opens its first block as stored: the bytes, the
+decoded fields (scale, min, sub-block scales), every value with its code, the
+bits-per-weight arithmetic of its type, and the same values rounded to other
+types with their errors and the size the tensor and the file would have.
 
 Metadata: every key with its type and value, shown literally.
 """
@@ -60,6 +64,7 @@ Metadata: every key with its type and value, shown literally.
         Binding("v", "next_view", "View", id="file.view"),
         Binding("slash", "filter", "Filter", id="file.filter"),
         Binding("escape", "leave_filter", "Leave filter", show=False),
+        Binding("b", "block", "Block", id="file.block"),
     ]
 
     def __init__(self) -> None:
@@ -109,6 +114,7 @@ Metadata: every key with its type and value, shown literally.
                 continue
             rows.append((
                 -1 if layer is None else layer,
+                t.name,
                 "" if layer is None else str(layer),
                 safe_text(t.name if layer is None else t.name.split(".", 2)[2]),
                 group,
@@ -119,7 +125,7 @@ Metadata: every key with its type and value, shown literally.
             ))
         rows.sort(key=lambda r: r[0])
         for row in rows:
-            table.add_row(*row[1:])
+            table.add_row(*row[2:], key=row[1])
 
     def _fill_metadata(self) -> None:
         f = self.state.file
@@ -152,6 +158,7 @@ Metadata: every key with its type and value, shown literally.
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._focus_view()
+        self.refresh_bindings()  # b (block) works in the tensors view only
 
     def action_next_view(self) -> None:
         tabs = self.query_one(TabbedContent)
@@ -164,6 +171,24 @@ Metadata: every key with its type and value, shown literally.
         else:
             self._filtering = True  # focus the filter once the tensors view is shown
             tabs.active = "tensors"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "block":  # a tensor row must be in view
+            return None if self.query_one(TabbedContent).active != "tensors" else True
+        return super().check_action(action, parameters)
+
+    def action_block(self) -> None:
+        table = self.query_one("#tensor-table", DataTable)
+        if self.state.file is None or not table.row_count:
+            return
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        from walkthrough.screens.block import BlockScreen
+
+        self.app.push_screen(BlockScreen(self.state.file, key))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "tensor-table":
+            self.action_block()
 
     def action_leave_filter(self) -> None:
         if self.query_one(TabbedContent).active == "tensors":

@@ -194,12 +194,30 @@ class RequestState:
             self.session = self._passes = None
             if not self.can_run:
                 return
-            self.session = Session(self.model, record_attention=True, measure_surprisal=True)
+            self.session = Session(self.model, record_attention=True, measure_surprisal=True,
+                                   attention_rows=self.attention_rows_blocker() is None)
             self.sampler = Sampler(self.settings)
             self._passes = itertools.chain(
                 self.session.prefill(self.prompt_ids, chunk=self.chunk, sampler=self.sampler),
                 self.session.decode(self.sampler, self.max_new_tokens),
             )
+
+    def attention_rows_blocker(self) -> str | None:
+        """Why this run does not record every attention row (too many bytes for the request's length), or None."""
+        from walkthrough.engine.attention_map import ROWS_BUDGET, rows_bytes
+
+        positions = len(self.prompt_ids) + self.max_new_tokens
+        need = rows_bytes(self.model.config, positions)
+        if need <= ROWS_BUDGET:
+            return None
+        return (f"every attention row of {positions} positions would take {need / 1e6:,.0f} MB "
+                f"(more than {ROWS_BUDGET / 1e6:,.0f} MB); shorten the request to see the matrix")
+
+    def attention_map(self) -> Any:
+        """The causal attention matrices of the passes run so far (`engine.attention_map`)."""
+        from walkthrough.engine.attention_map import AttentionMap
+
+        return AttentionMap.from_steps(self.steps, self.model.config)
 
     def run_pass(self) -> tuple[int, Any]:
         """Run the next pass: (run id, Step), or (run id, None) when the request is finished."""

@@ -1,6 +1,7 @@
 """The base of the stages that step through the run (prefill, decode, sampling): keys and the live panel.
 
-space runs one pass, enter plays or pauses, r restarts the request. The stage's
+space runs one pass, enter plays or pauses, r restarts the request, a opens
+the attention matrix of the passes so far (`attention`). The stage's
 own view goes in `compose_main`; the live panel sits beside it (wide screens)
 or under it (narrow ones, through the `-narrow` class the app's breakpoints set).
 """
@@ -27,6 +28,7 @@ class SteppingScreen(StageScreen):
         Binding("space", "app.step", "Step", id="run.step"),
         Binding("enter", "app.play", "Play", id="run.play"),
         Binding("r", "app.restart", "Restart", id="run.restart"),
+        Binding("a", "attention", "Attention", id="run.attention"),
     ]
 
     def compose_body(self) -> ComposeResult:
@@ -37,6 +39,14 @@ class SteppingScreen(StageScreen):
 
     def compose_main(self) -> ComposeResult:
         yield from ()
+
+    def action_attention(self) -> None:
+        """Open the attention matrix of the passes run so far."""
+        if self.state.model is None:
+            return
+        from walkthrough.screens.attention import AttentionScreen
+
+        self.app.push_screen(AttentionScreen(self.state))
 
     def show_blocker(self, view: Static) -> bool:
         """Say in `view` why the request cannot run, if it cannot; True when it did."""
