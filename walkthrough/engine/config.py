@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import math
 
 from walkthrough.engine import numeric_checks, ops
-from walkthrough.engine.arch import ARCHITECTURES, Architecture
+from walkthrough.engine.arch import ARCHITECTURES, Architecture, Router
 from walkthrough.engine.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
@@ -82,6 +82,7 @@ class Config:
     sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
     rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
+    router: Router = Router()  # the declaration's router, with the file's settings where it reads them
     rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
     rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
     head_dim_k_swa: int = 0  # head sizes and rotated dims of "sliding" layers when they differ (0: as full layers)
@@ -184,6 +185,25 @@ def _yarn(hp: Hparams, spec: Architecture, card: ModelCard, freq_scale: float) -
     )
 
 
+# llama.cpp's `llama_expert_gating_func_type` values (src/llama-hparams.h); 0 (none) keeps the declaration's.
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+
+
+def _router(hp: Hparams, router: Router) -> Router:
+    """The declared router, with the file's keys where the declaration reads them."""
+    if not router.from_metadata:
+        return router
+    norm = hp.raw("expert_weights_norm")
+    return Router(
+        gating=_GATING.get(hp.int("expert_gating_func") or 0, router.gating),
+        normalize=bool(norm) if isinstance(norm, (bool, int)) else router.normalize,
+        groups=hp.int("expert_group_count") or router.groups,
+        groups_used=hp.int("expert_group_used_count") or router.groups_used,
+        scale=hp.float("expert_weights_scale") or router.scale,
+        from_metadata=True,
+    )
+
+
 def _layer_kinds(card: ModelCard, spec: Architecture, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Per layer, the card's mixer and FFN kinds, refused unless the declaration lists them."""
     mixers = tuple(layer.attention for layer in card.layers[:n_layers])
@@ -248,6 +268,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
         rope_yarn=_yarn(hp, spec, card, freq_scale),
+        router=_router(hp, spec.router or Router()),
         rope_freq_scale_swa=freq_scale if spec.swa_rope_global else 1.0,
         head_dim_k_swa=hp.int("attention.key_length_swa") or 0,
         head_dim_v_swa=hp.int("attention.value_length_swa") or 0,  # llama.cpp: the full layers' sizes by default

@@ -81,9 +81,11 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     c, m, n = p.config, p.meter, x.shape[0]
     pre = f"blk.{layer}."
     q, k, v = project_qkv(p, pre, x)
-    if c.spec.qk_norm:
-        q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
-        k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
+    q_norm, k_norm = ((m.tensor if c.spec.qk_norm else m.optional)(f"{pre}attn_{x}_norm.weight") for x in "qk")
+    if q_norm is not None:  # required where the declaration says so, else used when the file has them (glm4moe)
+        q = ops.rmsnorm(q, q_norm, c.norm_eps)
+    if k_norm is not None:
+        k = ops.rmsnorm(k, k_norm, c.norm_eps)
     if c.spec.v_norm:
         v = ops.rmsnorm(v, np.float32(1), c.norm_eps)  # no weight (gemma4)
     every = c.spec.no_rope_every
@@ -141,12 +143,15 @@ def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.
 
 
 def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
-    """[n, d] -> [n, d]: softmax router, top-k experts per token (only those dequantized), shared expert if any."""
+    """[n, d] -> [n, d]: router, top-k experts per token (only those dequantized), shared expert if any."""
     c, m, pre = p.config, p.meter, f"blk.{layer}."
     router_logits = m.linear(pre + "ffn_gate_inp.weight", x, pre + "ffn_gate_inp.bias")  # [n, E]
     act = ops.GATED[c.spec.activation]
-    router = c.spec.router
-    chosen, weights = ops.route(router_logits, c.n_experts_used, router.normalize, router.gating)  # [n, k], [n, k]
+    r = c.router
+    chosen, weights = ops.route(
+        router_logits, c.n_experts_used, r.normalize, r.gating, bias=m.optional(pre + "exp_probs_b.bias"),
+        groups=r.groups, groups_used=r.groups_used, scale=r.scale,
+    )  # [n, k], [n, k]
     trace.experts, trace.expert_weights = chosen, weights
     out = np.zeros_like(x)
     gate, up, down = (pre + f"ffn_{w}_exps" for w in ("gate", "up", "down"))

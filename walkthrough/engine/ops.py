@@ -213,19 +213,44 @@ def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = 1.702, limit: fl
 GATED = {"silu": swiglu, "gelu": geglu, "swiglu_oai": swiglu_oai}  # the declarations' `activation` -> gated unit
 
 
-def route(logits: np.ndarray, k: int, normalize: bool, gating: str = "softmax") -> tuple[np.ndarray, np.ndarray]:
+def route(
+    logits: np.ndarray,
+    k: int,
+    normalize: bool,
+    gating: str = "softmax",
+    *,
+    bias: np.ndarray | None = None,
+    groups: int = 1,
+    groups_used: int = 1,
+    scale: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """Router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
 
-    gating "softmax": the weights are the softmax probabilities of the chosen experts, renormalised to
-    sum to 1 when `normalize` (qwen3moe, llama) and left as they are otherwise (qwen2moe).
-    gating "softmax_weight" (gpt-oss): the top-k logits, then a softmax over those k only.
+    As llama.cpp's `build_moe_ffn` (src/llama-graph.cpp) does:
+    gating "softmax": the weights are the softmax probabilities of the chosen experts; "sigmoid"
+    (glm4moe): each expert's sigmoid; both renormalised to sum to 1 when `normalize` (qwen3moe, llama) and
+    left as they are otherwise (qwen2moe). gating "softmax_weight" (gpt-oss): the top-k logits, then a
+    softmax over those k only. `bias` [E] moves which experts are chosen but not their weights
+    (`exp_probs_b`); with `groups` > 1 only experts in the `groups_used` groups whose two best scores sum
+    highest can be chosen. `scale` (if not 0 or 1) multiplies the weights.
     """
     if gating == "softmax_weight":
         top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]  # [n, k]
         return top, softmax(np.take_along_axis(logits, top, axis=-1), axis=-1)
-    probs = softmax(logits, axis=-1)  # [n, E]
-    top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # [n, k]
+    probs = softmax(logits, axis=-1) if gating == "softmax" else sigmoid(logits)  # [n, E]
+    select = probs if bias is None else probs + bias  # [n, E]
+    if groups > 1:
+        n, n_exp = select.shape
+        by_group = select.reshape(n, groups, n_exp // groups)  # [n, G, E/G]
+        score = np.sort(by_group, axis=-1)[..., -2:].sum(axis=-1)  # [n, G]: the two best of each group
+        kept = np.argsort(-score, axis=-1, kind="stable")[:, :groups_used]  # [n, used]
+        allowed = np.zeros((n, groups), bool)
+        np.put_along_axis(allowed, kept, True, axis=-1)
+        select = np.where(np.repeat(allowed, n_exp // groups, axis=-1), select, -np.inf)
+    top = np.argsort(-select, axis=-1, kind="stable")[:, :k]  # [n, k]
     weights = np.take_along_axis(probs, top, axis=-1)  # [n, k]
     if normalize:
         weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MOE_WEIGHT_SUM_MIN)
+    if scale and scale != 1.0:
+        weights = weights * np.float32(scale)
     return top, weights

@@ -139,6 +139,10 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
                               f"not {c.head_dim_k} and {c.head_dim_v}")
     if "moe" in c.ffns and not 0 < c.n_experts_used <= c.n_experts:
         raise IncompleteModel(f"{f.path.name}: {c.n_experts_used} experts used out of {c.n_experts}")
+    r = c.router
+    if "moe" in c.ffns and r.groups > 1 and (c.n_experts % r.groups or not 0 < r.groups_used <= r.groups):
+        raise IncompleteModel(f"{f.path.name}: {c.n_experts} experts cannot form {r.groups} groups "
+                              f"of which {r.groups_used} are used")
     if "sliding" in c.mixers and c.sliding_window < 1:
         raise IncompleteModel(f"{f.path.name}: sliding-window layers without a window size")
     if not f.tensors:
