@@ -99,6 +99,11 @@ def _norms(w: Weights, b: str, dims: Dims, *names: str) -> None:
         w.vec(f"{b}{name}.weight", dims.d)
 
 
+def _qkv_biases(w: Weights, b: str, dims: Dims) -> None:
+    for part, n in (("q", dims.n_head), ("k", dims.n_kv), ("v", dims.n_kv)):
+        w.vec(f"{b}attn_{part}.bias", n * dims.head, 0.0)
+
+
 def _dense(w: Weights, b: str, dims: Dims, *, fused_up: bool = False) -> None:
     if fused_up:
         w.mat(b + "ffn_up.weight", 2 * dims.ff, dims.d)
@@ -219,8 +224,7 @@ def glm4moe(gw: GGUFWriter, w: Weights) -> None:
         b = f"blk.{i}."
         _norms(w, b, dims, "attn_norm", "post_attention_norm")
         _attention(w, b, dims, qk_norm=True)
-        for part, n in (("q", dims.n_head), ("k", dims.n_kv), ("v", dims.n_kv)):
-            w.vec(f"{b}attn_{part}.bias", n * dims.head, 0.0)
+        _qkv_biases(w, b, dims)
         if i == 0:
             _dense(w, b, dims)
             continue
@@ -297,8 +301,7 @@ def gpt_oss(gw: GGUFWriter, w: Weights) -> None:
         b = f"blk.{i}."
         _norms(w, b, dims, "attn_norm", "post_attention_norm")
         _attention(w, b, dims, out_bias=True)
-        for part, n in (("q", dims.n_head), ("k", dims.n_kv), ("v", dims.n_kv)):
-            w.vec(f"{b}attn_{part}.bias", n * dims.head, 0.0)
+        _qkv_biases(w, b, dims)
         w.vec(b + "attn_sinks.weight", dims.n_head, 0.0, 1.0)
         w.mat(b + "ffn_gate_inp.weight", e, dims.d)
         w.vec(b + "ffn_gate_inp.bias", e, 0.0)
