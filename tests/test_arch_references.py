@@ -44,7 +44,7 @@ def _hp(model: Model) -> dict:
 
 def test_every_architecture_has_its_two_references():
     arches = {p.stem.split("-", 1)[1].rsplit("-", 1)[0] for p in ALL}
-    assert arches >= {"gemma3", "gemma4", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3", "glm4moe"}
+    assert arches >= {"gemma3", "gemma4", "phi3", "mistral3", "qwen35", "gpt-oss", "smollm3", "glm4moe", "lfm2"}
     for arch in arches:  # F32 and a quantized type; glm4moe's quantized reference is not matched yet (README)
         assert len([p for p in ALL if p.stem.startswith(f"ref-{arch}-")]) == (1 if arch == "glm4moe" else 2), arch
     assert all(p.stat().st_size < 1 << 20 and p.with_suffix(".logits.json").stat().st_size < 1 << 20 for p in ALL)
@@ -61,15 +61,16 @@ def test_layer_kinds_and_kv_bytes_follow_llama_cpp(arch: str):
     assert all(layer.sliding_window == window for layer in card.layers if layer.attention == "sliding")
     # KV: 2 (K and V) x KV heads x head size x 2 bytes (F16) per position, a sliding layer at most its window
     # and with its own head size where the file gives one (`attention.key_length_swa`).
-    def per_layer(kind: str) -> int:
+    def per_layer(i: int, kind: str) -> int:
         head = hp.get("attention.key_length_swa", hp["attention.key_length"]) if kind == "sliding" else \
             hp["attention.key_length"]
-        return 2 * hp["attention.head_count_kv"] * head * 2
+        heads = np.ravel(hp["attention.head_count_kv"])  # one count, or one per layer (lfm2: 0 = convolution)
+        return 2 * int(heads[i] if heads.size > 1 else heads[0]) * head * 2
 
     kv_layers = [layer for layer in card.layers if layer.attention in ("full", "sliding")]
     for length in (3, 24, 100):
-        expected = sum(per_layer(layer.attention) * (min(length, window) if layer.attention == "sliding" else length)
-                       for layer in kv_layers)
+        expected = sum(per_layer(x.index, x.attention) * (min(length, window) if x.attention == "sliding" else length)
+                       for x in kv_layers)
         assert card.kv_bytes(length) == expected
     session = Session(model)
     step = list(session.prefill(list(range(24))))[-1]
@@ -116,3 +117,14 @@ async def test_the_stages_run_on_gpt_oss(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.svg")) == sorted(
         f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))
     assert app.state.finished
+
+
+def test_short_convolution_state_carries_across_passes():
+    """lfm2's convolution reads the previous inputs from its state: chunked prefill equals one pass."""
+    model = Model.open(F32["lfm2"])
+    ids = list(range(30, 54))
+    whole = np.concatenate([s.all_logits for s in Session(model, kv_type="f32").prefill(ids, all_logits=True)])
+    chunked = np.concatenate([s.all_logits for s in Session(model, kv_type="f32").prefill(ids, chunk=5,
+                                                                                        all_logits=True)])
+    assert np.abs(whole - chunked).max() <= 1e-5 * max(1.0, float(np.abs(whole).max()))
+    assert {a.shape for a in Session(model).cache.states.values() for a in a.values()} == {(2, model.config.n_embd)}

@@ -238,6 +238,27 @@ def glm4moe(gw: GGUFWriter, w: Weights) -> None:
         w.mat(b + "ffn_down_shexp.weight", dims.d, ff_exp)
 
 
+def lfm2(gw: GGUFWriter, w: Weights) -> None:
+    """Four layers: short convolutions (kernel 3) except layer 2, attention with q/k norms (KV heads 0 mark
+    the convolutions); the final norm is `token_embd_norm`."""
+    dims, kv_heads = Dims(), [0, 0, 2, 0]
+    _common(gw, dims, rope_base=1e6)
+    gw.add_head_count_kv(kv_heads)
+    gw.add_uint32("lfm2.shortconv.l_cache", 3)
+    w.tensors["token_embd.weight"] = (dims.d ** -0.5 * w.rng.standard_normal((dims.vocab, dims.d))).astype(np.float32)
+    w.vec("token_embd_norm.weight", dims.d)  # tied head: small rows, so it does not echo the input
+    for i, heads in enumerate(kv_heads):
+        b = f"blk.{i}."
+        _norms(w, b, dims)
+        if heads:
+            _attention(w, b, dims, qk_norm=True)
+        else:
+            w.vec(b + "shortconv.conv.weight", 3, 0.0, 0.5, dims.d)
+            w.mat(b + "shortconv.in_proj.weight", 3 * dims.d, dims.d)
+            w.mat(b + "shortconv.out_proj.weight", dims.d, dims.d)
+        _dense(w, b, dims)
+
+
 def smollm3(gw: GGUFWriter, w: Weights) -> None:
     """llama's block, four layers, the fourth without RoPE."""
     dims = Dims()
@@ -323,7 +344,8 @@ BUILDERS: dict[str, tuple[Callable[[GGUFWriter, Weights], None], Q | None]] = {
     "smollm3": (smollm3, Q.Q8_0),
     # F32 only for now: on a Q8_0 file llama.cpp and the engine part by about 0.03 on every row after the
     # first (1.1 on two), only when `exp_probs_b` is non-zero; not understood yet.
-    "glm4moe": (glm4moe, None),  # experts only, as published files store them; the rest stays F32
+    "glm4moe": (glm4moe, None),
+    "lfm2": (lfm2, Q.Q8_0),  # experts only, as published files store them; the rest stays F32
 }
 
 

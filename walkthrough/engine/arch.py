@@ -100,6 +100,8 @@ class Architecture:
     mixers: Mapping[str, Tensors]  # layer kind ("full", "sliding", "linear") -> the tensors it reads
     ffns: Mapping[str, Tensors]  # FFN kind ("dense", "moe") -> the tensors it reads
     tensors: Tensors = field(default_factory=lambda: GLOBALS)  # outside the blocks
+    output_norm: str = "output_norm.weight"  # the norm before the output head (lfm2 names it token_embd_norm)
+    linear_kind: str = "deltanet"  # what runs a "linear" layer: Gated DeltaNet, or "shortconv" (lfm2)
     attn_norm: str = "attn_norm.weight"  # RMSNorm before the mixer
     ffn_norm: str = "ffn_norm.weight"  # RMSNorm before the FFN
     attn_post_norm: str | None = None  # RMSNorm of the mixer's output before the residual add (gemma)
@@ -161,6 +163,7 @@ EXPERT_BIASES = Tensors(required=b(T.FFN_GATE_INP, T.FFN_GATE_EXP, T.FFN_UP_EXP,
 SINKS = Tensors(required=(*w(T.ATTN_SINKS), *b(T.ATTN_OUT)), optional=b(T.ATTN_Q, T.ATTN_K, T.ATTN_V))
 GLM_EXPERTS = EXPERTS + Tensors(required=b(T.FFN_EXP_PROBS_B)) + Tensors(optional=w(T.FFN_GATE_SHEXP, T.FFN_UP_SHEXP,
                                                                              T.FFN_DOWN_SHEXP))
+SHORTCONV = Tensors(required=w(T.SHORTCONV_CONV, T.SHORTCONV_INPROJ, T.SHORTCONV_OUTPROJ))
 SANDWICH = Tensors(required=w(T.ATTN_NORM, T.ATTN_POST_NORM, T.FFN_NORM, T.FFN_POST_NORM))  # gemma
 GEMMA4_ATTENTION = Tensors(required=w(T.ATTN_Q, T.ATTN_K, T.ATTN_OUT, T.ATTN_Q_NORM, T.ATTN_K_NORM),
                            optional=w(T.ATTN_V))
@@ -247,6 +250,13 @@ ARCHITECTURES: dict[str, Architecture] = {
             "glm4moe", rope="neox", block=QWEN35_BLOCK, ffn_norm="post_attention_norm.weight",
             mixers={"full": ATTENTION + ATTENTION_BIASES + Tensors(optional=w(T.ATTN_Q_NORM, T.ATTN_K_NORM))},
             ffns={"dense": DENSE, "moe": GLM_EXPERTS}, router=Router(gating="sigmoid", from_metadata=True),
+        ),
+        # src/models/lfm2.cpp: layers without KV heads are gated short convolutions (walkthrough.engine.shortconv),
+        # the others attention with q/k norms; the final norm is stored as token_embd_norm.
+        Architecture(
+            "lfm2", rope="neox", tensors=Tensors(required=w(T.TOKEN_EMBD, T.TOKEN_EMBD_NORM), optional=w(T.OUTPUT)),
+            block=PRE_NORMS, mixers={"full": ATTENTION + QK_NORM, "linear": SHORTCONV}, ffns={"dense": DENSE},
+            qk_norm=True, output_norm="token_embd_norm.weight", linear_kind="shortconv",
         ),
         # src/models/smollm3.cpp: llama's block; every 4th layer has no RoPE (n_no_rope_layer_step = 4).
         Architecture(

@@ -10,7 +10,7 @@ n_head_kv x head_dim values, as ggml quantizes the rows of its K and V
 tensors), so attention reads what such a cache would hold.
 
 Linear-attention layers (hybrid models) keep a fixed-size recurrent state
-instead: `states[layer]` holds it ({"conv": [K-1, channels], "recurrent":
+instead (lfm2's short convolutions only {"conv": [L-1, d]}): `states[layer]` holds it ({"conv": [K-1, channels], "recurrent":
 [value heads, head_v, head_k]}, float32, made by `qwen35.HybridDims.new_state`),
 `state_bytes_by_layer` / `state_bytes` count it; it does not grow with the
 length. `layer_kinds` says which layer keeps what ("full": K and V rows,
@@ -73,8 +73,9 @@ class KVCache:
         self.states: dict[int, dict[str, np.ndarray]] = {}  # linear-attention layers: name -> fixed-size array
         self.state_bytes_by_layer: dict[int, int] = {}
         for i, kind in enumerate(config.mixers):
-            if kind == "linear" and config.hybrid is not None:
-                self.states[i] = config.hybrid.new_state()
+            if kind == "linear" and (config.hybrid is not None or config.shortconv_l_cache):
+                self.states[i] = (config.hybrid.new_state() if config.hybrid is not None  # Gated DeltaNet
+                                  else {"conv": np.zeros((config.shortconv_l_cache - 1, config.n_embd), np.float32)})
                 self.state_bytes_by_layer[i] = sum(a.nbytes for a in self.states[i].values())
 
     @property

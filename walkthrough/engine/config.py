@@ -82,6 +82,7 @@ class Config:
     sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
     rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
+    shortconv_l_cache: int = 0  # kernel of lfm2's short convolutions (`shortconv.l_cache`)
     router: Router = Router()  # the declaration's router, with the file's settings where it reads them
     rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
     rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
@@ -114,6 +115,8 @@ class Config:
     def mixer_key(self, layer: int) -> str:
         """The `layers.MIXERS` entry that runs a layer: its kind, or "gated_full" for gated full attention."""
         kind = self.mixers[layer]
+        if kind == "linear" and self.spec.linear_kind == "shortconv":
+            return "shortconv"
         return "gated_full" if kind == "full" and self.spec.attention_gate else kind
 
     def window(self, layer: int) -> int:
@@ -204,6 +207,14 @@ def _router(hp: Hparams, router: Router) -> Router:
     )
 
 
+def _shortconv_cache(hp: Hparams) -> int:
+    l_cache = hp.int("shortconv.l_cache")
+    if not l_cache or l_cache < 2:
+        raise UnsupportedArchitecture(f"{hp.arch}.shortconv.l_cache is {hp.raw('shortconv.l_cache')!r}, not a kernel "
+                                      "of 2 or more; the engine cannot run it (inspect still works)")
+    return l_cache
+
+
 def _layer_kinds(card: ModelCard, spec: Architecture, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Per layer, the card's mixer and FFN kinds, refused unless the declaration lists them."""
     mixers = tuple(layer.attention for layer in card.layers[:n_layers])
@@ -263,7 +274,8 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         mixers=mixers,
         ffns=ffns,
         end_ids=end_of_generation_ids(f),
-        hybrid=hybrid_dims(f, card) if "linear" in mixers else None,
+        hybrid=hybrid_dims(f, card) if "linear" in mixers and spec.linear_kind == "deltanet" else None,
+        shortconv_l_cache=_shortconv_cache(hp) if "linear" in mixers and spec.linear_kind == "shortconv" else 0,
         sliding_window=max(windows, default=0),
         rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,

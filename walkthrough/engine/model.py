@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from walkthrough.engine import deltanet, gated_attention, ops  # noqa: F401  (deltanet, gated_attention: mixers)
+from walkthrough.engine import deltanet, gated_attention, ops, shortconv  # noqa: F401  (mixers register)
 from walkthrough.engine.cache import KVCache
 from walkthrough.engine.config import Config, build_config
 from walkthrough.engine.layers import FFNS, MIXERS, PassInput
@@ -153,7 +153,7 @@ class Model:
             scratch.meter = self.meter()
             last = c.n_layers - 1
             x = np.concatenate([ffn_half(scratch, last, aside[0], LayerTrace(last, c.mixers[last], c.ffns[last])), x])
-        return ops.rmsnorm(x, meter.tensor("output_norm.weight"), c.norm_eps), traces
+        return ops.rmsnorm(x, meter.tensor(c.spec.output_norm), c.norm_eps), traces
 
     def pass_input(
         self, config: Config, meter: Meter, cache: KVCache, start: int, n: int, record_attention: bool = False

@@ -17,6 +17,7 @@ Shapes are ggml order (ne0 first), as `TensorInfo.shape` stores them.
 
 from __future__ import annotations
 
+from walkthrough.engine import shortconv
 from walkthrough.engine.arch import Tensors
 from walkthrough.engine.config import Config
 from walkthrough.errors import WalkthroughError
@@ -90,6 +91,8 @@ def _layer_shapes(f: GGUFFile, c: Config, i: int) -> Shapes:
             shapes[name] = (d,)
     if c.mixers[i] == "linear" and c.hybrid is not None:
         shapes.update(c.hybrid.tensor_shapes(d))
+    if c.mixers[i] == "linear" and c.shortconv_l_cache:
+        shapes.update(shortconv.tensor_shapes(d, c.shortconv_l_cache))
     return shapes
 
 
@@ -149,6 +152,7 @@ def check_tensors(f: GGUFFile, c: Config) -> None:
         _check(f, "token_embd.weight", None)
     d, v = c.n_embd, c.n_vocab
     _check_part(f, "", c.spec.tensors, {"token_embd.weight": (d, v), "output.weight": (d, v),
+                                        c.spec.output_norm: (d,),
                                         "output_norm.weight": (d,), "rope_freqs.weight": (c.rope_dims // 2,)})
     for i in range(c.n_layers):
         check_layer(f, c, i)
