@@ -30,6 +30,15 @@ async def settle(pilot) -> None:
     await pilot.pause()
 
 
+async def play_to_the_end(app: WalkthroughApp, size: tuple[int, int], timeout: float = 60.0) -> None:
+    """Run an app made with autoplay and exit_at_end until it exits (or `timeout` seconds pass)."""
+    async with app.run_test(size=size) as pilot:
+        waited = 0.0
+        while app.return_code is None and waited < timeout:
+            await pilot.pause(0.1)
+            waited += 0.1
+
+
 def screen_text(app: WalkthroughApp) -> str:
     """What the terminal shows now, as plain text (one line per row), read from the app's SVG screenshot."""
     return svg_text(app.export_screenshot())

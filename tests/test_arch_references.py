@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from app_support import SIZES, app_for
+from app_support import SIZES, app_for, play_to_the_end
 
 from walkthrough.cli import main
 from walkthrough.engine.model import Model
@@ -108,11 +108,7 @@ async def test_the_stages_run_on_gpt_oss(tmp_path):
     app = app_for(ARCH / "ref-gpt-oss-mxfp4.gguf", [{"role": "user", "content": "Is there an interaction?"}],
                   autoplay=True, exit_at_end=True, screenshots=tmp_path, pace=0.2)
     app.state.max_new_tokens = 3
-    async with app.run_test(size=SIZES["small"]) as pilot:
-        waited = 0.0
-        while app.return_code is None and waited < 60:
-            await pilot.pause(0.1)
-            waited += 0.1
+    await play_to_the_end(app, SIZES["small"])
     assert app.return_code == 0
     assert sorted(p.name for p in tmp_path.glob("*.svg")) == sorted(
         f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))

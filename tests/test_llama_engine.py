@@ -159,3 +159,52 @@ def test_same_seed_same_tokens_on_both_engines():
         steps += list(session.decode(sampler, 8, stop_ids=[]))
         runs.append([s.chosen for s in steps])
     assert runs[0] == runs[1]
+
+
+# ---- the app on the llama.cpp engine --------------------------------------------------------------------
+
+
+async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
+    from app_support import SIZES, app_for, play_to_the_end
+
+    from walkthrough.screens.base import STAGE_IDS
+
+    path = write_olmoe(tmp_path / "olmoe.gguf")
+    shots = tmp_path / "shots"
+    app = app_for(path, [{"role": "user", "content": "Is there an interaction?"}], engine="llama.cpp",
+                  autoplay=True, exit_at_end=True, screenshots=shots, pace=0.2)
+    app.state.max_new_tokens = 3
+    await play_to_the_end(app, SIZES["small"])
+    assert app.return_code == 0 and app.state.finished
+    assert sorted(p.name for p in shots.glob("*.svg")) == sorted(
+        f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))
+    assert all(layer.experts is not None for step in app.state.steps for layer in step.layers)
+
+
+async def test_costs_stage_shows_measured_beside_modelled():
+    from app_support import app_for, screen_text, settle
+
+    from walkthrough.units import fmt
+
+    path = next(p for p in _cases() if "qwen2moe" in p.name)
+    app = app_for(path, [{"role": "user", "content": "What does the record say?"}], engine="llama.cpp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("5")
+        await settle(pilot)
+        state = app.state
+        for _ in range(10):  # the prompt's pass, then decoded tokens
+            if len(state.decode_steps) >= 2:
+                break
+            await pilot.press("space")
+            await settle(pilot)
+        assert state.decode_steps and state.model.engine == "llama.cpp"
+        greedy = Session(Model.open(path))
+        sampler = Sampler(SamplerSettings(temperature=0.0))
+        first = list(greedy.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
+        assert state.answer_ids() == [first, *[s.chosen for s in greedy.decode(sampler, len(state.answer_ids()) - 1)]]
+        await pilot.press("7")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "measured here (llama.cpp engine)" in text
+        assert fmt(state.measured().decode_tokens_per_s, "tokens/s") in text

@@ -266,6 +266,7 @@ def make_app(
     exit_at_end: bool = False,
     screenshots: str | Path | None = None,
     pace: float = AUTOPLAY_SECONDS,
+    engine: str = "numpy",
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
@@ -273,7 +274,8 @@ def make_app(
         WalkthroughError: the messages file is malformed.
     """
     chat = messages if isinstance(messages, list) else load_messages(messages)
-    state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware)
+    state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware,
+                         engine=engine)
     return WalkthroughApp(
         state,
         autoplay=autoplay,

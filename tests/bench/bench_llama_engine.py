@@ -13,8 +13,10 @@ in turns so a busy machine slows all of them alike:
 - numpy engine: `Session`, fewer tokens (`--numpy-tokens`): it takes seconds per token on big files.
 
 Each run prefills the same `--prompt` ids and decodes `--tokens` more (greedy,
-never stopping early). The figure is the median seconds of the decode passes;
-ratios are against the llama.cpp engine measured in the same run. Goals (issue 14):
+never stopping early). The figures are the median wall seconds of the decode
+passes and the median CPU seconds of this process around each of them (with one
+llama.cpp thread, the CPU seconds are the work itself, steadier than wall time
+on a busy machine); ratios are against the llama.cpp engine measured in the same run. Goals (issue 14):
 the engine at least 50x faster than numpy per decoded token on the 35B-shaped
 file, and the callback costing at most 20% over plain.
 
@@ -24,34 +26,35 @@ file, and the callback costing at most 20% over plain.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as walkthrough.cli.main does, before numpy loads
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import qwen36_shaped  # noqa: E402
 
 from walkthrough.engine.llama_model import LlamaModel  # noqa: E402
 from walkthrough.engine.llama_session import KV_TYPES, LlamaSession  # noqa: E402
+from walkthrough.engine.measured import spread_ids  # noqa: E402
 from walkthrough.engine.model import Model  # noqa: E402
-from walkthrough.engine.sampler import Sampler, SamplerSettings  # noqa: E402
 from walkthrough.engine.session import Session  # noqa: E402
 from walkthrough.inspect.locate import BUNDLED_MODEL  # noqa: E402
 
 
-def prompt(n: int, n_vocab: int, end_ids: frozenset[int]) -> list[int]:
-    """n ids spread over the vocabulary (stride 7919, a prime), skipping end-of-generation ids."""
-    ids, i = [], 1
-    while len(ids) < n:
-        if i % n_vocab not in end_ids:
-            ids.append(i % n_vocab)
-        i += 7919
-    return ids
+Timing = tuple[float, float]  # (wall seconds, CPU seconds of this process) of one decode pass
 
 
-def plain_decode(model: LlamaModel, ids: list[int], tokens: int) -> list[float]:
-    """Seconds of each decode pass with llama.cpp alone: no eval callback, greedy argmax in numpy."""
+def _timed(run) -> tuple[Timing, object]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = run()
+    return (time.perf_counter() - wall, time.process_time() - cpu), out
+
+
+def plain_decode(model: LlamaModel, ids: list[int], tokens: int) -> list[Timing]:
+    """Times of each decode pass with llama.cpp alone: no eval callback, greedy argmax in numpy."""
     import numpy as np
 
     lib = model.lib
@@ -69,21 +72,31 @@ def plain_decode(model: LlamaModel, ids: list[int], tokens: int) -> list[float]:
         seconds = []
         for _ in range(tokens):
             one = (lib.llama_token * 1)(token)
-            began = time.perf_counter()
-            assert lib.llama_decode(ctx, lib.llama_batch_get_one(one, 1)) == 0
-            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
-            seconds.append(time.perf_counter() - began)
+
+            def run():
+                assert lib.llama_decode(ctx, lib.llama_batch_get_one(one, 1)) == 0
+                return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+
+            timing, logits = _timed(run)
+            seconds.append(timing)
             token = int(np.argmax(logits))
         return seconds
     finally:
         lib.llama_free(ctx)
 
 
-def session_decode(session, ids: list[int], tokens: int) -> list[float]:
-    """Seconds of each decode pass of a Session (either engine), greedy, never stopping early."""
-    sampler = Sampler(SamplerSettings(temperature=0.0))
-    list(session.prefill(ids, sampler=sampler))
-    return [step.seconds for step in session.decode(sampler, tokens, stop_ids=[])]
+def session_decode(session, ids: list[int], tokens: int, **feed) -> list[Timing]:
+    """Times of each decode pass of a Session (either engine: the whole `feed`, its Step built, no sampler:
+    greedy argmax as in `plain_decode`), never stopping early."""
+    import numpy as np
+
+    token = int(np.argmax(list(session.prefill(ids))[-1].logits))
+    times = []
+    for _ in range(tokens):
+        timing, step = _timed(lambda: session.feed([token], phase="decode", **feed))
+        times.append(timing)
+        token = int(np.argmax(step.logits))
+    return times
 
 
 def bench(path: Path, args: argparse.Namespace) -> None:
@@ -91,32 +104,31 @@ def bench(path: Path, args: argparse.Namespace) -> None:
     model = LlamaModel.open(path, n_threads=args.threads)
     print(f"\n{path.name}: llama.cpp loaded in {time.perf_counter() - began:.1f} s, "
           f"{model.n_threads} thread(s)", flush=True)
-    ids = prompt(args.prompt, model.config.n_vocab, model.config.end_ids)
+    ids = spread_ids(args.prompt, model.config.n_vocab, model.config.end_ids)
     n_ctx = len(ids) + args.tokens + 1
-    runs: dict[str, list[float]] = {"plain": [], "engine": [], "engine+attention+progress": []}
+    runs: dict[str, list[Timing]] = {"plain": [], "engine": [], "engine+attention+progress": []}
     for _ in range(args.rounds):
         runs["plain"] += plain_decode(model, ids, args.tokens)
         runs["engine"] += session_decode(LlamaSession(model, n_ctx=n_ctx), ids, args.tokens)
-        s = LlamaSession(model, n_ctx=n_ctx, record_attention=True)
-        sampler = Sampler(SamplerSettings(temperature=0.0))
-        list(s.prefill(ids, sampler=sampler))
-        runs["engine+attention+progress"] += [
-            s.feed([s.pending], phase="decode", sampler=sampler, progress=lambda d, t: None).seconds
-            for _ in range(args.tokens)
-        ]
+        runs["engine+attention+progress"] += session_decode(
+            LlamaSession(model, n_ctx=n_ctx, record_attention=True), ids, args.tokens, progress=lambda d, t: None)
     model.close()
     if args.numpy_tokens:
         runs["numpy"] = session_decode(Session(Model.open(path)), ids, args.numpy_tokens)
-    engine = statistics.median(runs["engine"])
-    for name, seconds in runs.items():
-        median = statistics.median(seconds)
-        print(f"  {name:26s} {median * 1e3:10.1f} ms per decoded token (median of {len(seconds)}), "
-              f"{median / engine:6.2f} x the engine", flush=True)
-    plain = statistics.median(runs["plain"])
-    print(f"  callback overhead: engine {engine / plain - 1:+.0%} over plain; with attention and progress "
-          f"{statistics.median(runs['engine+attention+progress']) / plain - 1:+.0%}")
+    medians = {name: (statistics.median(t[0] for t in times), statistics.median(t[1] for t in times))
+               for name, times in runs.items()}
+    wall, cpu = medians["engine"]
+    for name, (w, c) in medians.items():
+        print(f"  {name:26s} {w * 1e3:10.1f} ms wall, {c * 1e3:10.1f} ms CPU per decoded token "
+              f"(median of {len(runs[name])}); {w / wall:6.2f} x / {c / cpu:6.2f} x the engine", flush=True)
+    plain = medians["plain"]
+    print("  callback overhead over plain (wall, CPU): engine "
+          f"{wall / plain[0] - 1:+.0%}, {cpu / plain[1] - 1:+.0%}; with attention and progress "
+          f"{medians['engine+attention+progress'][0] / plain[0] - 1:+.0%}, "
+          f"{medians['engine+attention+progress'][1] / plain[1] - 1:+.0%}")
     if "numpy" in runs:
-        print(f"  numpy / llama.cpp engine: {statistics.median(runs['numpy']) / engine:.0f}x")
+        print(f"  numpy / llama.cpp engine (wall, CPU): {medians['numpy'][0] / wall:.0f}x, "
+              f"{medians['numpy'][1] / cpu:.0f}x")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, metavar="T",
                         help="sampling temperature to start with (default 0: greedy; t/T change it in the app)")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
+    from walkthrough.commands.common import add_engine_argument
+
+    add_engine_argument(parser)
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
     parser.add_argument("--pace", type=PACE, default=2.0, metavar="SECONDS",
                         help="seconds between autoplay moves (default 2)")
@@ -52,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
         from walkthrough.engine.hardware import load_profiles, pick
 
         pick(load_profiles(), args.hardware)  # an unknown profile name lists the known ones
+    if args.engine == "llama.cpp":
+        from walkthrough.engine.llama_model import bindings
+
+        bindings()  # not installed: one line saying how to install it, before the screen is taken
     app = make_app(
         args.model,
         args.messages,
@@ -62,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         exit_at_end=args.exit_at_end,
         screenshots=args.screenshots,
         pace=args.pace,
+        engine=args.engine,
     )
     if args.screenshots is not None and args.format == "png":
         from walkthrough.pictures import chromium

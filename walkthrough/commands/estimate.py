@@ -7,8 +7,13 @@ model card and the profile through `walkthrough.engine.costs`; the "why" column
 shows the formula. Defaults follow the model: context = min(4096, trained
 context), prompt = half of it, output = an eighth.
 
+`--measure` also runs that request on this machine (`--engine numpy` or
+`llama.cpp`, as `walkthrough bench` does) and adds a measured column beside
+each profile's ceiling and realistic figures.
+
 Example:
     walkthrough estimate model.gguf --hardware rtx-4090 --prompt-tokens 6500 --output-tokens 500
+    walkthrough estimate model.gguf --hardware cpu-here --prompt-tokens 64 --output-tokens 16 --measure
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from walkthrough.commands.common import add_model_argument, open_model
+from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model
 from walkthrough.errors import WalkthroughError
 
 DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
@@ -44,6 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--users", type=int, default=1, metavar="N", help="sequences decoded at once (default 1)")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per profile")
     p.add_argument("--hardware-file", metavar="F", help="extra hardware profiles (JSON, same format)")
+    p.add_argument("--measure", action="store_true",
+                   help="also run the request here and show what it measured beside each estimate")
+    add_engine_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,12 +67,32 @@ def run(args: argparse.Namespace) -> int:
     if args.users < 1:
         raise WalkthroughError(f"--users {args.users}: must be at least 1")
     results = [estimate(card, hw, context, prompt, output, args.kv_type, args.users) for hw in profiles]
+    measured = _measure(args, card, prompt, output) if args.measure else None
     if args.json:
-        json.dump([as_json(path, card, e) for e in results], sys.stdout, indent=2)
+        records = [as_json(path, card, e) for e in results]
+        if measured is not None:
+            from walkthrough.engine.measured import compare
+
+            for record, e in zip(records, results):
+                record["measured"] = {**measured.to_json(), "rows": [r._asdict() for r in compare(e, measured)]}
+        json.dump(records, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print_tables(path, card, results)
+    print_tables(path, card, results, measured)
     return 0
+
+
+def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:
+    """The request run on this machine with the chosen engine (`engine.measured.time_request`)."""
+    from walkthrough.engine.engines import load_model
+    from walkthrough.engine.measured import time_request
+
+    f = open_model(args.model)
+    try:
+        return time_request(load_model(args.engine, f, card), prompt, output)
+    finally:
+        if args.engine == "numpy":
+            f.close()
 
 
 def request_sizes(trained: int | None, context: int | None, prompt: int | None,
@@ -135,7 +163,7 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
 # --- the tables ------------------------------------------------------------------------------
 
 
-def print_tables(path: Path, card: Any, results: list[Any]) -> None:
+def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None) -> None:
     """One Rich table per profile; file and profile text is shown literally (never as markup)."""
     from rich.console import Console
     from rich.table import Table
@@ -156,6 +184,15 @@ def print_tables(path: Path, card: Any, results: list[Any]) -> None:
         for label, value, why in rows(e):
             table.add_row(Text(label), Text(value), Text(why, style="dim"))
         console.print(table)
+        if measured is not None:
+            _print_measured(console, e, measured)
         if hw.compute_basis == "peak":
             console.print(Text("  compute is a peak figure: prefill times are a lower bound", style="dim"))
 
+
+def _print_measured(console: Any, e: Any, measured: Any) -> None:
+    from walkthrough.commands.bench import comparison_table
+    from walkthrough.engine.measured import compare
+
+    console.print(comparison_table(f"modelled beside measured here ({measured.engine} engine)",
+                                   compare(e, measured)))

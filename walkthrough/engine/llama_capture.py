@@ -13,7 +13,7 @@ src/llama-graph.cpp and src/models/ARCH.cpp), "NAME-LAYER" in the graph:
   applies them: the router weights; the last one computed is what multiplies
   the experts' outputs.
 - `kq_soft_max-N`: attention weights [n_kv, n_tokens, n_head], materialised
-  only without flash attention; the last token's row is kept.
+  only without flash attention; the last token's row is kept (every row when asked).
 - `l_out-N`: layer N's output, asked for only to report progress (layer N+1 of M done).
 
 The KV cache and recurrent states are llama.cpp's own tensors (`cache_k_lN`,
@@ -51,8 +51,9 @@ Progress = Callable[[int, int], None]  # (layers done, layers in all)
 class Capture:
     """The eval callback of one llama.cpp context, and what it read during the current pass."""
 
-    def __init__(self, lib: ModuleType, n_layers: int, *, attention: bool):
+    def __init__(self, lib: ModuleType, n_layers: int, *, attention: bool, attention_rows: bool = False):
         self.n_layers = n_layers
+        self.attention_rows = attention_rows  # keep every query row, not only the last token's
         self.want = {TOPK, *WEIGHTS} | ({ATTENTION} if attention else set())
         self.progress: Progress | None = None
         self.stop = threading.Event()  # set when the pass must end early (read by llama.cpp's abort callback)
@@ -70,7 +71,7 @@ class Capture:
         self.stop.clear()
         self.experts: dict[int, list[np.ndarray]] = {}  # layer -> per micro-batch [rows, k] int32
         self.weights: dict[int, list[np.ndarray | None]] = {}  # layer -> per micro-batch [rows, k] float32
-        self.attention: dict[int, np.ndarray] = {}  # layer -> [n_head, n_kv] the last token's weights
+        self.attention: dict[int, np.ndarray] = {}  # layer -> [n_head, rows, n_kv] (rows: the last, or all)
         self.error: BaseException | None = None
 
     def check(self) -> None:
@@ -123,7 +124,14 @@ class Capture:
         elif stem == ATTENTION:
             probs = read(t)  # [n_stream, n_head, n_tokens, n_kv]
             if probs.shape[-2]:
-                self.attention[layer] = probs.reshape(-1, probs.shape[-2], probs.shape[-1])[:, -1, :]
+                probs = probs.reshape(-1, probs.shape[-2], probs.shape[-1])  # [n_head, n_tokens, n_kv]
+                rows = probs if self.attention_rows else probs[:, -1:, :]
+                kept = self.attention.get(layer)
+                if self.attention_rows and kept is not None and kept.shape[-1] <= rows.shape[-1]:
+                    # a later micro-batch of the same pass: its rows follow (padded to the longer key span)
+                    kept = np.pad(kept, ((0, 0), (0, 0), (0, rows.shape[-1] - kept.shape[-1])))
+                    rows = np.concatenate([kept, rows], axis=1)
+                self.attention[layer] = rows
         elif stem == LAYER_OUT and self.progress is not None:
             self.progress(layer + 1, self.n_layers)
 

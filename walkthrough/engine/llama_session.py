@@ -10,10 +10,11 @@ ours: the Sampling stage's knobs work on llama.cpp's logits); only `feed`, one
 pass, differs: it fills a `llama_batch`, calls `llama_decode` and reads what
 the stages show from llama.cpp itself:
 
-- logits of the last position (every position with `all_logits`), copied from
-  `llama_get_logits_ith`;
+- logits of the last position (every position with `all_logits`, or with
+  `measure_surprisal` for `Step.surprisal`), copied from `llama_get_logits_ith`;
 - experts chosen per token and their router weights, attention weights of the
-  last token (without flash attention, which is off when they are asked for),
+  last token (every token's with `attention_rows`; without flash attention,
+  which is off when they are asked for),
   and progress per layer, through the eval callback (`llama_capture`);
 - the KV cache's length (`llama_memory_seq_pos_max` + 1) and bytes (cells used
   x the bytes llama.cpp allocated per cell for each layer's K and V);
@@ -38,6 +39,7 @@ import time
 
 import numpy as np
 
+from walkthrough.engine import surprisal
 from walkthrough.engine.checkpoints import Checkpoints
 from walkthrough.engine.llama_capture import Capture, Progress
 from walkthrough.engine.llama_model import LlamaModel, recent_log
@@ -68,6 +70,8 @@ class LlamaSession(Session):
         kv_type: str = "f16",
         record_attention: bool = False,
         n_ctx: int | None = None,
+        measure_surprisal: bool = False,
+        attention_rows: bool = False,
     ):
         if kv_type not in KV_TYPES:
             raise WalkthroughError(f"KV cache type {kv_type!r} is not one of {', '.join(KV_TYPES)}")
@@ -76,7 +80,9 @@ class LlamaSession(Session):
         self.kv_type = kv_type
         # Attention weights exist only where llama.cpp materialises them: without flash attention, which a
         # quantized V cache requires.
-        self.record_attention = record_attention and not kv_type.startswith("q")
+        self.attention_rows = attention_rows and not kv_type.startswith("q")
+        self.record_attention = (record_attention or attention_rows) and not kv_type.startswith("q")
+        self.measure_surprisal = measure_surprisal  # every position's logits kept, for `Step.surprisal`
         self.n_ctx = n_ctx or min(model.card.context_length or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
         self.tokens: list[int] = []
         self.last_logits: np.ndarray | None = None
@@ -84,7 +90,8 @@ class LlamaSession(Session):
         self.steps_run = 0
         self._broken: str | None = None
         self.checkpoints = Checkpoints(auto=False)  # none: llama.cpp's memory rewinds itself (see `rewind`)
-        self.capture = Capture(lib, model.config.n_layers, attention=self.record_attention)
+        self.capture = Capture(lib, model.config.n_layers, attention=self.record_attention,
+                               attention_rows=self.attention_rows)
         self._abort = lib.ggml_abort_callback(lambda _data: self.capture.stop.is_set())
         params = lib.llama_context_default_params()
         params.n_ctx = self.n_ctx
@@ -162,7 +169,9 @@ class LlamaSession(Session):
         if start + n > self.n_ctx:
             raise WalkthroughError(f"the request needs {start + n} positions; this llama.cpp context holds "
                                    f"{self.n_ctx} (start a new run with a larger context)")
-        self._fill_batch(ids, start, all_logits)
+        rows = n if all_logits or self.measure_surprisal else 1  # positions whose logits llama.cpp keeps
+        previous = self.last_logits  # [V] the distribution the first of `ids` was drawn against
+        self._fill_batch(ids, start, rows)
         self.capture.reset(progress)
         began = time.perf_counter()
         try:
@@ -180,11 +189,11 @@ class LlamaSession(Session):
         if code != 0:
             raise WalkthroughError(f"llama.cpp could not run the pass (llama_decode returned {code}): {recent_log()}")
         self.capture.scan_cache = False
-        logits = self._logits(n if all_logits else 1, n)
+        logits = self._logits(rows, n)  # [rows, n_vocab]
         end = self.position
         layers = self._layers(end)
         read, flops = self.model.counter.count(PassShape(
-            ids=ids, start=start, out_rows=n if all_logits else 1,
+            ids=ids, start=start, out_rows=rows,
             woken=[None if t.experts is None else t.woken for t in layers],
             pairs=[0 if t.experts is None else int(t.experts.size) for t in layers],
             kv_bytes=[t.kv_bytes for t in layers], state_bytes=[t.state_bytes for t in layers],
@@ -197,20 +206,22 @@ class LlamaSession(Session):
             phase=phase, start=start, end=end, input_ids=ids, layers=layers, bytes_read=read, flops=flops,
             kv_len=end, kv_bytes=sum(t.kv_bytes for t in layers), state_bytes=sum(t.state_bytes for t in layers),
             logits=logits[-1], seconds=seconds, all_logits=logits if all_logits else None,
+            surprisal=surprisal.of_pass(previous, logits if rows == n else None, ids),
         )
         if sampler is not None:
             step.sample = self.choose(sampler)
             step.stopped = step.sample.chosen in self.model.config.end_ids
         return step
 
-    def _fill_batch(self, ids: list[int], start: int, all_logits: bool) -> None:
+    def _fill_batch(self, ids: list[int], start: int, rows: int) -> None:
+        """The pass's tokens at their positions in sequence 0; logits kept for the last `rows` of them."""
         b = self.batch
         for j, token in enumerate(ids):
             b.token[j] = token
             b.pos[j] = start + j
             b.n_seq_id[j] = 1
             b.seq_id[j][0] = 0
-            b.logits[j] = all_logits or j == len(ids) - 1
+            b.logits[j] = j >= len(ids) - rows
         b.n_tokens = len(ids)
 
     def _logits(self, rows: int, n: int) -> np.ndarray:
@@ -234,9 +245,11 @@ class LlamaSession(Session):
                 window = card.layers[i].sliding_window if i < len(card.layers) else None
                 t.kv_len = min(length, window) if window else length
                 t.kv_bytes = (cells.get("k", 0) + cells.get("v", 0)) * t.kv_len
-                attention = self.capture.attention.get(i)
+                attention = self.capture.attention.get(i)  # [n_head, n_tokens, n_kv]
                 if attention is not None:
-                    t.attention = attention[:, : t.kv_len].astype(np.float32)  # [n_head, kv_len]
+                    t.attention = attention[:, -1, : t.kv_len].astype(np.float32)  # [n_head, kv_len]
+                    if self.attention_rows:
+                        t.attention_rows = attention[:, :, : t.kv_len].astype(np.float32)  # [n_head, n, kv_len]
             traces.append(t)
         return traces
 

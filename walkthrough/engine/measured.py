@@ -10,6 +10,9 @@ KV entries touched). From them:
 - achieved bandwidth = bytes the decode passes read / their seconds, also as a
   share of the profile's bandwidth.
 
+`time_request` runs one such request for `walkthrough bench` (and `estimate
+--measure`): a prompt of spread-out token ids, greedy, never stopping early.
+
 `compare(estimate, measured)` lines these up with the estimate's ceiling and
 realistic figures, row by row, for the Costs stage and `walkthrough estimate` /
 `walkthrough bench`. Example: 3 decode passes of 0.5 s reading 1 GB each ->
@@ -23,6 +26,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from walkthrough.units import fmt
+
+PREFILL_CHUNK = 512  # llama.cpp's default n_ubatch: prompt tokens per pass
+PROMPT_STRIDE = 7919  # a prime: successive prompt ids land far apart in the vocabulary
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,33 @@ def measure(steps: Sequence[Any], engine: str) -> Measured | None:
     )
 
 
+def spread_ids(n: int, n_vocab: int, end_ids: frozenset[int]) -> list[int]:
+    """n token ids spread over the vocabulary (i x PROMPT_STRIDE mod n_vocab), skipping end-of-generation ids.
+
+    Example: n=3, n_vocab=10, no end ids -> [1, 0, 9] (1, 7920, 15839 mod 10).
+    """
+    ids, i = [], 1
+    while len(ids) < n:
+        if i % n_vocab not in end_ids:
+            ids.append(i % n_vocab)
+        i += PROMPT_STRIDE
+    return ids
+
+
+def time_request(model: Any, prompt_tokens: int, output_tokens: int) -> Measured:
+    """Run one request on a loaded model (either engine) and measure it: greedy, exactly `output_tokens` picked."""
+    from walkthrough.engine.engines import new_session
+    from walkthrough.engine.sampler import Sampler
+
+    c = model.config
+    ids = spread_ids(prompt_tokens, c.n_vocab, c.end_ids)
+    session = new_session(model, n_ctx=prompt_tokens + output_tokens)
+    sampler = Sampler.greedy()
+    steps = list(session.prefill(ids, chunk=PREFILL_CHUNK, sampler=sampler))
+    steps += list(session.decode(sampler, output_tokens - 1, stop_ids=[]))
+    return measure(steps, getattr(model, "engine", "numpy"))
+
+
 class Comparison(NamedTuple):
     """One row: a figure as the roofline models it (ceiling, realistic) and as measured."""
 
@@ -99,7 +132,7 @@ def compare(e: Any, m: Measured) -> list[Comparison]:
         rows += [
             Comparison("prefill", "-", fmt(e.prefill.tokens_per_s.value, "tokens/s"),
                        _or_dash(m.prefill_tokens_per_s, "tokens/s")),
-            Comparison(f"first token ({m.prompt_tokens} prompt)", "-",
+            Comparison("first token", "-",
                        fmt(e.prefill.seconds.value, "s") if e.prompt_tokens == m.prompt_tokens else "-",
                        fmt(m.prefill_seconds, "s")),
             Comparison("decode", fmt(e.decode.ceiling.value, "tokens/s"), fmt(e.decode.tokens_per_s.value, "tokens/s"),

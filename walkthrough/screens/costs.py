@@ -3,7 +3,9 @@
 Every figure comes from `walkthrough.engine.costs.estimate` (the model card and a
 hardware profile), with its formula; the rows are the ones `walkthrough
 estimate` prints. `h` cycles the hardware profiles. Beside them, what this run
-measured: bytes the engine read for its last decoded token.
+measured on this machine (`engine.measured`, either engine): prefill and decode
+rates and the bandwidth achieved, next to the profile's ceiling and realistic
+figures, and the bytes the engine read for its last decoded token.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ must hold the weights, the KV cache for the context, and working buffers.
 The figures come from the model card and a hardware profile (each profile's
 figures have sources in the bundled hardware file); the dim column shows the
 formula and its inputs. h changes the machine. The request's size is this
-prompt's token count plus the answer budget.
+prompt's token count plus the answer budget. Once the run has picked a token,
+"measured here" puts what this machine did (prefill and decode tokens/s,
+bandwidth achieved, on the engine that ran it) beside the profile's figures.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -52,6 +56,7 @@ prompt's token count plus the answer budget.
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="costs-box"):
             yield Static(id="costs-head")
+            yield Static(id="costs-measured")
             yield Static(id="costs-table")
 
     def refresh_view(self) -> None:
@@ -76,6 +81,7 @@ prompt's token count plus the answer budget.
                  "(decimal units: 1 GB = 1e9 bytes)", style="dim"),
             self._measured(),
         ))
+        self.query_one("#costs-measured", Static).update(self._comparison(result))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("")
         table.add_column("value", justify="right", no_wrap=True)
@@ -93,6 +99,22 @@ prompt's token count plus the answer budget.
         return Text.assemble(("measured by the engine: ", "bold"),
                              f"the last decoded token read {human_bytes(last.bytes_read.get('total', 0))} "
                              f"({last.bytes_read.get('total', 0):,} bytes) at {last.kv_len} positions")
+
+    def _comparison(self, result) -> Text | Table:
+        """Modelled (this profile) beside measured (this machine, this run), once the run has a first token."""
+        from walkthrough.engine.measured import compare
+
+        measured = self.state.measured()
+        if measured is None:
+            return Text("measured here: run the request (stages 4 and 5) to compare speeds", style="dim")
+        table = Table(box=None, padding=(0, 1), show_edge=False,
+                      title=f"modelled beside measured here ({measured.engine} engine)", title_justify="left")
+        table.add_column("")
+        for name in ("ceiling", "realistic", "measured"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for row in compare(result, measured):
+            table.add_row(row.label, row.ceiling, row.realistic, row.measured)
+        return table
 
     def action_next_profile(self, delta: int) -> None:
         self.state.profile_index += delta

@@ -97,7 +97,13 @@ Metadata: every key with its type and value, shown literally.
         if reason:
             return Text.assemble(("The engine cannot run this file: ", "bold"), safe_text(reason))
         if self.state.engine_ready:
-            return Text("The engine can run this file: stages 4 to 6 step through it.", style="bold")
+            note = Text(f"The {self.state.engine} engine can run this file: stages 4 to 6 step through it.",
+                        style="bold")
+            advice = self.state.engine_advice()
+            if advice:
+                note.append("\nTry llama.cpp: ", style="bold")
+                note.append(advice)
+            return note
         return Text("Checking whether the engine can run this file…", style="italic")
 
     def _fill_tensors(self, needle: str) -> None:

@@ -65,8 +65,9 @@ class RequestState:
     rendered: str | None = None  # the chat template's output for `messages`
     chat: Any = None  # walkthrough.inspect.chat.ChatTokens: rendered text, tokens (with their message), regions
     prompt_ids: list[int] = field(default_factory=list)
+    engine: str = "numpy"  # which engine runs the passes: "numpy" or "llama.cpp" (walkthrough.engine.engines)
     engine_ready: bool = False
-    model: Any = None  # walkthrough.engine.model.Model, once the engine accepts the file
+    model: Any = None  # the engine's model (engine.model.Model or engine.llama_model.LlamaModel), once it accepts the file
     settings: Any = None  # walkthrough.engine.sampler.SamplerSettings
     session: Any = None  # walkthrough.engine.session.Session of the current run
     sampler: Any = None
@@ -136,10 +137,10 @@ class RequestState:
 
     def prepare_engine(self) -> None:
         """Prepare the engine's model for this file (header only); the engine's WalkthroughError says why it cannot."""
-        from walkthrough.engine.model import Model
+        from walkthrough.engine.engines import load_model
         from walkthrough.engine.sampler import SamplerSettings
 
-        self.model = Model(self.file, card=self.card)
+        self.model = load_model(self.engine, self.file, self.card)
         if self.settings is None:
             self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
         self.engine_ready = True
@@ -184,8 +185,8 @@ class RequestState:
 
     def start_run(self) -> None:
         """A fresh session and sampler: the request from its first token (nothing runs yet)."""
+        from walkthrough.engine.engines import new_session
         from walkthrough.engine.sampler import Sampler
-        from walkthrough.engine.session import Session
 
         with self._lock:
             self.run_id += 1
@@ -194,8 +195,9 @@ class RequestState:
             self.session = self._passes = None
             if not self.can_run:
                 return
-            self.session = Session(self.model, record_attention=True, measure_surprisal=True,
-                                   attention_rows=self.attention_rows_blocker() is None)
+            self.session = new_session(self.model, record_attention=True, measure_surprisal=True,
+                                       attention_rows=self.attention_rows_blocker() is None,
+                                       n_ctx=len(self.prompt_ids) + self.max_new_tokens)
             self.sampler = Sampler(self.settings)
             self._passes = itertools.chain(
                 self.session.prefill(self.prompt_ids, chunk=self.chunk, sampler=self.sampler),
@@ -305,6 +307,18 @@ class RequestState:
 
         prompt = max(len(self.prompt_ids), 1)
         return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
+
+    def engine_advice(self) -> str | None:
+        """Why to run this file on llama.cpp instead (a large file on numpy, llama.cpp installed), else None."""
+        from walkthrough.engine.engines import advice
+
+        return None if self.card is None else advice(self.card, self.engine)
+
+    def measured(self) -> Any:
+        """What this run's passes measured so far (`engine.measured.Measured`), None before the first token."""
+        from walkthrough.engine.measured import measure
+
+        return measure(self.steps, self.engine)
 
     def piece(self, token_id: int) -> str:
         """A token's display text (its id in angle brackets when there is no tokenizer)."""

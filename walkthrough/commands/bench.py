@@ -1,0 +1,108 @@
+"""`walkthrough bench [MODEL] [--engine E] [--prompt-tokens N] [--output-tokens N] [--json]`: one request, timed.
+
+Loads the model with the chosen engine (numpy by default, or llama.cpp), runs
+one request (`engine.measured.time_request`: a prompt of spread-out token ids
+prefilled in passes of 512, then greedy decoding of exactly `--output-tokens`
+tokens), and prints what it measured (load time, time to first token, prefill
+and decode rates, achieved bandwidth) beside the roofline estimate of the same
+request on a hardware profile (`--hardware`, `cpu-here` by default): ceiling,
+realistic and measured, side by side. The README says how to turn the
+measurement into a profile of your own machine.
+
+Example:
+    walkthrough bench model.gguf --engine llama.cpp --prompt-tokens 256 --output-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model
+from walkthrough.errors import WalkthroughError
+
+DEFAULT_PROMPT = 64
+DEFAULT_OUTPUT = 16
+DEFAULT_PROFILE = "cpu-here"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `bench` and its options."""
+    p = subparsers.add_parser(
+        "bench",
+        help="time one request on this machine, beside the estimate for a hardware profile",
+        description="Time one request (load, first token, prefill and decode rates, bandwidth achieved) "
+        "and print it beside the roofline estimate for a hardware profile.",
+    )
+    add_model_argument(p)
+    add_engine_argument(p)
+    p.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT, metavar="N",
+                   help=f"prompt length in tokens (default {DEFAULT_PROMPT})")
+    p.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT, metavar="N",
+                   help=f"tokens to generate (default {DEFAULT_OUTPUT}; never stops early)")
+    p.add_argument("--hardware", default=DEFAULT_PROFILE, metavar="NAME",
+                   help=f"profile to compare with (default {DEFAULT_PROFILE})")
+    p.add_argument("--hardware-file", metavar="F", help="extra hardware profiles (JSON, same format)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from walkthrough.engine.costs import estimate
+    from walkthrough.engine.engines import load_model
+    from walkthrough.engine.hardware import load_profiles, pick
+    from walkthrough.engine.measured import compare, time_request
+    from walkthrough.inspect.card import build_card
+
+    for name, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens)):
+        if value < 1:
+            raise WalkthroughError(f"{name} {value}: must be at least 1")
+    hw = pick(load_profiles(args.hardware_file), args.hardware)[0]
+    f = open_model(args.model)
+    card = build_card(f)
+    began = time.perf_counter()
+    model = load_model(args.engine, f, card)
+    load_seconds = time.perf_counter() - began
+    measured = time_request(model, args.prompt_tokens, args.output_tokens)
+    context = args.prompt_tokens + args.output_tokens
+    e = estimate(card, hw, context, args.prompt_tokens, args.output_tokens)
+    rows = compare(e, measured)
+    if args.json:
+        record = {"model": {"path": str(f.path), "name": card.name, "architecture": card.architecture},
+                  "engine": args.engine, "load_s": load_seconds, "hardware": hw.id,
+                  "measured": measured.to_json(),
+                  "rows": [row._asdict() for row in rows]}
+        json.dump(record, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0
+    print_comparison(f"{card.name or f.path.name} on the {args.engine} engine: loaded in {load_seconds:.1f} s; "
+                     f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated", hw, rows)
+    return 0
+
+
+def print_comparison(title: str, hw, rows) -> None:
+    """The title line and the modelled-beside-measured table (file and profile text shown literally)."""
+    from rich.console import Console
+
+    from walkthrough.textsafe import safe_text
+
+    console = Console()
+    console.print(safe_text(title))
+    console.print(comparison_table(f"estimate for {hw.name} [{hw.id}] beside this machine's run", rows))
+
+
+def comparison_table(title: str, rows):
+    """A Rich table of `engine.measured.Comparison` rows: ceiling, realistic, measured."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from walkthrough.textsafe import safe_text
+
+    table = Table(title=safe_text(title), title_justify="left", expand=False)
+    table.add_column("")
+    for name in ("ceiling", "realistic", "measured"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(Text(row.label), Text(row.ceiling), Text(row.realistic), Text(row.measured))
+    return table
