@@ -26,7 +26,7 @@ async def test_overview_shows_the_cards_figures(fixtures_dir):
     assert card.architecture in text
     assert f"{card.bits_per_weight:.2f} bits per weight" in text
     assert f"{card.n_experts} routed, {card.n_experts_used} used per token" in text
-    assert "The engine can run this file" in text
+    assert "The numpy engine can run this file" in text
 
 
 async def test_tensor_filter_keeps_matching_rows(fixtures_dir):

@@ -88,17 +88,23 @@ def test_engines_agree_on_experts_logits_and_cache(path: Path):
 
 @pytest.mark.parametrize("path", [p for p in _cases() if "q8_0" not in p.name and "q4_0" not in p.name][:2],
                          ids=lambda p: p.stem)
-def test_attention_weights_match_the_numpy_engine(path: Path):
+def test_attention_weights_and_surprisal_match_the_numpy_engine(path: Path):
     ref = json.loads(path.with_suffix(".logits.json").read_text())
     ids = ref["prompt_ids"][:10]
-    a = next(Session(Model.open(path), kv_type="f32", record_attention=True).prefill(ids))
-    b = next(_llama(path, kv_type="f32", record_attention=True).prefill(ids))
-    for x, y in zip(a.layers, b.layers):
-        if x.attention is None:
-            assert y.attention is None
-            continue
-        assert y.attention.shape == x.attention.shape == (x.attention.shape[0], len(ids))
-        assert np.allclose(x.attention, y.attention, atol=1e-4)
+    options = {"kv_type": "f32", "record_attention": True, "attention_rows": True, "measure_surprisal": True}
+    runs = []
+    for session in (Session(Model.open(path), **options), _llama(path, **options)):
+        runs.append(list(session.prefill(ids, chunk=6)) + [session.feed([ids[0]], phase="decode")])
+    for a, b in zip(*runs):
+        assert np.allclose(a.surprisal, b.surprisal, atol=1e-3, equal_nan=True)
+        for x, y in zip(a.layers, b.layers):
+            if x.attention is None:
+                assert y.attention is None
+                continue
+            assert y.attention.shape == x.attention.shape == (x.attention.shape[0], a.end)
+            assert np.allclose(x.attention, y.attention, atol=1e-4)
+            assert y.attention_rows.shape == x.attention_rows.shape == (x.attention.shape[0], a.end - a.start, a.end)
+            assert np.allclose(x.attention_rows, y.attention_rows, atol=1e-4)
 
 
 def test_a_pass_stops_when_progress_raises(tmp_path: Path):
