@@ -50,21 +50,22 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Any:
 
 
 def new_session(model: Any, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
-                auto_checkpoints: bool = True, measure_surprisal: bool = False):
+                auto_checkpoints: bool = True, measure_surprisal: bool = False, attention_rows: bool = False):
     """A fresh session on the model's engine.
 
     `n_ctx` (positions) sizes llama.cpp's context (numpy's cache grows); `auto_checkpoints` is the numpy
-    session's (llama.cpp's takes none: a hybrid model's state rewinds to the start), and so is
-    `measure_surprisal` (every prompt token's surprisal; llama.cpp's steps know the first of each pass).
+    session's (llama.cpp's takes none: a hybrid model's state rewinds to the start). `measure_surprisal`
+    (every prompt token's surprisal) and `attention_rows` (every row of the attention weights) work on both.
     """
     if getattr(model, "engine", "numpy") == "llama.cpp":
         from walkthrough.engine.llama_session import LlamaSession
 
-        return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx)
+        return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx,
+                            measure_surprisal=measure_surprisal, attention_rows=attention_rows)
     from walkthrough.engine.session import Session
 
     return Session(model, kv_type=kv_type, record_attention=record_attention, auto_checkpoints=auto_checkpoints,
-                   measure_surprisal=measure_surprisal)
+                   measure_surprisal=measure_surprisal, attention_rows=attention_rows)
 
 
 def advice(card: ModelCard, engine: str) -> str | None:

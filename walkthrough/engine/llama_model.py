@@ -106,6 +106,8 @@ class Layout:
     n_layers: int
     n_vocab: int
     n_experts: int
+    n_head: int  # query heads (the card's largest over layers)
+    n_head_kv: tuple[int, ...]  # per layer
     mixers: tuple[str, ...]  # per layer, the card's attention kind: "full", "sliding", "linear", ...
     ffns: tuple[str, ...]  # per layer: "dense", "moe" or "none"
     end_ids: frozenset[int]  # llama_vocab_is_eog: the ids that end a generation
@@ -139,6 +141,9 @@ class LlamaModel:
             n_layers=n_layers,
             n_vocab=n_vocab,
             n_experts=self.card.n_experts,
+            n_head=self.card.n_head or 0,
+            n_head_kv=tuple(layer.n_head_kv or self.card.n_head_kv or 0 for layer in layers)
+            + (self.card.n_head_kv or 0,) * (n_layers - len(layers)),
             mixers=tuple(layer.attention for layer in layers) + ("full",) * (n_layers - len(layers)),
             ffns=tuple(layer.ffn for layer in layers) + ("dense",) * (n_layers - len(layers)),
             end_ids=frozenset(i for i in range(n_vocab) if lib.llama_vocab_is_eog(self.vocab, i)),
