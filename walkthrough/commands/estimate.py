@@ -119,6 +119,8 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
     """One profile's estimate as plain JSON values (null where the model does not fit)."""
     hw = e.hardware
     fig = {"memory_needed": e.memory.needed, "memory_usable": e.memory.usable, "max_users": e.max_users}
+    if e.chips is not None:
+        fig["chips"] = e.chips
     if e.fits:
         fig.update(bytes_per_token=e.decode.bytes_per_token, decode_ceiling=e.decode.ceiling,
                    decode=e.decode.tokens_per_s, prefill=e.prefill.tokens_per_s, ttft=e.prefill.seconds,
@@ -146,6 +148,7 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
         "memory_usable_gb": e.memory.usable.value / 1e9,
         "fits": e.fits,
         "verdict": e.memory.verdict,
+        "chips": int(e.chips.value) if e.chips is not None else None,
         "offload": {
             "expert_layers": list(placement.expert_layers), "layers": list(placement.whole_layers),
             "description": placement.describe(),

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from walkthrough.engine import sram
 from walkthrough.engine.budget import (
     MICRO_BATCH,
     NO_FIT,
@@ -52,6 +53,7 @@ from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
 from walkthrough.units import fmt
 
+SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
 MAX_USERS_SHOWN = 1 << 12
 
@@ -313,6 +315,7 @@ class Estimate:
     answer: Figure | None  # seconds from sending the prompt to the last output token
     users_rows: list[UsersRow]
     max_users: Figure
+    chips: Figure | None = None  # SRAM machines: chips the request needs (engine.sram)
 
     @property
     def fits(self) -> bool:
@@ -321,11 +324,18 @@ class Estimate:
 
 def estimate(card: ModelCard, hw: Profile, context: int, prompt_tokens: int, output_tokens: int,
              cache_type: str = "f16", users: int = 1) -> Estimate:
-    """Memory, time to first token, decode speed (at the middle of the answer) and answer time."""
+    """Memory, time to first token, decode speed (at the middle of the answer) and answer time.
+
+    On an SRAM profile (one chip's figures) the machine is as many chips as the request needs.
+    """
+    chips = None
+    if sram.is_sram(hw):
+        chips = sram.chips_needed(card, hw, context, cache_type, users)
+        hw = sram.as_machine(hw, int(chips.value))
     plan = memory_plan(card, hw, context, cache_type, users)
     if plan.verdict == NO_FIT:
         return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, None, None, None,
-                        [], max_users(card, hw, context, cache_type))
+                        [], max_users(card, hw, context, cache_type), chips)
     middle = prompt_tokens + output_tokens // 2
     dec = decode(card, hw, middle, cache_type, plan.placement)
     pre = prefill(card, hw, prompt_tokens, plan.placement)
@@ -334,7 +344,8 @@ def estimate(card: ModelCard, hw: Profile, context: int, prompt_tokens: int, out
                      ttft=pre.seconds, output_tokens=given(output_tokens, "tokens", "--output-tokens"),
                      decode_rate=dec.tokens_per_s)
     rows, fit = users_table(card, hw, context, cache_type, plan.placement, also=users)
-    return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, dec, pre, answer, rows, fit)
+    return Estimate(hw, context, prompt_tokens, output_tokens, cache_type, users, plan, dec, pre, answer, rows, fit,
+                    chips)
 
 
 # --- the rows `walkthrough estimate` and the app's Costs stage show --------------------------
@@ -361,7 +372,8 @@ def _why(fig: Figure) -> str:
 def rows(e: Estimate) -> list[Row]:
     """An estimate's figures as labelled rows: memory and verdict, then (if it fits) decode, prefill, users."""
     m = e.memory
-    out = [
+    out = [Row("chips (SRAM)", f"{int(e.chips.value):,}", _why(e.chips))] if e.chips is not None else []
+    out += [
         Row("memory needed", _show(m.needed), _why(m.needed)),
         Row("memory usable", _show(m.usable), _why(m.usable)),
         Row("verdict", m.verdict, m.placement.describe() if m.verdict != NO_FIT else
@@ -374,7 +386,7 @@ def rows(e: Estimate) -> list[Row]:
     d, p = e.decode, e.prefill
     out += [
         Row("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
-        Row("decode ceiling", _show(d.ceiling), _why(d.ceiling)),
+        Row("decode ceiling", _show(d.ceiling), (SRAM_PIPELINE if e.chips is not None else "") + _why(d.ceiling)),
         Row("decode", _show(d.tokens_per_s), _why(d.tokens_per_s)),
     ]
     if d.slow_share.value:

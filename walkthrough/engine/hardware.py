@@ -27,7 +27,7 @@ from typing import Any
 from walkthrough.errors import WalkthroughError
 
 GIB = 1 << 30
-MEMORY_KINDS = ("vram", "unified", "system")
+MEMORY_KINDS = ("vram", "unified", "system", "sram")  # sram: figures of one chip (engine.sram)
 COMPUTE_BASES = ("measured", "derived", "peak")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _NUMBERS = ("memory_gib", "reserved_gib", "bandwidth_gbs", "decode_efficiency", "compute_tflops")
@@ -44,7 +44,7 @@ class Profile:
     id: str
     name: str
     memory_gib: float  # capacity as sold (binary units)
-    memory_kind: str  # "vram", "unified" or "system"
+    memory_kind: str  # "vram", "unified", "system" or "sram" (then memory and bandwidth are one chip's)
     reserved_gib: float  # stated allowance for the OS, the driver and other programs
     bandwidth_gbs: float  # theoretical peak, 1e9 bytes/s
     decode_efficiency: float  # share of bandwidth that token generation reaches
