@@ -113,6 +113,7 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     out, weights = ops.attention(
         q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks
     )  # [n, h, hd_v], [h, n, L]
+    p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
     visible = int(np.sum(seen))  # query-key pairs the causal (and window) mask lets through
     p.meter.read_cache(

@@ -8,6 +8,10 @@ token, and the KV cache entries attention read. Groups are the model card's
 (`walkthrough.inspect.card.tensor_group`), so a decode pass that wakes exactly
 `n_experts_used` experts per MoE layer reads the card's `bytes_per_token`.
 
+`written` adds up the bytes of the activation arrays the pass produced: the
+output of every matrix product, every RMSNorm, and attention's weights and
+output (`wrote`); per layer, it is what that layer's activations took.
+
 FLOPs count multiply-adds as 2 per weight per token for matrix products, and
 2 x (key size + value size) per head per visible cached position for attention.
 Linear-attention layers of hybrid models read their fixed state once per pass
@@ -40,6 +44,7 @@ class Meter:
         self._rounded: tuple[np.ndarray, str, np.ndarray] | None = None  # last input rounded: (x, format, result)
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0
+        self.written = 0  # bytes of the activation arrays the pass's operations produced (`wrote`)
         self._seen: set[object] = set()
         self._row_bytes: dict[str, int] = {}  # bytes of single rows already read, per tensor
 
@@ -82,11 +87,16 @@ class Meter:
         """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted."""
         w = self.matrix(name, x.shape[0], group)
         b = self.optional(bias) if bias else None
-        return ops.linear(self.rounded_input(name, x), w.reshape(-1, x.shape[-1]), b)
+        return self.wrote(ops.linear(self.rounded_input(name, x), w.reshape(-1, x.shape[-1]), b))
 
     def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:
         """[n, d_in] -> [n, d_out] through expert e's slice of a stacked expert tensor."""
-        return ops.linear(self.rounded_input(name, x), self.expert(name, e, x.shape[0]))
+        return self.wrote(ops.linear(self.rounded_input(name, x), self.expert(name, e, x.shape[0])))
+
+    def wrote(self, *arrays: np.ndarray) -> np.ndarray:
+        """Count arrays an operation produced as activation bytes (`written`); returns the first."""
+        self.written += sum(a.nbytes for a in arrays)
+        return arrays[0]
 
     def expert(self, name: str, e: int, n_tokens: int) -> np.ndarray:
         """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""

@@ -146,7 +146,9 @@ class Model:
             trace = LayerTrace(i, c.mixers[i], c.ffns[i])
             # As llama.cpp does, the last layer's FFN runs only on the rows whose logits are wanted.
             last_only = i == c.n_layers - 1 and not all_rows
+            before = meter.written
             x = block(p, i, x, trace, last_only=last_only, aside=aside)
+            trace.activation_bytes = meter.written - before
             traces.append(trace)
         if aside:  # the rows the pass skipped, finished outside its meter
             scratch = copy.copy(p)
@@ -183,7 +185,7 @@ class Model:
 
 def _norm(p: PassInput, i: int, h: np.ndarray, name: str | None) -> np.ndarray:
     """A declared RMSNorm of layer i, or none."""
-    return h if name is None else ops.rmsnorm(h, p.meter.tensor(f"blk.{i}.{name}"), p.config.norm_eps)
+    return h if name is None else p.meter.wrote(ops.rmsnorm(h, p.meter.tensor(f"blk.{i}.{name}"), p.config.norm_eps))
 
 
 def ffn_half(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:

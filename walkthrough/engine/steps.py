@@ -47,6 +47,7 @@ class LayerTrace:
     expert_weights: np.ndarray | None = None
     attention: np.ndarray | None = None  # [n_head, kv_len] last token's attention weights (opt-in)
     attention_rows: np.ndarray | None = None  # [n_head, n_tokens, kv_len] every row of the pass (opt-in)
+    activation_bytes: int = 0  # activation arrays the layer produced this pass (`Meter.written`)
     kv_len: int = 0  # positions cached after this pass (attention layers)
     kv_bytes: int = 0  # bytes of this layer's cache after this pass
     state_bytes: int = 0  # fixed recurrent state (linear layers)
@@ -194,6 +195,7 @@ class Step:
         if self.state_bytes:
             out["state_bytes"] = self.state_bytes
         out["layers"] = [t.cache_record() for t in self.layers]
+        out["activation_bytes"] = [t.activation_bytes for t in self.layers]
         if self.is_moe:
             out["experts"] = [None if t.experts is None else t.experts.tolist() for t in self.layers]
             out["expert_weights"] = [

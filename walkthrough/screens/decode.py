@@ -19,7 +19,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import bar
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import balance_line, bytes_table, experts_grid, flops_line, kv_table
+from walkthrough.screens.views import activations_line, balance_line, bytes_table, experts_grid, flops_line, kv_table
 from walkthrough.textsafe import safe_text
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
@@ -90,7 +90,8 @@ change the head.
         if state.finished or step.stopped:
             line.append("  (end of the answer)", style="italic")
         verdict = balance_line(step, state)
-        token_view.update(Group(line, flops_line(step), *([verdict] if verdict else [])))
+        token_view.update(Group(line, flops_line(step), *([verdict] if verdict else []),
+                                activations_line(step, state.card)))
         parts = []
         if state.card.is_moe:
             parts.append(Group(Text("experts lit for this token", style="bold"),

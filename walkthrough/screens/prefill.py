@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import balance_line, experts_grid, flops_line, token_strip
+from walkthrough.screens.views import activations_line, balance_line, experts_grid, flops_line, token_strip
 from walkthrough.textsafe import safe_text
 
 CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
@@ -42,6 +42,10 @@ pass's arithmetic intensity: a chunk of many tokens reuses every weight it
 reads, so its intensity is high; compare it with the machine's balance point
 (compute / bandwidth, from the hardware profile): above it, the pass is limited
 by compute, below it by memory.
+
+Activations are the arrays the chunk's layers produced (norms, matrix-product
+outputs, attention weights), measured from the engine's own arrays, beside the
+compute buffer the cost model assumes for that many tokens.
 
 The prompt strip shows the chunk just run highlighted, the tokens still to run
 dimmed. The KV cache fills by one row per token per attention layer.
@@ -85,6 +89,7 @@ change with the chunk size.
         if verdict is not None:
             lines.append(verdict)
         lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))
+        lines.append(activations_line(step, state.card))
         if state.prefill_done and step.chosen is not None:
             lines.append(Text.assemble(("first token chosen: ", "bold"), safe_text(state.piece(step.chosen))))
         figures.update(Group(*lines))
