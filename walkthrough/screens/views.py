@@ -127,19 +127,17 @@ def flops_line(step) -> Text:
 
 def activations_line(step, card) -> Text:
     """The activation arrays the pass's layers produced (largest layer, all layers) beside the cost model's
-    compute-buffer estimate for the same number of tokens (`engine.budget.compute_buffer_bytes`)."""
+    compute-buffer estimate for the pass's tokens (`engine.budget.compute_buffer_bytes`); one line at 80."""
     from walkthrough.engine.budget import compute_buffer_bytes
 
     per_layer = [t.activation_bytes for t in step.layers]
     if not per_layer:
         return Text("")
     top = max(range(len(per_layer)), key=per_layer.__getitem__)
-    n = step.end - step.start
+    buffer = compute_buffer_bytes(card, step.end - step.start).value
     return Text.assemble(
-        ("activations ", "bold"), f"{human_bytes(per_layer[top])} in layer {top} (largest), "
-        f"{human_bytes(sum(per_layer))} over all layers; ",
-        (f"compute buffer the cost model assumes for {n} token{'s' if n > 1 else ''}: "
-         f"{human_bytes(compute_buffer_bytes(card, n).value)}", "dim"),
+        ("activations ", "bold"), f"{human_bytes(per_layer[top])} (layer {top}), {human_bytes(sum(per_layer))} all",
+        (f"; cost model's buffer {human_bytes(buffer)}", "dim"),
     )
 
 
