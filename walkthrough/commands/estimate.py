@@ -49,6 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--users", type=int, default=1, metavar="N", help="sequences decoded at once (default 1)")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per profile")
     p.add_argument("--hardware-file", metavar="F", help="extra hardware profiles (JSON, same format)")
+    p.add_argument("--images", metavar="N[xWxH]",
+                   help="add N images (default 1024x768 each) to the prompt, counted by --mmproj's projector")
+    p.add_argument("--mmproj", metavar="F", help="the model's multimodal projector file (mmproj-*.gguf)")
     p.add_argument("--measure", action="store_true",
                    help="also run the request here and show what it measured beside each estimate")
     add_engine_argument(p)
@@ -64,12 +67,16 @@ def run(args: argparse.Namespace) -> int:
         path, card = f.path, build_card(f)
     context, prompt, output = request_sizes(card.context_length, args.context, args.prompt_tokens,
                                             args.output_tokens)
+    images = image_prompt(args.images, args.mmproj)
+    if images is not None:
+        context, prompt, output = request_sizes(card.context_length, args.context, prompt + images["tokens"],
+                                                output)
     if args.users < 1:
         raise WalkthroughError(f"--users {args.users}: must be at least 1")
     results = [estimate(card, hw, context, prompt, output, args.kv_type, args.users) for hw in profiles]
     measured = _measure(args, card, prompt, output) if args.measure else None
     if args.json:
-        records = [as_json(path, card, e) for e in results]
+        records = [dict(as_json(path, card, e), images=images) for e in results]
         if measured is not None:
             from walkthrough.engine.measured import compare
 
@@ -78,8 +85,33 @@ def run(args: argparse.Namespace) -> int:
         json.dump(records, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    if images is not None:
+        print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
+              f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
     print_tables(path, card, results, measured)
     return 0
+
+
+def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
+    """The prompt tokens `--images` adds, counted by the projector in `--mmproj`; None without --images."""
+    if spec is None:
+        if mmproj is not None:
+            raise WalkthroughError("--mmproj counts image tokens only with --images N[xWxH]")
+        return None
+    if mmproj is None:
+        raise WalkthroughError("--images needs the model's projector: add --mmproj mmproj-....gguf")
+    from walkthrough.inspect.projector import image_tokens, parse_images, read_projector
+
+    count, width, height = parse_images(spec)
+    with open_model(mmproj) as f:
+        projector = read_projector(f)
+    if projector is None:
+        raise WalkthroughError(f"{Path(mmproj).name} is not a multimodal projector (no clip.projector_type); "
+                               "name the mmproj-*.gguf file that comes with the model")
+    one = image_tokens(projector, width, height)
+    return {"count": count, "width": width, "height": height, "per_image": one.tokens,
+            "tokens": count * one.tokens, "resized": list(one.resized), "projector": projector.projector_type,
+            "formula": one.formula + (f" + {one.markers} markers" if one.markers else "")}
 
 
 def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:

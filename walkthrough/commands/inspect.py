@@ -115,6 +115,7 @@ def inspect_json(f, card) -> dict[str, Any]:
         "bytes_by_group": card.bytes_by_group,
         "bytes_per_token_by_group": card.bytes_per_token_by_group,
         "unknown": list(card.unknown),
+        "projector": projector_json(f),
         "metadata": summarize_metadata(f),
         "tensors": [
             {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "nbytes": t.nbytes,
@@ -122,3 +123,23 @@ def inspect_json(f, card) -> dict[str, Any]:
             for t in f.tensors.values()
         ],
     }
+
+
+def projector_json(f) -> dict[str, Any] | None:
+    """An mmproj file's projector and the tokens of a 1024x768 image (null for other files)."""
+    from walkthrough.inspect.projector import DEFAULT_IMAGE, ProjectorError, image_tokens, read_projector
+
+    projector = read_projector(f)
+    if projector is None:
+        return None
+    out: dict[str, Any] = {"type": projector.projector_type, "image_size": projector.image_size,
+                           "patch_size": projector.patch_size, "merge": projector.merge}
+    try:
+        shot = image_tokens(projector, *DEFAULT_IMAGE)
+        out["image"] = {"width": shot.width, "height": shot.height, "resized": list(shot.resized),
+                        "tokens": shot.tokens, "patches": shot.patches, "markers": shot.markers,
+                        "formula": shot.formula}
+    except ProjectorError as exc:
+        out["image"] = None
+        out["not_modelled"] = str(exc)
+    return out

@@ -33,6 +33,10 @@ def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: 
     """Print the card of an opened file, plus the tensor table and the metadata when asked."""
     console = Console(file=out, markup=False, emoji=False, highlight=False)
     console.print(summary_table(f, card))
+    projector = projector_lines(f)
+    if projector is not None:
+        console.print(_heading("Image tokens (multimodal projector)"))
+        console.print(projector)
     console.print(_heading("Quant mix (bytes per stored type)"))
     console.print(quant_mix_table(card))
     console.print(_heading("Parameters and bytes by tensor group"))
@@ -170,3 +174,23 @@ def metadata_table(f: GGUFFile) -> Table:
             value = safe_text(describe(summarize_value(f, key), MAX_VALUE_CHARS))
         table.add_row(safe_text(key), field.type_name, value)
     return table
+
+
+def projector_lines(f: GGUFFile) -> Text | None:
+    """For an mmproj file: its projector and how many prompt tokens an image becomes."""
+    from walkthrough.inspect.projector import DEFAULT_IMAGE, ProjectorError, image_tokens, read_projector
+
+    projector = read_projector(f)
+    if projector is None:
+        return None
+    lines = Text()
+    lines.append_text(safe_text(f"projector {projector.projector_type}, images {projector.image_size} px, "
+                                f"patches {projector.patch_size} px, merge {projector.merge}"))
+    lines.append("\n")
+    try:
+        shot = image_tokens(projector, *DEFAULT_IMAGE)
+    except ProjectorError as exc:
+        return lines + safe_text(str(exc))
+    lines.append(f"a {shot.width}x{shot.height} image: {shot.tokens:,} tokens ({shot.formula}"
+                 + (f", + {shot.markers} begin/end markers" if shot.markers else "") + ")")
+    return lines
