@@ -4,7 +4,9 @@ The header is real: the hyperparameters and tensor table of tests/test_card.py's
 QWEN36 (40 layers of 3 Gated DeltaNet + 1 gated attention, 256 experts of width
 512 with 8 routed + 1 shared, one MTP block), the Qwen3.5 tokenizer of
 ../shared/fixtures/vocab/ggml-vocab-qwen35.gguf padded with "[PAD{i}]" tokens to
-the model's 248,320 rows (as convert_hf_to_gguf.py pads a vocabulary). Routed
+the model's 248,320 rows (as convert_hf_to_gguf.py pads a vocabulary), and the
+reference fixtures' plain ChatML chat template (Qwen's full template also renders,
+but on a loaded machine its rendering can pass the app's 1.5 s template limit). Routed
 experts are stored as Q4_K, the other matrices as Q8_0 and vectors as F32 (about
 21 GB, like a Q4_K_M download). The tensor data is never written: the file is
 truncated to its full length, so it is a hole that reads as zeros and takes no
@@ -34,6 +36,7 @@ from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 DEFAULT_PATH = Path("/tmp/walkthrough-bench/qwen36-35b-a3b-shaped.gguf")
 VOCAB = FIXTURES_DIR / "vocab" / "ggml-vocab-qwen35.gguf"
+TEMPLATE_SOURCE = FIXTURES_DIR / "reference" / "ref-qwen3moe-q8_0.gguf"
 EXPERT_TYPE = GGMLQuantizationType.Q4_K
 
 
@@ -68,6 +71,9 @@ def write(path: Path = DEFAULT_PATH) -> Path:
     w.add_token_types(types)
     w.add_token_merges(list(vocab.get("tokenizer.ggml.merges")))
     w.add_eos_token_id(int(vocab.get("tokenizer.ggml.eos_token_id")))
+    chatml = open_gguf(TEMPLATE_SOURCE)
+    w.add_chat_template(chatml.get("tokenizer.chat_template"))
+    chatml.close()
     vocab.close()
     for t in qwen36_tensors():
         qtype = EXPERT_TYPE if "_exps" in t.name else GGMLQuantizationType(t.ggml_type)
