@@ -1,0 +1,102 @@
+"""Key storms against the real app in a real terminal (tmux): does `q` still end it, and how fast?
+
+For each seed: start `walkthrough [MODEL]` in a detached tmux session at 80x24,
+send KEYS random keys from the README's key table (stage keys, space, enter, r, c,
+the sampling knobs, the Decode view keys; no q) in small bursts, resizing the window
+every ~RESIZE_EVERY keys, then send `q` and time how long the process takes to end.
+A run that has not ended after --give-up seconds is counted as wedged (and killed).
+
+Usage: python tests/bench/key_storm.py [--seeds 10] [--keys 500] [--model PATH] [--storms 1]
+
+Prints one line per run (seed, seconds from q to exit, or WEDGED) and a summary:
+runs, wedged, median and worst exit time. `--storms 2` runs two storms at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = ["Space", "Enter", "r", "c", "n", "p", *"12345678", "t", "T", "k", "K", "o", "O", "m", "M", "s",
+        "[", "]", ",", ".", "v", "left", "right", "i", "h"]
+SIZES = [(80, 24), (120, 40), (60, 20), (100, 30), (200, 50), (81, 25)]
+RESIZE_EVERY = 25
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=False, capture_output=True, text=True).stdout.strip()
+
+
+def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: list) -> None:
+    rng = random.Random(seed)
+    session = f"storm-{seed}-{time.monotonic_ns()}"
+    launcher = os.environ.get("STORM_LAUNCHER", "-m walkthrough")  # e.g. a script that registers faulthandler
+    command = f"cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} {launcher} {model or ''}"
+    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
+    tmux("set-option", "-t", session, "remain-on-exit", "on")
+    try:
+        time.sleep(4)  # let the app open the file
+        sent = 0
+        while sent < n_keys:
+            burst = [rng.choice(KEYS) for _ in range(min(rng.randint(1, 8), n_keys - sent))]
+            tmux("send-keys", "-t", session, *burst)
+            sent += len(burst)
+            if sent // RESIZE_EVERY != (sent - len(burst)) // RESIZE_EVERY:
+                w, h = rng.choice(SIZES)
+                tmux("resize-window", "-t", session, "-x", str(w), "-y", str(h))
+            time.sleep(rng.uniform(0.0, 0.05))
+        tmux("send-keys", "-t", session, "Escape")
+        time.sleep(0.3)
+        start = time.monotonic()
+        tmux("send-keys", "-t", session, "q")
+        if os.environ.get("STORM_SIGNAL_AFTER"):  # ask the app for stack dumps while it winds down
+            pid = tmux("display-message", "-p", "-t", session, "#{pane_pid}")
+            threading.Timer(float(os.environ["STORM_SIGNAL_AFTER"]),
+                            lambda: subprocess.run(["kill", "-USR1", pid], check=False, capture_output=True)).start()
+        while time.monotonic() - start < give_up:
+            if tmux("display-message", "-p", "-t", session, "#{pane_dead}") == "1":
+                results.append((seed, time.monotonic() - start))
+                return
+            time.sleep(0.05)
+        results.append((seed, None))
+    finally:
+        tmux("kill-session", "-t", session)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--keys", type=int, default=500)
+    parser.add_argument("--storms", type=int, default=1, help="storms running at once")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--give-up", type=float, default=30.0)
+    args = parser.parse_args()
+    results: list = []
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    for i in range(0, len(seeds), args.storms):
+        threads = [threading.Thread(target=storm, args=(s, args.keys, args.model, args.give_up, results))
+                   for s in seeds[i:i + args.storms]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for seed, seconds in results[-len(threads):]:
+            print(f"seed {seed}: " + ("WEDGED" if seconds is None else f"q -> exit in {seconds:.2f} s"), flush=True)
+    times = [s for _, s in results if s is not None]
+    wedged = sum(1 for _, s in results if s is None)
+    print(f"runs {len(results)}, keys {args.keys}, storms at once {args.storms}: wedged {wedged}; "
+          + (f"exit after q: median {statistics.median(times):.2f} s, worst {max(times):.2f} s" if times else ""))
+
+
+if __name__ == "__main__":
+    main()
