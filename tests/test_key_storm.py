@@ -19,7 +19,7 @@ from textual import events
 from textual.geometry import Size
 
 from walkthrough.app import make_app
-from walkthrough.screens.typeahead import STALE_SECONDS, stale_key
+from walkthrough.screens.typeahead import KEEP_STALE, STALE_SECONDS, Typeahead
 
 SEED = 20
 N_KEYS = 500
@@ -62,13 +62,16 @@ async def test_q_ends_the_app_after_a_key_storm():
         assert app.return_code == 0, "q did not end the app after the storm"
 
 
-def test_only_keys_that_waited_are_stale():
-    fresh = events.Key("space", " ")
-    old = events.Key("space", " ")
-    old.time -= STALE_SECONDS
-    quit_key = events.Key("q", "q")
-    quit_key.time -= 10 * STALE_SECONDS
-    assert not stale_key(fresh)
-    assert stale_key(old)
-    assert not stale_key(quit_key)  # a quit key is never dropped
-    assert not stale_key(events.Resize(Size(80, 24), Size(80, 24)))
+def test_only_a_long_run_of_stale_keys_is_dropped():
+    def key(name: str, age: float) -> events.Key:
+        event = events.Key(name, name)
+        event.time -= age
+        return event
+
+    typeahead = Typeahead()
+    stale = [typeahead.drop(key("space", STALE_SECONDS)) for _ in range(KEEP_STALE + 3)]
+    assert stale == [False] * KEEP_STALE + [True] * 3
+    assert not typeahead.drop(key("q", 10 * STALE_SECONDS))  # a quit key is never dropped
+    assert not typeahead.drop(key("space", 0.0))  # a fresh key is handled and ends the run
+    assert not typeahead.drop(key("space", STALE_SECONDS))
+    assert not typeahead.drop(events.Resize(Size(80, 24), Size(80, 24)))

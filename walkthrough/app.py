@@ -28,7 +28,7 @@ from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
 from walkthrough.screens.base import STAGE_IDS, STAGES
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.state import RequestState, load_messages
-from walkthrough.screens.typeahead import stale_key
+from walkthrough.screens.typeahead import Typeahead
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
@@ -65,9 +65,10 @@ class WalkthroughApp(App):
         self.stepping = False  # a pass is running in a worker
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._file_shown = threading.Event()
+        self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
-        if stale_key(message):  # typed while the app was busy for longer than typeahead.STALE_SECONDS
+        if self.typeahead.drop(message):  # typed far ahead of a busy app (screens/typeahead.py)
             return False
         return super().post_message(message)
 
