@@ -6,8 +6,8 @@ reports: every trunk tensor is read once per pass in its stored format, except
 that a routed expert tensor (`*_exps`) reads only the slices of the experts
 some token of the pass chose in that layer, a lookup table (`token_embd`,
 `position_embd`) one row per distinct index (a table that is also the output
-head is read whole, its looked-up rows counted as embedding), and layers that serve only multi-token prediction nothing.
-Attention reads the KV cache it attends over; linear-attention layers their
+head is read whole, its looked-up rows counted as embedding), and layers that
+serve only multi-token prediction nothing. Attention reads the KV cache it attends over; linear-attention layers their
 fixed state (group "state").
 
 FLOPs: 2 per weight of every matrix per row it multiplies (the last layer's FFN
@@ -16,9 +16,9 @@ does), 2 per weight per token-expert pair for routed experts, and 2 x (key +
 value size) per head per query-key pair the causal mask lets through.
 
 `PassCounter(f, card)` sorts the tensor table out once per file; `count(shape)`
-then costs a few sums per pass. Example: a decode pass of a 2-layer MoE file with 8 experts that chose experts
-{1, 4} in layer 0 and {4, 6} in layer 1 reads 2/8 of each layer's expert
-tensors: the card's `bytes_per_token` for those layers.
+then costs a few sums per pass. Example: a decode pass of a 2-layer MoE file
+with 8 experts that chose experts {1, 4} in layer 0 and {4, 6} in layer 1 reads
+2/8 of each layer's expert tensors: the card's `bytes_per_token` for those layers.
 """
 
 from __future__ import annotations
