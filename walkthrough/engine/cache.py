@@ -10,8 +10,9 @@ n_head_kv x head_dim values, as ggml quantizes the rows of its K and V
 tensors), so attention reads what such a cache would hold.
 
 Linear-attention layers (hybrid models) keep a fixed-size recurrent state
-instead (lfm2's short convolutions only {"conv": [L-1, d]}): `states[layer]` holds it ({"conv": [K-1, channels], "recurrent":
-[value heads, head_v, head_k]}, float32, made by `qwen35.HybridDims.new_state`),
+instead: `states[layer]` holds it ({"conv": [K-1, channels], "recurrent":
+[value heads, head_v, head_k]}, float32, made by `qwen35.HybridDims.new_state`;
+lfm2's short convolutions only {"conv": [L-1, d]}),
 `state_bytes_by_layer` / `state_bytes` count it; it does not grow with the
 length. `layer_kinds` says which layer keeps what ("full": K and V rows,
 "linear": a fixed state).
