@@ -38,6 +38,7 @@ TOLERANCES = {
     "Q2_K": (0.7, False),
 }
 TOP1_AGREEMENT = 0.95
+REFERENCE_DECIMALS_TOL = 5e-5  # 10x the 5e-6 rounding of the stored logits: shared F32/Q8_0/Q4_0 files
 
 
 ARCH_FIXTURES = Path(__file__).parent / "fixtures" / "arch"  # tests/bench/make_arch_references.py writes these
@@ -82,10 +83,12 @@ def test_logits_match_llama_cpp(path: Path):
     diff = float(np.max(np.abs(ours - theirs)))
     assert diff <= tol, f"max logit difference {diff:.3g} > {tol}"
     formats = {vec_dot_format(GGMLQuantizationType[t]) for t in model.card.bytes_by_type}
-    if formats <= {"f32", "q8_0"}:
-        # Beyond the README: rounding product inputs as llama.cpp does (engine.activations) reproduces its
-        # F32, Q4_0 and Q8_0 products to float noise (the references are stored to 5 decimals).
-        assert float(np.median(np.abs(ours - theirs))) < 1e-4
+    if formats <= {"f32", "q8_0"} and path.parent == FIXTURES_DIR / "reference":
+        # Beyond the README: rounding product inputs as llama.cpp does (engine.activations, with float64
+        # sums) reproduces its F32, Q4_0 and Q8_0 logits to the 5 decimals the references are stored with
+        # (largest difference measured: 6e-6 on F32 and Q4_0/Q8_0 files, 2e-5 on the hybrid), greedy ids too.
+        assert diff <= REFERENCE_DECIMALS_TOL, f"max logit difference {diff:.3g} > {REFERENCE_DECIMALS_TOL}"
+        exact = True
     if exact:
         assert greedy[: len(ref["greedy_ids"])] == ref["greedy_ids"]
     else:

@@ -18,9 +18,13 @@ Linear-attention layers of hybrid models read their fixed state once per pass
 (group "state", beside "kv_cache").
 
 `linear` and `expert_linear` also apply the product the way llama.cpp's CPU
-backend does: the input is first rounded to the weight's "vec_dot" format
-(`walkthrough.engine.activations`), unless the meter was made with
-`match_llama_cpp=False` (plain float32 products).
+backend does: the input is rounded to the weight's "vec_dot" format
+(`activations`; for Q4_1/Q5_1 with Q8_1's half-precision block sums), and
+with `exact_products=True` the types `quantdot` knows are multiplied exactly
+as ggml multiplies them (integer block products in its float order: bit for
+bit, but about 40 times slower); `match_llama_cpp=False` gives plain float32
+products. Either way each row is its own product (`ops.linear`), so results
+do not depend on the number of tokens in the pass.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from walkthrough.engine import ops
+from walkthrough.engine import ops, quantdot
 from walkthrough.engine.activations import round_activations, vec_dot_format
 from walkthrough.engine.weights import Weights, row_nbytes
 
@@ -37,10 +41,12 @@ from walkthrough.engine.weights import Weights, row_nbytes
 class Meter:
     """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
 
-    def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True):
+    def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True,
+                 exact_products: bool = False):
         self.weights = weights
         self.group_of = group_of
         self.match_llama_cpp = match_llama_cpp
+        self.exact_products = match_llama_cpp and exact_products
         self._rounded: tuple[np.ndarray, str, np.ndarray] | None = None  # last input rounded: (x, format, result)
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0
@@ -65,11 +71,23 @@ class Meter:
         """A tensor the architecture may or may not have (biases, q/k norms)."""
         return self.tensor(name) if self.weights.has(name) else None
 
+    def _count(self, key: object, group: str, nbytes: int, n_values: int, n_tokens: int) -> None:
+        """A matrix applied to n_tokens rows: its stored bytes once, 2 FLOPs per weight per row."""
+        self._read(key, group, nbytes)
+        self.flops += 2 * n_tokens * n_values
+
+    def _count_matrix(self, name: str, n_tokens: int, group: str | None) -> None:
+        info = self.weights.info(name)
+        g = group or self.group_of(name)
+        self._count(name, g, info.nbytes - self._row_bytes.get(name, 0), info.n_elements, n_tokens)
+
     def matrix(self, name: str, n_tokens: int, group: str | None = None) -> np.ndarray:
-        """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row."""
-        w = self.tensor(name, group)
-        self.flops += 2 * n_tokens * w.size
-        return w
+        """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row.
+
+        In the dtype `ops.linear` multiplies it in (`ops.product_dtype`).
+        """
+        self._count_matrix(name, n_tokens, group)
+        return self.weights.get(name, ops.product_dtype(self.weights.info(name).n_elements))
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
@@ -85,13 +103,30 @@ class Meter:
 
     def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None) -> np.ndarray:
         """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted."""
-        w = self.matrix(name, x.shape[0], group)
         b = self.optional(bias) if bias else None
-        return self.wrote(ops.linear(self.rounded_input(name, x), w.reshape(-1, x.shape[-1]), b))
+        if self.exact_products and self.weights.can_pack(name):
+            self._count_matrix(name, x.shape[0], group)
+            y = quantdot.matmul(x, self.weights.packed(name))
+            return self.wrote(y + b if b is not None else y)
+        w = self.matrix(name, x.shape[0], group)
+        return self.wrote(self._rounded_product(name, None, x, w.reshape(-1, x.shape[-1]), b))
+
+    def _rounded_product(self, name: str, e: int | None, x: np.ndarray, w: np.ndarray,
+                         b: np.ndarray | None = None) -> np.ndarray:
+        """x @ w.T with x rounded as llama.cpp rounds it, plus Q8_1's half-precision block sums for Q4_1/Q5_1."""
+        y = ops.linear(self.rounded_input(name, x), w, b)
+        if self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET:
+            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, e))
+        return y
 
     def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:
         """[n, d_in] -> [n, d_out] through expert e's slice of a stacked expert tensor."""
-        return self.wrote(ops.linear(self.rounded_input(name, x), self.expert(name, e, x.shape[0])))
+        if self.exact_products and self.weights.can_pack(name):
+            info = self.weights.info(name)
+            self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
+                        info.n_elements // info.shape[2], x.shape[0])
+            return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
+        return self.wrote(self._rounded_product(name, e, x, self.expert(name, e, x.shape[0])))
 
     def wrote(self, *arrays: np.ndarray) -> np.ndarray:
         """Count arrays an operation produced as activation bytes (`written`); returns the first."""
@@ -101,7 +136,8 @@ class Meter:
     def expert(self, name: str, e: int, n_tokens: int) -> np.ndarray:
         """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""
         self._read((name, e), self.group_of(name), self.weights.expert_nbytes(name))
-        w = self.weights.expert(name, e)
+        info = self.weights.info(name)
+        w = self.weights.expert(name, e, ops.product_dtype(info.n_elements // info.shape[2]))
         self.flops += 2 * n_tokens * w.size
         return w
 

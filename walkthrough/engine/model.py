@@ -56,15 +56,18 @@ class Model:
         card: ModelCard | None = None,
         max_cache_bytes: int = DEFAULT_CACHE_BYTES,
         match_llama_cpp: bool = True,
+        exact_products: bool = False,
     ):
         """Prepare an opened file to run (header only; weights are read on first use).
 
         Args:
             match_llama_cpp: round each matrix product's input as llama.cpp's CPU backend does for the
                 weight's stored type (`activations`); False gives plain float32 products.
+            exact_products: multiply quantized weights exactly as ggml does (`quantdot`; slow).
         """
         self.file = f
         self.match_llama_cpp = match_llama_cpp
+        self.exact_products = exact_products
         self.card = card or build_card(f)
         self.config: Config = build_config(f, self.card)
         check_tensors(f, self.config)
@@ -92,7 +95,8 @@ class Model:
 
     def meter(self) -> Meter:
         """A fresh meter for one pass."""
-        return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp)
+        return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp,
+                     exact_products=self.exact_products)
 
     def check_ids(self, ids: list[int]) -> None:
         bad = [i for i in ids if not 0 <= i < self.config.n_vocab]

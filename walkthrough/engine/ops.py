@@ -23,9 +23,29 @@ MOE_WEIGHT_SUM_MIN = 6.103515625e-5
 GELU_COEF = 0.7978845608028654  # sqrt(2 / pi), ggml's GELU_COEF_A companion (ggml-cpu/vec.h)
 
 
+ROW_PRODUCT_MAX = 4 << 20  # weights (16 MiB as float32) up to which `linear` multiplies row by row
+
+
+def product_dtype(n_weights: int) -> type:
+    """The dtype `linear` wants a weight matrix of this many values in (see `linear`)."""
+    return np.float32 if n_weights <= ROW_PRODUCT_MAX else np.float64
+
+
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """[n, d_in] @ [d_out, d_in].T (+ [d_out]) -> [n, d_out]"""
-    y = x @ w.T
+    """[n, d_in] @ [d_out, d_in].T (+ [d_out]) -> [n, d_out] float32, each row's result independent of n.
+
+    BLAS picks its summation order by the shape of the product, so one product of n rows gives a
+    row slightly different numbers for different n (and llama.cpp's 8-bit rounding of the next
+    product's input turns such differences into whole steps). So a float32 matrix multiplies each
+    row on its own (the matrix-vector product a decode pass makes anyway; prefill pays for it), and
+    a float64 one (`product_dtype`: matrices too large to reread per row, like an output head)
+    sums in float64, all but exactly, rounding once. Either way prefill logits are the same, bit
+    for bit, for every chunk size.
+    """
+    if w.dtype == np.float64:
+        y = (x.astype(np.float64) @ w.T).astype(np.float32)
+    else:
+        y = np.matmul(x[:, None, :], w.T)[:, 0]  # [n, d_out]
     return y + b if b is not None else y
 
 
@@ -62,8 +82,14 @@ def softcap(x: np.ndarray, cap: float) -> np.ndarray:
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(x - max) / sum, the sum taken in float64 and applied as a float32 reciprocal (ggml's `soft_max`).
+
+    A float64 sum does not depend on how many masked (zero) entries a row carries, so attention
+    weights are the same whatever the cache length of the pass.
+    """
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    inv = (1.0 / np.sum(e, axis=axis, keepdims=True, dtype=np.float64)).astype(e.dtype)
+    return e * inv
 
 
 @dataclass(frozen=True)
@@ -170,9 +196,10 @@ def attention(
     big_l, h_kv, _ = k.shape
     group = h // h_kv
     q = round_activations(q, kv_format)
-    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
-    kt = k.transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L]
-    scores = (qg @ kt) * np.float32(scale)  # [h_kv, group, n, L]
+    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3).astype(np.float64)  # [h_kv, group, n, hd]
+    kt = k.transpose(1, 2, 0)[:, None].astype(np.float64)  # [h_kv, 1, hd, L]
+    # Products in float64 are (all but always) exact sums, rounded once: the same whatever n and L.
+    scores = (qg @ kt).astype(np.float32) * np.float32(scale)  # [h_kv, group, n, L]
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
     if window:
         masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
@@ -183,8 +210,10 @@ def attention(
         sink = sinks.reshape(h_kv, group, 1, 1).astype(np.float32)  # [h_kv, group, 1, 1]
         top = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
         e = np.exp(scores - top)
-        weights = e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - top))
-    out = round_activations(weights, kv_format) @ v.transpose(1, 0, 2)[:, None]  # [h_kv, group, n, hd_v]
+        total = np.sum(e, axis=-1, keepdims=True, dtype=np.float64) + np.exp(sink - top)
+        weights = e * (1.0 / total).astype(np.float32)
+    vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
+    out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
 

@@ -11,6 +11,10 @@ are ever dequantized. Embedding rows are dequantized one row at a time.
 Shapes are numpy order (the reverse of ggml's): a matrix stored with ggml shape
 [n_in, n_out] comes back as [n_out, n_in], so `x @ w.T` applies it.
 
+Matrices of the types `quantdot` multiplies as llama.cpp does (Q8_0, Q4_0,
+Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can instead be fetched `packed`: their
+integer codes and block scales, cached the same way, never dequantized.
+
 Every type `gguf.quants` can dequantize works (F32, F16, BF16, Q4_0, Q4_1,
 Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
 `WalkthroughError` naming the tensor.
@@ -24,6 +28,7 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from walkthrough.engine import quantdot
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 
@@ -68,9 +73,9 @@ class Weights:
     def __init__(self, f: GGUFFile, *, max_cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.file = f
         self.max_cache_bytes = max_cache_bytes
-        self._cache: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[object, np.ndarray | quantdot.Packed] = OrderedDict()
         self._cached_bytes = 0
-        self.dequantized_bytes = 0  # float32 bytes produced so far (a measure of work, for benchmarks)
+        self.dequantized_bytes = 0  # bytes of float32 (or packed) weights produced so far (a measure of work)
 
     def has(self, name: str) -> bool:
         return name in self.file.tensors
@@ -79,13 +84,14 @@ class Weights:
         return self.file.tensors[name]
 
     # ---- cache -------------------------------------------------------------------
-    def _cached(self, key: object) -> np.ndarray | None:
+    def _cached(self, key: object):
         value = self._cache.get(key)
         if value is not None:
             self._cache.move_to_end(key)
         return value
 
-    def _remember(self, key: object, value: np.ndarray) -> np.ndarray:
+    def _remember(self, key: object, value):
+        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the bounded cache."""
         self.dequantized_bytes += value.nbytes
         if value.nbytes > self.max_cache_bytes:
             return value
@@ -97,25 +103,66 @@ class Weights:
         return value
 
     # ---- access ------------------------------------------------------------------
-    def get(self, name: str) -> np.ndarray:
-        """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in])."""
-        value = self._cached(name)
+    def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
+        """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in]), float32 or float64.
+
+        Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`).
+        """
+        key = name if dtype is np.float32 else (name, "float64")
+        value = self._cached(key)
         if value is None:
             t = self.file.tensors[name]
             flat = dequantize_rows(self.file.tensor_bytes(name), t.ggml_type, t.shape[0], name)
-            value = self._remember(name, flat.reshape(t.np_shape))
+            value = self._remember(key, flat.reshape(t.np_shape).astype(dtype, copy=False))
         return value
 
-    def expert(self, name: str, e: int) -> np.ndarray:
+    def expert(self, name: str, e: int, dtype: type = np.float32) -> np.ndarray:
         """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in]."""
-        key = (name, e)
+        key = (name, e) if dtype is np.float32 else (name, e, "float64")
         value = self._cached(key)
         if value is None:
             t = self.file.tensors[name]
             per = t.nbytes // t.shape[2]
             raw = self.file.tensor_bytes(name)[e * per : (e + 1) * per]
             flat = dequantize_rows(raw, t.ggml_type, t.shape[0], name)
-            value = self._remember(key, flat.reshape(t.shape[1], t.shape[0]))
+            value = self._remember(key, flat.reshape(t.shape[1], t.shape[0]).astype(dtype, copy=False))
+        return value
+
+    def can_pack(self, name: str) -> bool:
+        """Whether `packed` serves this tensor (a matrix of a type `quantdot` multiplies)."""
+        return self.file.tensors[name].ggml_type in quantdot.SUPPORTED
+
+    def packed(self, name: str) -> quantdot.Packed:
+        """A matrix as `quantdot` multiplies it: ggml [n_in, n_out] -> codes and scales of [n_out, n_in]."""
+        key = ("packed", name)
+        value = self._cached(key)
+        if value is None:
+            t = self.file.tensors[name]
+            value = self._remember(key, quantdot.pack(self.file.tensor_bytes(name), t.ggml_type, t.shape[0]))
+        return value
+
+    def packed_expert(self, name: str, e: int) -> quantdot.Packed:
+        """Expert e of a stacked expert tensor, packed (see `packed`)."""
+        key = ("packed", name, e)
+        value = self._cached(key)
+        if value is None:
+            t = self.file.tensors[name]
+            per = t.nbytes // t.shape[2]
+            raw = self.file.tensor_bytes(name)[e * per : (e + 1) * per]
+            value = self._remember(key, quantdot.pack(raw, t.ggml_type, t.shape[0]))
+        return value
+
+    def block_offsets(self, name: str, e: int | None = None) -> np.ndarray:
+        """Q4_1/Q5_1 block offsets m [n_out, n_in / 32] of a matrix (or of expert e's slice)."""
+        key = ("offsets", name, e)
+        value = self._cached(key)
+        if value is None:
+            t = self.file.tensors[name]
+            raw = self.file.tensor_bytes(name)
+            if e is not None:
+                per = t.nbytes // t.shape[2]
+                raw = raw[e * per : (e + 1) * per]
+            value = self._remember(key, quantdot.block_offsets(raw, t.ggml_type, t.shape[0]))
         return value
 
     def rows(self, name: str, ids: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
+from walkthrough.engine import closeness
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
@@ -103,6 +104,11 @@ Metadata: every key with its type and value, shown literally.
             if advice:
                 note.append("\nTry llama.cpp: ", style="bold")
                 note.append(advice)
+            f, card = self.state.file, self.state.card
+            measured = closeness.note(f.path.name, f.file_size, set(card.bytes_by_type))
+            if measured:
+                note.append("\n")
+                note.append_text(safe_text(measured))
             return note
         return Text("Checking whether the engine can run this file…", style="italic")
 

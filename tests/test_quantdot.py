@@ -1,0 +1,108 @@
+"""engine.quantdot: the stored blocks it unpacks, and its products against ggml's own kernels.
+
+Unpacking is checked against gguf.quants' dequantization (an independent reading of the same
+bytes). The products are checked against llama.cpp's CPU library itself when llama-cpp-python is
+installed: `quantize_row_q8_*` and `ggml_vec_dot_*` called through ctypes on the same rows must
+give the same float32 numbers, bit for bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import quants
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.engine import quantdot
+
+TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
+# Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
+SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+                Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+PARTNER = {Q.Q8_0: "q8_0", Q.Q4_0: "q8_0", Q.Q5_0: "q8_0", Q.Q4_1: "q8_1", Q.Q5_1: "q8_1",
+           Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K"}
+
+
+def random_rows(qtype: Q, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
+    """Random stored rows whose scales are finite, small fp16 numbers: [n_out, row bytes] uint8."""
+    rng = np.random.default_rng(seed)
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n_out, n_in // block, size), dtype=np.uint8)
+    for off in SCALE_FIELDS[qtype]:
+        scales = rng.uniform(0.001, 0.05, size=raw.shape[:2]).astype(np.float16)
+        raw[..., off : off + 2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+    return np.ascontiguousarray(raw.reshape(n_out, -1))
+
+
+def activations(n: int, n_in: int, seed: int = 1) -> np.ndarray:
+    """Rows with a few large outliers, as real activations have."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, n_in)) * np.where(rng.random(n_in) < 0.02, 40, 1)).astype(np.float32)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
+    n_out, n_in = 6, 512
+    raw = random_rows(qtype, n_out, n_in)
+    codes, d, m, sub = quantdot.unpack(raw, qtype, n_in)
+    block = GGML_QUANT_SIZES[qtype][0]
+    c = codes.reshape(n_out, n_in // block, block).astype(np.float64)
+    if qtype in (Q.Q4_K, Q.Q5_K):
+        sc, mn = sub[:, :, 0, :, None], sub[:, :, 1, :, None]  # [o, nb, 8, 1]
+        ours = d[..., None, None] * sc * c.reshape(n_out, -1, 8, 32) - m[..., None, None] * mn
+    elif qtype == Q.Q6_K:
+        ours = d[..., None, None] * sub[..., None] * (c.reshape(n_out, -1, 16, 16) - 32)
+    else:
+        ours = d[..., None] * c + (m[..., None] if m is not None else 0)
+    ref = quants.dequantize(raw, qtype).reshape(n_out, n_in)
+    np.testing.assert_allclose(ours.reshape(n_out, n_in), ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_rows_do_not_depend_on_the_other_rows(qtype):
+    raw, x = random_rows(qtype, 40, 512), activations(9, 512)
+    packed = quantdot.pack(raw, qtype, 512)
+    together = quantdot.matmul(x, packed)
+    alone = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(len(x))])
+    assert np.array_equal(together, alone)
+
+
+@pytest.fixture(scope="module")
+def ggml_cpu():
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: no ggml to compare with")
+    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"))
+    lib.ggml_cpu_init()  # fills ggml's fp16 tables
+    return lib
+
+
+def ggml_products(lib, qtype: Q, raw: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """[n, n_in] x stored rows -> [n, n_out] from ggml's quantize_row and vec_dot, one dot at a time."""
+    partner = PARTNER[qtype]
+    block, size = GGML_QUANT_SIZES[Q[partner.upper()]]
+    quantize = getattr(lib, f"quantize_row_{partner}")
+    quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    name = f"ggml_vec_dot_{qtype.name.lower()}_{partner}".replace("_k_", "_K_")
+    dot = getattr(lib, name)
+    dot.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                    ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    n_in = x.shape[1]
+    out = np.zeros((len(x), len(raw)), dtype=np.float32)
+    s = ctypes.c_float()
+    for i, row in enumerate(np.ascontiguousarray(x)):
+        q = np.zeros(n_in // block * size, dtype=np.uint8)
+        quantize(row.ctypes.data, q.ctypes.data, n_in)
+        for o in range(len(raw)):
+            dot(n_in, ctypes.byref(s), 0, raw[o].ctypes.data, 0, q.ctypes.data, 0, 1)
+            out[i, o] = s.value
+    return out
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_products_are_ggmls_bit_for_bit(ggml_cpu, qtype):
+    raw, x = random_rows(qtype, 48, 1536), activations(4, 1536)
+    ours = quantdot.matmul(x, quantdot.pack(raw, qtype, 1536))
+    assert np.array_equal(ours, ggml_products(ggml_cpu, qtype, raw, x))

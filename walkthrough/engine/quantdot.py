@@ -1,0 +1,277 @@
+"""Quantized matrix products computed the way ggml's CPU backend computes them on x86 (AVX2).
+
+llama.cpp never multiplies a quantized weight by a float activation. It first
+quantizes the activation row to the weight's partner format (Q8_0 for Q4_0,
+Q5_0 and Q8_0; Q8_1 for Q4_1 and Q5_1; Q8_K for the k-quants; see
+`activations`), then, per output, sums integer products block by block and
+only then applies the block scales in float32 (ggml-cpu/arch/x86/quants.c,
+`ggml_vec_dot_*`; llamafile's `tinyBLAS_Q0_AVX` gives the same numbers for
+Q4_0/Q5_0/Q8_0). The order of those float operations is part of the result:
+
+    acc[lane] = 0 for 8 lanes                 (one AVX register)
+    for each block b:                          (32 values; 256 for k-quants)
+        acc[lane] = fma(d_w[b] * d_x[b], isum[b, lane], acc[lane])
+    y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))   (hsum_float_8)
+        + the type's offset term (Q4_1/Q5_1: sum of m_w * s_x; Q4_K/Q5_K: the sub-block mins)
+
+where lane l of a block holds the integer sum over the values whose index
+within their 32-value chunk is 4l..4l+3 (`_mm256_maddubs_epi16` then
+`_mm256_madd_epi16`). Integer sums are exact in float32 (float64 for Q6_K,
+whose lane sums can pass 2^24), and each fma is exact in float64 before its
+one rounding to float32, so this module reproduces llama.cpp's products bit
+for bit, whatever the number of tokens in the pass: logits do not depend on
+the chunk size.
+
+Not handled (the engine falls back to rounding the input and a float product):
+IQ*, TQ*, MXFP4, Q2_K, Q3_K; and llama.cpp's tiled k-quant kernel
+(ggml-cpu/tiled, used for passes of 8 tokens or more) sums in another order,
+so prefill logits of k-quant files agree to float rounding, not bitwise.
+
+Example (one Q8_0 block of a weight row, one of the input): w codes 1..32 with
+d_w = 0.5, x codes all 2 with d_x = 0.25: lane 0 sums 2*(1+2+3+4) = 20, ...,
+lane 7 sums 2*(29+30+31+32) = 244; y = 0.125 * (20 + 52 + ... + 244) = 132.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType as Q
+
+LANES = 8  # float32 lanes of one AVX register
+QK_K = 256
+SLAB_ELEMENTS = 1 << 22  # lane sums held at once (bounds memory: 16 MiB float32)
+
+SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K})
+WITH_OFFSET = frozenset({Q.Q4_1, Q.Q5_1})  # their activations are Q8_1 (codes, scale, and fp16(d * sum of codes))
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A quantized weight matrix [n_out, n_in], split into what ggml's dot products read.
+
+    `lanes` holds the integer codes (times the sub-block scale for k-quants) grouped by
+    lane: [groups, n_out, per_lane], groups = n_in / 4 (32-value blocks: 8 lanes of 4
+    values) or n_in / 32 (k-quants: 8 lanes of 32 values per 256-value block).
+    """
+
+    qtype: Q
+    n_out: int
+    n_in: int
+    lanes: np.ndarray  # [G, n_out, kk] float32 (float64 for Q6_K): exact integers
+    d: np.ndarray  # [n_out, nb] float32 block scales
+    m: np.ndarray | None = None  # [n_out, nb] float32: Q4_1/Q5_1 offsets, k-quants' dmin
+    sub: np.ndarray | None = None  # [n_out, nb, 8|16] float32: Q4_K/Q5_K sub-block mins, Q6_K sub-block scales
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.lanes, self.d, self.m, self.sub) if a is not None)
+
+
+# ---- unpacking the stored blocks --------------------------------------------------
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """[..., 2] uint8 -> [...] float32 (little-endian fp16)."""
+    return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """[..., 16] bytes -> [..., 32] values: low nibbles are values 0..15, high nibbles 16..31."""
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
+def _bits(qh: np.ndarray, n: int) -> np.ndarray:
+    """[..., n/8] little-endian bytes -> [..., n] bits, bit i of the little-endian word first."""
+    return np.unpackbits(qh, axis=-1, bitorder="little")[..., :n]
+
+
+def _scales_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[..., 12] packed 6-bit scales and mins of Q4_K/Q5_K -> ([..., 8], [..., 8]) (`get_scale_min_k4`)."""
+    s = s.astype(np.int32)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def _kquant_halves(qs: np.ndarray) -> np.ndarray:
+    """[..., 128] Q4_K/Q5_K nibbles -> [..., 4, 2, 32]: chunk j of 64 values is 32 low nibbles then 32 high."""
+    q = qs.reshape(*qs.shape[:-1], 4, 32)
+    return np.stack([q & 15, q >> 4], axis=-2)
+
+
+def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Stored rows -> (codes [n_out, n_in] int32, d [n_out, nb], m or dmin [n_out, nb], sub-block scales/mins).
+
+    Values are d*code (Q8_0, Q4_0, Q5_0: codes signed), d*code + m (Q4_1, Q5_1), d*sc*code - dmin*mn
+    (Q4_K, Q5_K: sub is (sc, mn) stacked [n_out, nb, 2, 8]), d*sc*(code - 32) (Q6_K: sub is sc [n_out, nb, 16]).
+    """
+    block, size = GGML_QUANT_SIZES[qtype]
+    b = raw.reshape(-1, n_in // block, size)  # [n_out, nb, bytes]
+    m = sub = None
+    if qtype == Q.Q8_0:
+        d, codes = _f16(b[..., 0:2]), b[..., 2:34].view(np.int8).astype(np.int32)
+    elif qtype == Q.Q4_0:
+        d, codes = _f16(b[..., 0:2]), _nibbles(b[..., 2:18]).astype(np.int32) - 8
+    elif qtype == Q.Q4_1:
+        d, m, codes = _f16(b[..., 0:2]), _f16(b[..., 2:4]), _nibbles(b[..., 4:20]).astype(np.int32)
+    elif qtype == Q.Q5_0:
+        d = _f16(b[..., 0:2])
+        codes = (_nibbles(b[..., 6:22]) | (_bits(b[..., 2:6], 32) << 4)).astype(np.int32) - 16
+    elif qtype == Q.Q5_1:
+        d, m = _f16(b[..., 0:2]), _f16(b[..., 2:4])
+        codes = (_nibbles(b[..., 8:24]) | (_bits(b[..., 4:8], 32) << 4)).astype(np.int32)
+    elif qtype in (Q.Q4_K, Q.Q5_K):
+        d, m = _f16(b[..., 0:2]), _f16(b[..., 2:4])
+        sc, mn = _scales_k4(b[..., 4:16])
+        sub = np.stack([sc, mn], axis=-2)
+        if qtype == Q.Q4_K:
+            codes = _kquant_halves(b[..., 16:144]).astype(np.int32)
+        else:  # bit 2j (low half) / 2j+1 (high half) of qh[l] adds 16 to value l of chunk j
+            high = np.unpackbits(b[..., 16:48, None], axis=-1, bitorder="little")  # [.., 32, 8]
+            high = np.moveaxis(high, -2, -1).reshape(*b.shape[:-1], 4, 2, 32)
+            codes = (_kquant_halves(b[..., 48:176]) | (high << 4)).astype(np.int32)
+    elif qtype == Q.Q6_K:
+        ql = b[..., 0:128].reshape(*b.shape[:-1], 2, 2, 32)  # [.., half, ql 0:32 | 32:64, l]
+        qh = b[..., 128:192].reshape(*b.shape[:-1], 2, 1, 32)
+        low = np.stack([ql[..., 0, :] & 15, ql[..., 1, :] & 15, ql[..., 0, :] >> 4, ql[..., 1, :] >> 4], axis=-2)
+        high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]) & 3  # [.., half, 4, 32]
+        codes = (low | (high << 4)).astype(np.int32)  # unsigned 0..63, as ggml's AVX2 kernel reads them
+        sub = b[..., 192:208].view(np.int8).astype(np.float32)
+        d = _f16(b[..., 208:210])
+    else:
+        raise ValueError(f"{qtype.name} has no integer product here")
+    return codes.reshape(b.shape[0], n_in), d, m, sub
+
+
+def block_offsets(raw: np.ndarray, qtype: Q, n_in: int) -> np.ndarray:
+    """Stored Q4_1/Q5_1 rows -> their block offsets m [n_out, n_in / 32] (float32)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    return _f16(raw.reshape(-1, n_in // block, size)[..., 2:4])
+
+
+def pack(raw: np.ndarray, qtype: Q, n_in: int) -> Packed:
+    """Stored rows (uint8, whole rows) of a weight with n_in values per row -> `Packed`."""
+    codes, d, m, sub = unpack(raw, qtype, n_in)
+    n_out = codes.shape[0]
+    if qtype in K_QUANTS:
+        nb = n_in // QK_K
+        c = codes.reshape(n_out, nb, 8, LANES, 4).astype(np.float32)  # [o, b, sub-block of 32, lane, 4]
+        if qtype == Q.Q6_K:  # scale of 16 values: index 2 * sub-block + lane // 4
+            scale = sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]  # [o, b, 8, lane, 1]
+            c = c.astype(np.float64) * scale
+        else:
+            c = c * sub[:, :, 0, :, None, None].astype(np.float32)
+            sub = sub[:, :, 1, :].astype(np.float32)  # keep the mins
+        lanes = c.transpose(1, 3, 0, 2, 4).reshape(nb * LANES, n_out, 32)
+    else:
+        lanes = codes.astype(np.float32).reshape(n_out, n_in // 4, 4).transpose(1, 0, 2)
+    return Packed(qtype, n_out, n_in, np.ascontiguousarray(lanes), d, m, sub)
+
+
+# ---- the activation side --------------------------------------------------------
+
+def quantize_q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[n, k] float32 -> Q8_0/Q8_1 codes [n, k/32, 32], d [n, k/32] (fp16 value), s [n, k/32] (fp16(d * sum)).
+
+    As `quantize_row_q8_0` / `quantize_row_q8_1` (x86): d = max|x| / 127, codes = rint(x * 127 / max|x|).
+    """
+    b = x.reshape(x.shape[0], -1, 32)
+    amax = np.max(np.abs(b), axis=-1)
+    d = amax / np.float32(127)
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+    codes = np.rint(b * inv[..., None])
+    s = (d * codes.sum(axis=-1, dtype=np.float32)).astype(np.float16).astype(np.float32)
+    return codes, d.astype(np.float16).astype(np.float32), s
+
+
+def offset_error(x: np.ndarray) -> np.ndarray:
+    """[n, k] -> [n, k/32]: Q8_1's stored block sum s minus the sum of the rounded values.
+
+    Q4_1/Q5_1 weights add m_w * s to each block's product, with s = fp16(d * sum of codes)
+    rounded to half precision: a float product with the rounded input is off by m_w times this.
+    """
+    codes, d, s = quantize_q8(x)
+    return s - d * codes.sum(axis=-1, dtype=np.float32)
+
+
+def quantize_q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[n, k] float32 -> Q8_K codes [n, k/256, 256] and d [n, k/256] (`quantize_row_q8_K_ref`)."""
+    b = x.reshape(x.shape[0], -1, QK_K)
+    peak = np.take_along_axis(b, np.argmax(np.abs(b), axis=-1)[..., None], axis=-1)[..., 0]
+    iscale = np.divide(np.float32(-127), peak, out=np.zeros_like(peak), where=peak != 0)
+    codes = np.minimum(np.rint(b * iscale[..., None]), 127)
+    d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+    return codes, d
+
+
+# ---- the product ------------------------------------------------------------------
+
+def _hsum8(acc: np.ndarray) -> np.ndarray:
+    """[8, ...] lanes -> [...] as `hsum_float_8`: ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))."""
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+
+
+def _fma_chain(lanes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """acc = fma(scale[b], lanes[b], acc) for b in order, in float32 with one rounding per step.
+
+    lanes [nb, L, n, o] float32 integers, scale [nb, n, o] float32 -> acc [L, n, o] float32.
+    """
+    acc = np.zeros(lanes.shape[1:], dtype=np.float32)
+    for b in range(lanes.shape[0]):
+        step = np.multiply(lanes[b], scale[b].astype(np.float64))  # exact: 24-bit x 24-bit products
+        acc = (step + acc).astype(np.float32)
+    return acc
+
+
+def _serial_sum(terms: np.ndarray) -> np.ndarray:
+    """[nb, n, o] float32 -> [n, o]: a float32 sum in block order (`summs += ...`)."""
+    total = np.zeros(terms.shape[1:], dtype=np.float32)
+    for t in terms:
+        total = total + t
+    return total
+
+
+def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
+    """[n, n_in] float32 @ w.T -> [n, n_out] float32, as ggml's CPU backend computes it."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.shape[0]
+    out = np.empty((n, w.n_out), dtype=np.float32)
+    groups, _, kk = w.lanes.shape
+    if w.qtype in K_QUANTS:
+        codes, dx = quantize_q8_k(x)  # [n, nb, 256], [n, nb]
+        nb = codes.shape[1]
+        xl = codes.reshape(n, nb, 8, LANES, 4).transpose(1, 3, 0, 2, 4).reshape(groups, n, kk)
+        sums16 = codes.reshape(n, nb, 16, 16).sum(axis=-1)  # bsums: [n, nb, 16]
+    else:
+        codes, dx, sx = quantize_q8(x)  # [n, nb, 32], [n, nb], [n, nb]
+        nb = codes.shape[1]
+        xl = codes.reshape(n, groups, 4).transpose(1, 0, 2)
+    xl = np.ascontiguousarray(xl, dtype=w.lanes.dtype)
+    step = max(1, SLAB_ELEMENTS // max(1, groups * n))
+    for o0 in range(0, w.n_out, step):
+        o = slice(o0, min(o0 + step, w.n_out))
+        lanes = np.matmul(xl, w.lanes[:, o].transpose(0, 2, 1))  # [G, n, slab] exact integer sums
+        lanes = lanes.reshape(nb, LANES, n, -1)
+        dw = w.d[o].T  # [nb, slab]
+        if w.qtype == Q.Q6_K:  # ggml subtracts 32 * sum(scale * bsum) per lane of 2 scales (q8sclsub)
+            sc = w.sub[o].reshape(-1, nb, LANES, 2)  # [slab, nb, lane, 2]
+            bs = sums16.reshape(n, nb, LANES, 2)
+            lanes = lanes - 32 * np.einsum("tblk,oblk->blto", bs, sc)
+        scale = dx.T[:, :, None] * dw[:, None, :]  # [nb, n, slab]: fp16 x fp16 (exact), or Q8_K's y.d x fp16 (rounded)
+        y = _hsum8(_fma_chain(lanes.astype(np.float32), scale))
+        if w.qtype in WITH_OFFSET:
+            y = y + _serial_sum(sx.T[:, :, None] * w.m[o].T[:, None, :])
+        elif w.qtype in (Q.Q4_K, Q.Q5_K):
+            q8s = codes.reshape(n, nb, 8, 32).sum(axis=-1)  # sums of the input codes per sub-block of 32
+            dmin = -(dx.T[:, :, None] * w.m[o].T[:, None, :])  # [nb, n, slab]
+            prod = np.einsum("tbik,obik->bito", q8s.reshape(n, nb, 4, 2), w.sub[o].reshape(-1, nb, 4, 2))
+            if w.qtype == Q.Q4_K:  # 4 lanes of fma, then ((a0 + a2) + (a1 + a3))
+                acc = _fma_chain(prod, dmin)
+                y = y + ((acc[0] + acc[2]) + (acc[1] + acc[3]))
+            else:  # summs += dmin * ((p0 + p1) + (p2 + p3)), which the compiler contracts to one fma
+                y = y + _fma_chain(prod.sum(axis=1)[:, None], dmin)[0]
+        out[:, o] = y
+    return out
