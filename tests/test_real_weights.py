@@ -24,7 +24,9 @@ from real_weights_support import (
 from walkthrough.engine.model import Model
 from walkthrough.inspect.gguf import open_gguf
 
-# Measured with the stored reference: top-1 97.3%, mean KL 3.4e-3, 64 of 64 greedy tokens.
+# Measured with the stored reference (tests/bench/real_weights.py): top-1 97.0%, mean KL 3.5e-3, the first
+# 32 of 64 greedy tokens identical. Differences that small move from run to run of the engine's design
+# (earlier versions: 97.3% / 3.4e-3 / 64, and 97.0% / 3.1e-3 / 64), so the bounds leave room.
 MIN_TOP1 = 0.965
 MAX_KL_MEAN = 5e-3
 GREEDY_CHECKED = 16  # of the 64 stored (each decode pass of this model costs a fraction of a second)

@@ -124,7 +124,7 @@ def measure(path: Path, *, save: bool, record: bool, exact: bool) -> int:
     fig = compare(ref, runs[CHUNKS[0]], greedy)
     gap, kl = chunk_figures(runs[CHUNKS[0]], runs[CHUNKS[1]])
     types = ", ".join(f"{t} {b / 2**20:.0f} MiB" for t, b in model.card.bytes_by_type.items())
-    print(f"  weights: {types}; products: {'exact (quantdot)' if exact else 'rounded input, float64 sums'}")
+    print(f"  weights: {types}; products: {'exact (quantdot)' if exact else 'rounded input, row by row'}")
     print(f"  teacher-forced over {fig.positions} positions ({len(prompt)} prompt + {CONTINUATION} written):")
     print(f"    top-1 agreement        {fig.top1:.2%}")
     print(f"    KL(llama.cpp || ours)  mean {fig.kl_mean:.2e}, max {fig.kl_max:.2e}")
