@@ -43,6 +43,7 @@ def command_argv(name: str, tmp_path: Path) -> list[str]:
         "trace": ["trace", "--prompt", "hello", "--steps", "1"],
         "compare": ["compare", "--prompt", "hello", "--steps", "1"],
         "serve": ["serve", "--port", str(free_port())],
+        "bench": ["bench", "--prompt-tokens", "4", "--output-tokens", "1"],
     }[name]
 
 
@@ -243,6 +244,7 @@ ISSUE_OPTIONS = {  # the options each issue's usage line names
                  "--users", "--json"],
     "compare": ["[A] B", "--messages", "--json"],
     "serve": ["MODEL", "--host", "--port"],
+    "bench": ["MODEL", "--engine", "--prompt-tokens", "--output-tokens", "--json"],
 }
 
 
