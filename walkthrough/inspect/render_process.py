@@ -38,6 +38,8 @@ from typing import Any
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 
 GRACE_SECONDS = 1.0  # after the time limit, the sandbox's own stop gets this long before the kill
+STARTUP_SECONDS = 60.0  # a new helper's Python start and imports (seconds on a loaded machine), not the render's
+READY = b'{"ready": true}'  # a new helper's first message: imports done, the render's clock may start
 POLL_SECONDS = 0.05  # how often a waiting render looks at its cancel event
 MAX_IDLE = 2  # helpers kept for reuse
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -61,6 +63,22 @@ class _Helper:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
+        self.ready = False  # set once the helper has said its imports are done
+
+    def wait_ready(self, generation: int, cancel: threading.Event | None, origin: str) -> None:
+        """Wait for a new helper's READY, so that its start-up is not counted against the template's time."""
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not self.ready:
+            try:
+                if self.conn.poll(POLL_SECONDS):
+                    self.ready = self.conn.recv_bytes() == READY
+                    continue
+            except (EOFError, OSError):
+                raise TemplateError(f"{origin}: the rendering process could not start") from None
+            if _POOL.generation != generation or (cancel is not None and cancel.is_set()):
+                raise TemplateError(f"{origin} rendering was cancelled")
+            if time.monotonic() > deadline:
+                raise TemplateError(f"{origin}: the rendering process did not start within {STARTUP_SECONDS:g} s")
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -170,6 +188,7 @@ def render_isolated(source: str, messages: list[dict], variables: dict[str, Any]
 
 def _exchange(helper: _Helper, generation: int, payload: bytes, limits: Limits,
               cancel: threading.Event | None, origin: str) -> dict:
+    helper.wait_ready(generation, cancel, origin)
     try:
         helper.conn.send_bytes(payload)
     except OSError:
@@ -200,6 +219,7 @@ def _serve(conn: Connection) -> None:
 
     from walkthrough.inspect.jinja_env import render_here
 
+    conn.send_bytes(READY)
     capped = 0
     while True:
         try:
