@@ -2,7 +2,10 @@
 
 Every figure comes from `walkthrough.engine.costs.estimate` (the model card and a
 hardware profile), with its formula; the rows are the ones `walkthrough
-estimate` prints. `h` cycles the hardware profiles. Beside them, what this run
+estimate` prints. `h` cycles the hardware profiles; c/l/o/u double the
+context, prompt, answer and users (shift halves), k cycles the KV cache type,
+r goes back to the request on screen; v shows the curves (engine.curves) as
+plots, m every machine side by side (engine.machines), s sorts them. Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -22,8 +25,12 @@ from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
+from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text
+
+
+MIN_CURVE_END = 4096  # curves reach at least this many tokens, even for a file declaring a shorter context
 
 
 class CostsScreen(StageScreen):
@@ -42,7 +49,12 @@ must hold the weights, the KV cache for the context, and working buffers.
 
 The figures come from the model card and a hardware profile (each profile's
 figures have sources in the bundled hardware file); the dim column shows the
-formula and its inputs. h changes the machine. The request's size is this
+formula and its inputs. h changes the machine. Knobs: c context, l prompt
+length, o answer length, u users (each doubles; shift halves), k KV cache type
+(f16, q8_0, q4_0), r back to this request. v cycles table / KV cache plot /
+first-token plot / decode plot (the table view lists every curve's points as
+text); m lists every machine side by side for this request, s sorts it
+(decode, first token, bandwidth, memory, name). The request's size is this
 prompt's token count plus the answer budget. Once the run has picked a token,
 "measured here" puts what this machine did (prefill and decode tokens/s,
 bandwidth achieved, on the engine that ran it) beside the profile's figures.
@@ -51,13 +63,38 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("h", "next_profile(1)", "Machine", id="costs.hardware"),
         Binding("H", "next_profile(-1)", "Previous machine", show=False),
+        Binding("v", "next_view", "Plot", id="costs.view"),
+        Binding("m", "machines", "All machines", id="costs.machines"),
+        Binding("s", "sort", "Sort", id="costs.sort"),
+        Binding("c", "knob('context', 2)", "Context", id="costs.context"),
+        Binding("C", "knob('context', 0.5)", "Context / 2", show=False),
+        Binding("l", "knob('prompt_tokens', 2)", "Prompt", id="costs.prompt"),
+        Binding("L", "knob('prompt_tokens', 0.5)", "Prompt / 2", show=False),
+        Binding("o", "knob('output_tokens', 2)", "Answer", id="costs.output"),
+        Binding("O", "knob('output_tokens', 0.5)", "Answer / 2", show=False),
+        Binding("u", "knob('users', 2)", "Users", id="costs.users"),
+        Binding("U", "knob('users', 0.5)", "Users / 2", show=False),
+        Binding("k", "cache_type", "KV type", id="costs.cache"),
+        Binding("r", "reset", "This request", show=False),
     ]
+    VIEWS = ("table", "kv", "ttft", "decode")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size_knobs = None  # engine.request_size.RequestSize once a knob turned; None: the request on screen
+        self.view = "table"  # one of VIEWS, or "machines"
+        self.sort_key = "decode"
+        self._curves: tuple = (None, {})  # (inputs, {view: Curve}) of the last drawing
 
     def compose_body(self) -> ComposeResult:
+        yield Static(id="costs-head")
         with VerticalScroll(id="costs-box"):
-            yield Static(id="costs-head")
             yield Static(id="costs-measured")
             yield Static(id="costs-table")
+            yield Static(id="costs-curves")
+        yield CurvePlot(id="costs-plot")
+        with VerticalScroll(id="costs-machines-box"):
+            yield Static(id="costs-machines")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -65,23 +102,37 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         if state.card is None:
             return
         from walkthrough.engine.costs import rows
+        from walkthrough.engine.machines import machine_rows, sort_rows
+        from walkthrough.engine.request_size import estimate_for
 
+        size = self.request_size()
         try:
-            result = state.estimate()
+            profiles = state.profiles()
+            result = estimate_for(state.card, state.profile, size)
         except WalkthroughError as exc:  # a broken user hardware file is shown, not raised
             head.update(Text.assemble(("No hardware profiles: ", "bold"), safe_text(str(exc))))
             return
         profile = result.hardware
-        n = len(state.profiles())
+        n = len(profiles)
         head.update(Group(
-            Text.assemble(("machine ", "bold"), safe_text(profile.name), (f"  ({state.profile_index % n + 1}/{n}, h)", "dim")),
+            Text.assemble(("machine ", "bold"), safe_text(profile.name),
+                          (f"  ({state.profile_index % n + 1}/{n}, h)", "dim")),
             Text(f"{profile.memory_gib:g} GiB {profile.memory_kind}, {profile.bandwidth_gbs:g} GB/s, "
                  f"{profile.compute_tflops:g} TFLOPS useful compute"),
-            Text(f"request: {result.prompt_tokens} prompt tokens + {result.output_tokens} answer tokens "
-                 "(decimal units: 1 GB = 1e9 bytes)", style="dim"),
-            self._measured(),
+            Text.assemble(("request: " if self.size_knobs is None else "knobs (r resets): ", "bold"),
+                          size.describe(), (" (1 GB = 1e9 bytes)", "dim")),
         ))
-        self.query_one("#costs-measured", Static).update(self._comparison(result))
+        self._show_view()
+        if self.view == "machines":
+            listed = sort_rows(machine_rows(state.card, profiles, size), self.sort_key)
+            self.query_one("#costs-machines", Static).update(machines_table(listed, self.sort_key))
+            return
+        curves = self._curves_for(state.card, state.profile, size)
+        if self.view != "table":
+            plot = self.query_one("#costs-plot", CurvePlot)
+            plot.show(curves[self.view])
+            return
+        self.query_one("#costs-measured", Static).update(Group(self._measured(), self._comparison(result)))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("")
         table.add_column("value", justify="right", no_wrap=True)
@@ -89,6 +140,32 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         for label, value, why in rows(result):
             table.add_row(Text(label), Text(value), Text(why))
         self.query_one("#costs-table", Static).update(table)
+        self.query_one("#costs-curves", Static).update(Group(*(curve_table(c) for c in curves.values())))
+
+    def request_size(self):
+        """The knobs' request, or the request on screen (its prompt and answer budget)."""
+        if self.size_knobs is not None:
+            return self.size_knobs
+        from walkthrough.engine.request_size import RequestSize
+
+        return RequestSize(None, max(len(self.state.prompt_ids), 1), self.state.max_new_tokens)
+
+    def _curves_for(self, card, hw, size) -> dict:
+        """The three curves for this file, machine and request size (kept until one of them changes)."""
+        from walkthrough.engine.curves import contexts, decode_curve, kv_curve, ttft_curve
+
+        key = (id(card), hw.id, size)
+        if self._curves[0] != key:
+            xs = contexts(max(card.context_length or 0, size.context, MIN_CURVE_END))
+            prompts = contexts(max(size.prompt_tokens, MIN_CURVE_END))
+            self._curves = (key, {"kv": kv_curve(card, hw, xs), "ttft": ttft_curve(card, hw, prompts, size.cache_type),
+                                  "decode": decode_curve(card, hw, xs, size.cache_type)})
+        return self._curves[1]
+
+    def _show_view(self) -> None:
+        self.query_one("#costs-box").display = self.view == "table"
+        self.query_one("#costs-plot").display = self.view in ("kv", "ttft", "decode")
+        self.query_one("#costs-machines-box").display = self.view == "machines"
 
     def _measured(self) -> Text:
         state = self.state
@@ -119,3 +196,42 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def action_next_profile(self, delta: int) -> None:
         self.state.profile_index += delta
         self.app.revision += 1
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "sort":
+            return True if self.view == "machines" else None
+        if action == "reset":
+            return True if self.size_knobs is not None else None
+        return super().check_action(action, parameters)
+
+    def action_next_view(self) -> None:
+        i = self.VIEWS.index(self.view) if self.view in self.VIEWS else -1
+        self.view = self.VIEWS[(i + 1) % len(self.VIEWS)]
+        self._changed()
+
+    def action_machines(self) -> None:
+        self.view = "table" if self.view == "machines" else "machines"
+        self._changed()
+
+    def action_sort(self) -> None:
+        from walkthrough.engine.machines import SORT_KEYS
+
+        self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
+        self._changed()
+
+    def action_knob(self, knob: str, factor: float) -> None:
+        self.size_knobs = self.request_size().scaled(knob, factor)
+        self._changed()
+
+    def action_cache_type(self) -> None:
+        self.size_knobs = self.request_size().next_cache_type()
+        self._changed()
+
+    def action_reset(self) -> None:
+        self.size_knobs = None
+        self._changed()
+
+    def _changed(self) -> None:
+        """Redraw this stage (the knobs and views are this screen's own, not the request's)."""
+        self.refresh_view()
+        self.refresh_bindings()

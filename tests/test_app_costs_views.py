@@ -1,0 +1,108 @@
+"""The Costs stage's knobs, curves and all-machines view, driven with Pilot at 80x24 and 120x40 (widget content read)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from app_support import SIZES, app_for, settle
+from rich.console import Console
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from walkthrough.engine.hardware import load_profiles
+from walkthrough.engine.machines import machine_rows, sort_rows
+from walkthrough.engine.request_size import RequestSize, estimate_for
+from walkthrough.units import fmt
+
+MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
+
+
+def text_of(screen, selector: str) -> str:
+    """A Static's renderable as plain text, laid out at the screen's width."""
+    out = io.StringIO()
+    Console(width=screen.size.width, file=out, color_system=None).print(screen.query_one(selector, Static).content)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_knobs_move_every_figure_and_reset(fixtures_dir, size):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        screen = app.screen
+        state = app.state
+        base = RequestSize(None, len(state.prompt_ids), state.max_new_tokens)
+        assert screen.request_size() == base
+        await pilot.press("l", "l", "o", "c", "k", "u")
+        await pilot.pause()
+        want = base.scaled("prompt_tokens", 4).scaled("output_tokens", 2).scaled("context", 2)
+        want = want.next_cache_type().scaled("users", 2)
+        assert screen.size_knobs == want
+        assert want.describe() in " ".join(text_of(screen, "#costs-head").split())
+        e = estimate_for(state.card, state.profile, want)
+        table = text_of(screen, "#costs-table")
+        assert fmt(e.memory.needed.value, "B") in table
+        assert fmt(e.prefill.seconds.value, "s") in table
+        await pilot.press("L")
+        await pilot.pause()
+        assert screen.size_knobs.prompt_tokens == want.prompt_tokens // 2
+        await pilot.press("r")
+        await pilot.pause()
+        assert screen.request_size() == base and "request:" in text_of(screen, "#costs-head")
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_v_cycles_table_and_three_plots_with_the_numbers_as_text(fixtures_dir, size):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen35moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        screen = app.screen
+        card = app.state.card
+        curves = text_of(screen, "#costs-curves")
+        for label in ("KV f16", "KV q4_0", "every layer K+V f16", "ceiling"):
+            assert label in curves
+        assert fmt(card.kv_bytes(256, "q8_0"), "B") in curves
+        plot = screen.query_one("#costs-plot", PlotextPlot)
+        assert not plot.display
+        for title in ("KV cache vs context", "time to first token vs prompt", "decode vs context"):
+            await pilot.press("v")
+            await pilot.pause()
+            await pilot.pause()
+            assert plot.size.width >= 70 and plot.size.height >= 10  # the plot has the body's room
+            assert plot.display and not screen.query_one("#costs-box").display
+            drawn = plot.render().plain
+            assert title in drawn and "256" in drawn
+            assert plot.render().plain == drawn  # drawn again the same (plotext keeps state between builds)
+        await pilot.press("v")
+        await pilot.pause()
+        assert screen.view == "table" and screen.query_one("#costs-box").display
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_every_machine_side_by_side_sorted_by_s(fixtures_dir, size):
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("7", "s")  # s sorts only the machines view: greyed in the table
+        await pilot.pause()
+        screen = app.screen
+        assert screen.sort_key == "decode"
+        await pilot.press("m")
+        await pilot.pause()
+        rows = machine_rows(app.state.card, list(load_profiles().values()), screen.request_size())
+        for key in ("decode", "first token", "bandwidth"):
+            assert screen.sort_key == key
+            listed = text_of(screen, "#costs-machines")
+            assert f"by {key}" in listed
+            positions = [listed.index(f" {r.id}") for r in sort_rows(rows, key)]
+            assert positions == sorted(positions)
+            await pilot.press("s")
+            await pilot.pause()
+        await pilot.press("m")
+        await pilot.pause()
+        assert screen.view == "table"

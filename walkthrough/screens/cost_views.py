@@ -1,0 +1,95 @@
+"""How the Costs stage draws its curves and its all-machines table (the numbers come from engine.curves/machines).
+
+`draw_curve` puts an `engine.curves.Curve` on a textual-plotext plot (log x
+axis, y ticks in the figures' own units, the 8 basic colours so 16-colour
+terminals show it); `curve_table` is the same curve as text; `machines_table`
+is every profile's row from `engine.machines`.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import RenderResult
+from textual_plotext import PlotextPlot
+
+from walkthrough.engine.budget import FITS, NO_FIT, OFFLOAD
+from walkthrough.engine.curves import Curve
+from walkthrough.engine.machines import MachineRow
+from walkthrough.textsafe import safe_text
+from walkthrough.units import fmt
+
+COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
+Y_TICKS = 5
+FIT_WORD = {FITS: "yes", OFFLOAD: "offload", NO_FIT: "no"}
+
+
+MIN_PLOT = (24, 8)  # columns, rows below which plotext cannot place its legend and axes
+
+
+class CurvePlot(PlotextPlot):
+    """One `Curve` on a plotext plot, drawn afresh at every render (plotext's second build of the same
+    figure loses its legend colours); says so instead of drawing when the terminal leaves too little room."""
+
+    curve: Curve | None = None
+
+    def show(self, curve: Curve) -> None:
+        self.curve = curve
+        self.refresh()
+
+    def render(self) -> RenderResult:
+        if self.curve is None:
+            return Text("")
+        if self.size.width < MIN_PLOT[0] or self.size.height < MIN_PLOT[1]:
+            return Text("too small to plot: v shows the table", style="dim")
+        draw_curve(self.plt, self.curve)
+        return super().render()
+
+
+def draw_curve(plt, curve: Curve) -> None:
+    """Plot every series of `curve` on a textual-plotext `Plot` (the widget's `.plt`)."""
+    plt.clear_figure()
+    plt.title(curve.title)
+    plt.xlabel(curve.x_label)
+    plt.xscale("log")
+    top = 0.0
+    for colour, series in zip(COLOURS, curve.series):
+        ys = [max(y, 0.0) for y in series.ys]
+        top = max(top, *ys)
+        plt.plot(list(curve.xs), ys, label=series.label, color=colour, marker="braille")
+    if top > 0:
+        ticks = [top * i / (Y_TICKS - 1) for i in range(Y_TICKS)]
+        plt.yticks(ticks, [fmt(t, curve.y_unit) for t in ticks])
+    plt.xticks(list(curve.xs), [_tokens(x) for x in curve.xs])
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else (f"{n / 1024:.1f}K" if n >= 1024 else str(n))
+
+
+def curve_table(curve: Curve) -> Table:
+    """The curve's points as text: one row per x, one column per series."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, title=curve.title, title_justify="left")
+    table.add_column(curve.x_label, justify="right")
+    for series in curve.series:
+        table.add_column(safe_text(series.label), justify="right", no_wrap=True)
+    for i, x in enumerate(curve.xs):
+        table.add_row(f"{x:,}", *(fmt(s.ys[i], s.unit) if s.ys[i] else "-" for s in curve.series))
+    return table
+
+
+def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
+    """Every profile: memory, bandwidth, verdict, decode ceiling and realistic, first token, chips."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, title=f"every machine, by {sort_key} (s sorts)",
+                  title_justify="left")
+    table.add_column("machine", overflow="fold")
+    for name in ("memory", "GB/s", "fits", "ceiling", "decode", "1st token"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        speed = (f"{r.ceiling:.3g}", f"{r.realistic:.3g}", fmt(r.first_token, "s")) \
+            if r.realistic is not None else ("-", "-", "-")
+        name = safe_text(r.id) + (Text(f" x{r.chips:,}", style="dim") if r.chips else Text(""))
+        table.add_row(name, fmt(r.memory_bytes, "B"), f"{r.bandwidth / 1e9:,.0f}", FIT_WORD[r.verdict], *speed)
+    table.caption = "ceiling and decode in tokens/s (mid-answer); x N: SRAM chips the request needs"
+    table.caption_justify = "left"
+    return table
