@@ -21,6 +21,7 @@ from walkthrough.units import fmt
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
 Y_TICKS = 5
+FAR = 4  # a flat line this many times above the other curves is written, not drawn
 FIT_WORD = {FITS: "yes", OFFLOAD: "offload", NO_FIT: "no"}
 
 
@@ -49,18 +50,29 @@ class CurvePlot(PlotextPlot):
 def draw_curve(plt, curve: Curve) -> None:
     """Plot every series of `curve` on a textual-plotext `Plot` (the widget's `.plt`)."""
     plt.clear_figure()
-    plt.title(curve.title)
     plt.xlabel(curve.x_label)
     plt.xscale("log")
+    title = curve.title
     top = 0.0
     for colour, series in zip(COLOURS, curve.series):
+        if _far_above(series, curve):  # a flat line far above the rest (the free memory) would flatten them
+            title += f"; {series.label}: {fmt(series.ys[0], series.unit)}, off the top"
+            continue
         ys = [max(y, 0.0) for y in series.ys]
         top = max(top, *ys)
         plt.plot(list(curve.xs), ys, label=series.label, color=colour, marker="braille")
+    plt.title(title)
     if top > 0:
         ticks = [top * i / (Y_TICKS - 1) for i in range(Y_TICKS)]
         plt.yticks(ticks, [fmt(t, curve.y_unit) for t in ticks])
     plt.xticks(list(curve.xs), [_tokens(x) for x in curve.xs])
+
+
+def _far_above(series, curve: Curve) -> bool:
+    """A constant series more than FAR times every other series' largest value."""
+    others = [max(s.ys) for s in curve.series if s is not series]
+    flat = len(set(series.ys)) == 1
+    return flat and bool(others) and series.ys[0] > FAR * max(max(others), 1e-30)
 
 
 def _tokens(n: int) -> str:
