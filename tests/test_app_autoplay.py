@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from app_support import SIZES, app_for, settle, svg_text
 
-from walkthrough.screens.base import STAGE_IDS, STAGES
-from walkthrough.screens.registry import stage_screens
+from walkthrough.screens import stages
 
 MESSAGES = [{"role": "user", "content": "Is there an interaction?"}]
 
@@ -19,22 +18,20 @@ async def _run_until_exit(app, size, limit: float = 60.0) -> None:
             waited += 0.1
 
 
-async def test_autoplay_screenshots_every_stage_and_exits(fixtures_dir, tmp_path):
+async def test_screenshots_save_every_stage_by_label_and_exit_without_being_told(fixtures_dir, tmp_path):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES,
-                  autoplay=True, exit_at_end=True, screenshots=tmp_path, pace=0.4)
-    app.state.max_new_tokens = 3
+                  screenshots=tmp_path, pace=0.4, max_tokens=3)  # no exit_at_end: the finished walk ends the app
     await _run_until_exit(app, SIZES["small"])
     assert app.return_code == 0
     saved = sorted(p.name for p in tmp_path.glob("*.svg"))
-    assert saved == sorted(f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))
-    titles = {stage: cls.TITLE for stage, cls in stage_screens().items()}
-    for i, stage in enumerate(STAGE_IDS, start=1):
-        text = svg_text((tmp_path / f"{i}-{stage}.svg").read_text())
-        assert "Quit" in text and f"{i} {dict(STAGES)[stage]}" in text
-        assert titles[stage]  # every stage has a title for its help
-    decode_text = svg_text((tmp_path / "5-decode.svg").read_text())
-    assert "(end of the answer)" in decode_text  # autoplay decoded to the end before moving on
-    assert app.state.finished
+    assert saved == sorted(f"{s.number}-{s.label}.svg" for s in stages.STAGES)
+    for stage in stages.STAGES:
+        text = svg_text((tmp_path / f"{stage.number}-{stage.label}.svg").read_text())
+        assert "Quit" in text and f"{stage.number} {stage.label}" in text
+    decode = stages.get("decode")
+    decode_text = svg_text((tmp_path / f"{decode.number}-{decode.label}.svg").read_text())
+    assert "token cap" in decode_text  # autoplay decoded to the end (the 3-token cap) before moving on
+    assert app.state.finished and app.state.capped
 
 
 @pytest.mark.parametrize("size", ["small", "large"])
@@ -49,16 +46,16 @@ async def test_snapshot_of_each_stage_keeps_the_essentials(fixtures_dir, size):
         "decode": "token 1 at position",
         "sampling": "temperature 0",
         "costs": "memory needed",
-        "summary": "5 decode",
+        "summary": f"{stages.label('decode')}",
     }
     async with app.run_test(size=SIZES[size]) as pilot:
         await settle(pilot)
-        for i, stage in enumerate(STAGE_IDS, start=1):
+        for i, stage in enumerate(stages.ids(), start=1):
             await pilot.press(str(i))
             if stage in ("prefill", "decode"):
                 await pilot.press("space")
             await settle(pilot)
             text = svg_text(app.export_screenshot())
-            assert f"{i} {dict(STAGES)[stage]}" in text, stage
+            assert stages.label(stage) in text, stage
             assert essentials[stage] in text, stage
             assert "Quit" in text and "Stage" in text, stage

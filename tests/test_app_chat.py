@@ -32,7 +32,7 @@ async def test_editing_a_message_changes_the_tokens(fixtures_dir):
         edited = [{"role": "system", "content": "You are terse. Be brief."}, MESSAGES[1]]
         assert app.state.messages == edited
         assert app.state.prompt_ids == _expected_ids(app, edited) != before
-        assert app.state.steps == []  # the request restarted
+        assert app.state.steps == ()  # the request restarted
         assert "1. system: You are terse. Be brief." in screen_text(app)
 
 
@@ -118,8 +118,22 @@ async def test_t_switches_to_a_named_chat_template(fixtures_dir, tmp_path):
         await settle(pilot)
         assert app.state.template_name == "plain" and app.state.template_source == named
         assert app.state.prompt_ids == chat_tokens(app.state.tokenizer, named, MESSAGES).ids != default_ids
-        assert app.state.steps == []  # the request restarted with the new prompt
+        assert app.state.steps == ()  # the request restarted with the new prompt
         assert "template plain  (2 of 2" in screen_text(app)
         await pilot.press("t")
         await settle(pilot)
         assert app.state.template_name == "default" and app.state.prompt_ids == default_ids
+
+
+async def test_template_option_renders_with_the_given_file(fixtures_dir):
+    source = fixtures_dir / "templates" / "Qwen-Qwen3-0.6B.jinja"
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES, template=source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        assert state.template_source == source.read_text(encoding="utf-8")
+        assert state.template_names == (source.name,)
+        assert state.prompt_ids == _expected_ids(app, MESSAGES)
+        await pilot.press("2", "t")  # no other template to switch to
+        await pilot.pause()
+        assert state.template_source == source.read_text(encoding="utf-8")

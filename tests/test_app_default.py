@@ -41,18 +41,26 @@ def test_no_argument_without_the_tiny_model_is_one_line(capsys, monkeypatch, tmp
 
 async def test_quitting_while_playing_leaves_no_worker_running(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf")
+    started: list[int] = []
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
+        real_pass = app.controller.next_pass
+
+        def counted(*args, **kwargs):
+            started.append(1)
+            return real_pass(*args, **kwargs)
+
+        app.controller.next_pass = counted
         await pilot.press("5", "enter")
         await pilot.pause(0.3)
         assert app.playing
         await pilot.press("q")
     assert not [w for w in app.workers if w.is_running]
-    assert app.state._lock.acquire(timeout=5)  # no pass is still running in a thread
-    app.state._lock.release()
-    passes = app.state.session.steps_run
+    assert app.controller._lock.acquire(timeout=5)  # no pass is still running in a thread
+    app.controller._lock.release()
+    passes = len(started)
     await asyncio.sleep(0.3)
-    assert app.state.session.steps_run == passes  # and none starts after the app is gone
+    assert len(started) == passes  # and none starts after the app is gone
 
 
 async def test_message_text_is_shown_literally(fixtures_dir):

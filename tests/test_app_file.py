@@ -102,12 +102,12 @@ async def test_a_file_that_is_not_gguf_ends_the_app_with_one_line(tmp_path):
 
 
 async def test_a_failing_part_leaves_the_file_stage_up(fixtures_dir, monkeypatch):
-    from walkthrough.screens.state import RequestState
+    from walkthrough.screens import parts
 
-    def broken(self):
+    def broken(f):
         raise RuntimeError("tokenizer exploded")
 
-    monkeypatch.setattr(RequestState, "build_tokenizer", broken)
+    monkeypatch.setattr(parts, "build_tokenizer", broken)
     app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)

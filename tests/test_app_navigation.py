@@ -5,12 +5,13 @@ from __future__ import annotations
 from app_support import app_for, screen_text, settle
 
 from walkthrough import cli
-from walkthrough.screens.base import STAGE_IDS
+from walkthrough.screens import stages
 from walkthrough.screens.glossary import GlossaryScreen, load_terms
 from walkthrough.screens.help import HelpScreen
 
 
 async def test_n_p_tab_and_numbers_move_between_stages(fixtures_dir):
+    STAGE_IDS = stages.ids()  # noqa: N806
     app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -76,7 +77,7 @@ async def test_palette_lists_the_stages_and_the_stage_actions(fixtures_dir):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert sum(t.startswith("Stage ") for t in titles) == len(STAGE_IDS)
+        assert sum(t.startswith("Stage ") for t in titles) == len(stages.STAGES)
         assert "Glossary" in titles and "Help" in titles
         await pilot.press("6")
         await pilot.pause()

@@ -266,3 +266,21 @@ def test_top_level_help_lists_the_commands_and_the_app_options(capsys):
     for word in [*SUBCOMMANDS, "MODEL", "--messages", "--seed", "--hardware", "--autoplay", "--exit",
                  "--screenshots"]:
         assert word in out, word
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [(["--template", "missing.jinja"], "missing.jinja"),
+     (["--template", "t.jinja", "--template-name", "tool_use"], "give one of them")],
+)
+def test_the_apps_options_are_checked_before_the_screen_is_taken(argv, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jinja").write_text("{{ messages }}")
+    code, out, err = run_cli(capsys, [REFERENCE, *argv])
+    assert_one_line_error(code, out, err, needle)
+
+
+def test_max_tokens_below_one_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, [REFERENCE, "--max-tokens", "0"])
+    assert exited.value.code == 2 and "--max-tokens: 0 is below 1" in capsys.readouterr().err

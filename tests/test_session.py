@@ -174,3 +174,39 @@ def test_token_ids_outside_the_vocabulary_are_refused():
     model = MODELS[0].values[0]
     with pytest.raises(WalkthroughError, match="outside this model's vocabulary"):
         Session(model).feed([model.config.n_vocab], phase="prefill")
+
+
+def test_generate_is_prefill_then_decode_and_marks_the_cap():
+    model = MODELS[0].values[0]
+    _, separate = _greedy_run(model, 4, n_new=5)
+    steps = list(Session(model, kv_type="f32").generate(PROMPT, Sampler.greedy(), 5, chunk=4))
+    picked = [s.chosen for s in steps if s.chosen is not None]
+    if model.config.end_ids & set(picked[:-1]):
+        pytest.skip("this model ends its turn early")  # then the stop rule, not the cap, ends the run
+    assert picked == [s.chosen for s in separate if s.chosen is not None]
+    assert [s.positions for s in steps] == [s.positions for s in separate]
+    assert len(picked) == 5 and [s.phase for s in steps].count("decode") == 4  # the cap counts picked tokens
+    assert [s.capped for s in steps] == [False] * (len(steps) - 1) + [not steps[-1].stopped]
+    one = list(Session(model).generate(PROMPT, Sampler.greedy(), 1))
+    assert [s.phase for s in one] == ["prefill"] and one[-1].capped != one[-1].stopped
+    with pytest.raises(WalkthroughError, match="at least 1 token"):
+        next(Session(model).generate(PROMPT, Sampler.greedy(), 0))
+
+
+def test_progress_reports_every_layer_and_cancel_abandons_the_pass():
+    from walkthrough.engine.session import Cancelled
+
+    model = MODELS[0].values[0]
+    n_layers = model.config.n_layers
+    seen: list[tuple[int, int]] = []
+    Session(model).feed(PROMPT, phase="prefill", progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(done, n_layers) for done in range(n_layers + 1)]
+
+    def stop_after_first_layer(done: int, total: int) -> None:
+        if done == 1:
+            raise Cancelled()
+
+    session = Session(model)
+    with pytest.raises(Cancelled):
+        session.feed(PROMPT, phase="prefill", progress=stop_after_first_layer)
+    assert session.position == 0 and session.steps_run == 0  # nothing of the pass was counted

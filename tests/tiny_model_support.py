@@ -40,9 +40,7 @@ class Runner:
         """The decoded answer (special tokens as text) and every Step of the run."""
         prompt = render(self.template, messages, add_generation_prompt=True)
         ids = self.tok.encode(prompt, parse_special=True)
-        session = Session(self.model)
-        steps = list(session.prefill(ids, sampler=Sampler.greedy()))
-        steps += list(session.decode(Sampler.greedy(), max_tokens=max_new - 1))
+        steps = list(Session(self.model).generate(ids, Sampler.greedy(), max_new))
         out = [s.chosen for s in steps if s.chosen is not None]
         return self.tok.decode(out), steps
 

@@ -1,37 +1,50 @@
 """The Textual app: registers one mode per stage, owns the request state and the workers that fill it.
 
 `make_app(...)` builds it for the CLI (`walkthrough [MODEL]`) and for tests alike.
-Workers run in threads and only post messages (`walkthrough.screens.messages`);
-the handlers here update `self.state` and bump `revision`, which every stage
-screen watches.
+
+The contract: workers (loading the parts, running a pass) compute a value and
+post it in a message (`walkthrough.screens.messages`); only the handlers here,
+on the UI thread, write `self.state`. Every write is seen by `_state_written`,
+which refuses writes from another thread and redraws the screens once per batch
+(the `state_changed` reactive carries the names of the fields that changed).
+The engine side of a run lives in `self.controller` (session, lock, passes).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.render_process import stop_all as stop_renders
 from walkthrough.screens import messages as msg
+from walkthrough.screens import parts, stages
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
-from walkthrough.screens.base import STAGE_IDS, STAGES
+from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
-from walkthrough.screens.state import RequestState, load_messages
+from walkthrough.screens.run import RunController, RunPlan
+from walkthrough.screens.state import MAX_NEW_TOKENS, RequestState, load_messages
+from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.typeahead import Typeahead
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
+
+
+class WrongThread(RuntimeError):
+    """The request state was written from a worker thread (only the UI thread writes it)."""
 
 
 class WalkthroughApp(App):
@@ -39,11 +52,16 @@ class WalkthroughApp(App):
 
     TITLE = "walkthrough"
     CSS_PATH = "screens/app.tcss"
-    MODES = stage_screens()
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (110, "-wide")]
+    # Reached only when the stage's own key for the action is disabled (check_action): say what to do instead.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "explain('step')", show=False),
+        Binding("enter", "explain('play')", show=False),
+    ]
 
-    revision: reactive[int] = reactive(0)  # bumped whenever `state` changes
+    state_changed: var[frozenset[str]] = var(frozenset(), always_update=True)  # fields written in the last batch
     status: reactive[str] = reactive("")  # what is loading, shown in the stage bar
+    pass_status: reactive[str] = reactive("")  # the pass in flight ("layer 3 of 30"), shown in the stage bar
     playing: reactive[bool] = reactive(False)  # run passes one after another
 
     def __init__(
@@ -55,16 +73,19 @@ class WalkthroughApp(App):
         screenshots: Path | None = None,
         pace: float = AUTOPLAY_SECONDS,
     ) -> None:
+        self.MODES = stage_screens()  # read from the stage list when the app is made
         super().__init__()
         self.state = state
+        self.controller = RunController()
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
         self.walk = Autoplay(self, pace, screenshots, exit_at_end) if self.autoplay else None
         self.error: str | None = None
-        self.loaded: set[str] = set()
-        self.stepping = False  # a pass is running in a worker
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._file_shown = threading.Event()
+        self._in_flight: int | None = None  # run id of the pass a worker is running
+        self._ui_thread: int | None = None
+        self._dirty: set[str] = set()
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
@@ -72,10 +93,26 @@ class WalkthroughApp(App):
             return False
         return super().post_message(message)
 
+    # ---- the state's one writer ---------------------------------------------------
+    def _state_written(self, name: str) -> None:
+        if threading.get_ident() != self._ui_thread:
+            raise WrongThread(f"RequestState.{name} written from a worker thread; post a message instead")
+        if not self._dirty:
+            self.call_next(self._publish)
+        self._dirty.add(name)
+
+    def _publish(self) -> None:
+        changed, self._dirty = frozenset(self._dirty), set()
+        self.state_changed = changed
+        self.refresh_bindings()  # keys that do nothing now show disabled
+
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
-        self.switch_mode(STAGE_IDS[0])
-        self.load_request()
+        self._ui_thread = threading.get_ident()
+        self.state.listen(self._state_written)
+        self.switch_mode(stages.STAGES[0].id)
+        s = self.state
+        self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine)
         self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
@@ -84,58 +121,78 @@ class WalkthroughApp(App):
         self._file_shown.set()
         self.workers.cancel_all()
         stop_renders()  # a template render in a worker ends now, not at its time limit
-        self.state.close()
+        file = self.state.file
+        self.controller.close(file.close if file is not None else lambda: None)
 
     @work(thread=True, exclusive=True, group="load", name="load request")
-    def load_request(self) -> None:
-        """Open the file, then build what the later stages need; each part reports when ready."""
+    def load_request(self, spec: str | None, messages: list[dict[str, str]], template_name: str | None,
+                     template_file: Path | None, engine: str) -> None:
+        """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
         self.post_message(msg.Progress("opening the file"))
         try:
-            self.state.open_file()
+            opened = parts.open_file(spec)
         except WalkthroughError as exc:
             self.post_message(msg.LoadFailed(str(exc)))
             return
         except OSError as exc:
-            self.post_message(msg.LoadFailed(f"{exc.filename or self.state.spec}: {exc.strerror or exc}"))
+            self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
             return
-        self.post_message(msg.StageLoaded("file"))
+        self.post_message(msg.PartReady(Part.FILE, opened))
         # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
         self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
-        for part, build in self.state.builders():
-            if worker.is_cancelled:
-                return
-            self.post_message(msg.Progress(f"preparing {part}"))
-            try:
-                build()
-            except WalkthroughError as exc:
-                self._part_failed(part, str(exc))
-                continue
-            except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
-                self._part_failed(part, f"internal error (a bug): {type(exc).__name__}: {exc}")
-                continue
-            self.post_message(msg.StageLoaded(part))
         if worker.is_cancelled:
             return
-        self.state.start_run()
-        self.post_message(msg.StageLoaded("run"))
+        failed: dict[str, str] = {}
+        tokenizer = self._build(Part.TOKENIZER, lambda: parts.build_tokenizer(opened.file), failed)
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
+        if worker.is_cancelled:
+            return
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card), failed)
+        self.post_message(msg.PartReady(Part.RUN, None))
         self.post_message(msg.Progress(""))
 
-    def _part_failed(self, part: str, reason: str) -> None:
-        """From the loader thread: record the reason at once (later parts read it), then tell the UI."""
-        self.state.unavailable[part] = reason
-        self.post_message(msg.StageUnavailable(part, reason))
+    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+                      template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
+        """(Worker) render the template and tokenize it, posting each part."""
+        rendered = self._build(Part.TEMPLATE, lambda: parts.render_template(
+            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file), failed)
+
+        def tokens():
+            if tokenizer is None:
+                raise parts.missing(Part.TOKENIZER, failed, "the file has no usable tokenizer")
+            if rendered is None:
+                raise parts.missing(Part.TEMPLATE, failed, "the file has no chat template")
+            return parts.build_tokens(tokenizer, rendered.source, messages,
+                                      parts.template_origin(opened.file, template_file))
+
+        self._build(Part.TOKENS, tokens, failed)
+
+    def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
+        """(Worker) build one part and post it, or post why it cannot be built; returns the value or None."""
+        self.post_message(msg.Progress(f"preparing {part}"))
+        try:
+            value = build()
+        except WalkthroughError as exc:
+            failed[part] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
+            failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
+        else:
+            self.post_message(msg.PartReady(part, value))
+            return value
+        self.post_message(msg.PartFailed(part, failed[part]))
+        return None
 
     # ---- worker reports -----------------------------------------------------
     def on_progress(self, message: msg.Progress) -> None:
         self.status = f"{message.what}…" if message.what else ""
 
-    def on_stage_loaded(self, message: msg.StageLoaded) -> None:
-        self.loaded.add(message.part)
-        if message.part == "run":
-            self.stepping = False
-        self.revision += 1
-        if message.part == "file":
+    def on_part_ready(self, message: msg.PartReady) -> None:
+        if message.part is Part.RUN:
+            self.start_run()
+            return
+        self.state.store(message.part, message.value)
+        if message.part is Part.FILE:
             self.call_after_refresh(self._file_drawn)
 
     def _file_drawn(self) -> None:
@@ -145,97 +202,192 @@ class WalkthroughApp(App):
         if self.exit_at_end and not self.autoplay:
             self.exit(0)
 
-    def on_stage_unavailable(self, message: msg.StageUnavailable) -> None:
-        self.state.unavailable[message.part] = message.reason
-        self.revision += 1
+    def on_part_failed(self, message: msg.PartFailed) -> None:
+        self.state.mark_unavailable(message.part, message.reason)
 
     def on_load_failed(self, message: msg.LoadFailed) -> None:
         self.error = message.error
         self.exit(return_code=2)
 
     # ---- running the request ----------------------------------------------------
-    def action_step(self) -> None:
-        """Run one pass (a prefill chunk or one decoded token)."""
+    def start_run(self) -> None:
+        """A fresh run from the first token (nothing runs yet); a pass in flight is abandoned at its next layer."""
+        state = self.state
+        state.run_id += 1
+        state.steps = ()
+        state.finished = False
+        self._in_flight = None
+        self.pass_status = ""
+        if state.can_run:
+            self.controller.start(RunPlan(state.run_id, state.model, tuple(state.prompt_ids), state.chunk,
+                                          state.max_new_tokens, state.settings,
+                                          attention_rows=state.attention_rows_blocker() is None))
+        else:
+            self.controller.stop()
+        state.loaded = state.loaded | {Part.RUN}
+
+    @property
+    def stepping(self) -> bool:
+        """A pass of the current run is being computed."""
+        return self._in_flight is not None and self._in_flight == self.state.run_id
+
+    def step_blocked(self) -> str | None:
+        """Why space would do nothing now, saying what to do instead; None when it runs a pass."""
         blocker = self.state.run_blocker()
         if blocker:
-            self.notify(blocker, title="Cannot run", severity="warning", markup=False)
+            return f"Cannot run: {blocker}"
+        if self.stepping:
+            return "A pass is running: wait for it, or press r to restart the request."
+        if self.state.finished:
+            why = "the token cap was reached" if self.state.capped else "the answer is complete"
+            return f"Nothing left to run ({why}): press r to run again."
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that do nothing now show disabled in the footer (None); stage digits beyond the list are hidden."""
+        if action == "step":
+            return None if self.step_blocked() else True
+        if action == "play":
+            return None if (self.state.run_blocker() or self.state.finished) and not self.playing else True
+        if action == "goto_number":
+            return bool(parameters) and int(parameters[0]) <= len(stages.STAGES)
+        if action == "explain":
+            return isinstance(self.screen, SteppingScreen)  # the stages whose space / enter run the request
+        return True
+
+    def action_explain(self, action: str) -> None:
+        """A key whose action is disabled now was pressed: say why and what to do instead."""
+        reason = self.step_blocked() if action == "step" else (
+            self.state.run_blocker() or ("Nothing left to play: press r to run again." if self.state.finished
+                                         else None))
+        if reason:
+            self.notify(reason, title="Nothing to do", severity="warning", markup=False)
+
+    def action_step(self) -> None:
+        """Run one pass (a prefill chunk or one decoded token)."""
+        reason = self.step_blocked()
+        if reason:
+            self.notify(reason, title="Step", severity="warning", markup=False)
             return
-        if self.stepping or self.state.finished:
-            return
-        self.stepping = True
-        self.run_pass()
+        self._in_flight = self.state.run_id
+        self.refresh_bindings()
+        self.run_pass(self.state.run_id)
 
     def action_play(self) -> None:
         self.playing = not self.playing and not self.state.finished
 
     def action_restart(self) -> None:
         self.playing = False
-        self.restart_run()
+        self.start_run()
 
     @work(thread=True, group="step", name="run one pass")
-    def run_pass(self) -> None:
+    def run_pass(self, run_id: int) -> None:
+        worker = get_current_worker()
+
+        def progress(done: int, total: int) -> None:
+            self.post_message(msg.PassProgress(run_id, done, total))
+
         try:
-            run_id, step = self.state.run_pass()
+            step = self.controller.next_pass(run_id, progress, lambda: worker.is_cancelled)
+        except Cancelled:
+            self.post_message(msg.PassCancelled(run_id))
+            return
         except WalkthroughError as exc:
-            self.post_message(msg.RunFailed(str(exc)))
+            self.post_message(msg.RunFailed(run_id, str(exc)))
             return
         self.post_message(msg.StepDone(run_id, step))
 
-    @work(thread=True, group="step", name="restart the request")
-    def restart_run(self) -> None:
-        self.state.start_run()
-        self.post_message(msg.StageLoaded("run"))
-
     def rebuild_prompt(self) -> None:
-        """After an edit of the messages: re-render, re-tokenize and restart, in a worker."""
+        """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a worker."""
+        state = self.state
         self.playing = False
-        self._rebuild_prompt()
+        self.controller.stop()
+        state.run_id += 1
+        state.steps = ()
+        state.finished = False
+        if state.file is None:
+            return
+        opened = parts.OpenedFile(state.path, state.file, state.card)
+        self._rebuild_prompt(opened, state.tokenizer, list(state.messages), state.template_name,
+                             state.template_file, dict(state.unavailable))
 
-    @work(thread=True, group="step", name="rebuild the prompt")
-    def _rebuild_prompt(self) -> None:
+    @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
+    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+                        template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
         self.post_message(msg.Progress("rendering and tokenizing"))
-        self.state.rebuild_prompt()
-        self.post_message(msg.StageLoaded("run"))
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
+        self.post_message(msg.PartReady(Part.RUN, None))
         self.post_message(msg.Progress(""))
 
+    def set_settings(self, settings: Any) -> None:
+        """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""
+        self.state.settings = settings
+        self.controller.set_settings(settings)
+
+    def on_pass_progress(self, message: msg.PassProgress) -> None:
+        if message.run_id == self.state.run_id and self.stepping:
+            self.pass_status = f"pass: layer {message.done} of {message.total}"
+
     def on_step_done(self, message: msg.StepDone) -> None:
-        self.stepping = False
-        if message.run_id != self.state.run_id:
+        state = self.state
+        if message.run_id != state.run_id:
             return  # a pass of a run that was restarted meanwhile
-        if message.step is None:
-            self.state.finished = True
+        self._in_flight = None
+        self.pass_status = ""
+        step = message.step
+        if step is not None:
+            state.steps = (*state.steps, step)
+        if step is None or step.stopped or step.capped:
+            state.finished = True
             self.playing = False
-        else:
-            self.state.steps.append(message.step)
-        self.revision += 1
+
+    def on_pass_cancelled(self, message: msg.PassCancelled) -> None:
+        if message.run_id == self.state.run_id:
+            self._in_flight = None
+            self.pass_status = ""
+            self.refresh_bindings()
 
     def on_run_failed(self, message: msg.RunFailed) -> None:
-        self.stepping = self.playing = False
+        if message.run_id != self.state.run_id:
+            return
+        self._in_flight = None
+        self.pass_status = ""
+        self.playing = False
+        self.refresh_bindings()
         self.notify(message.error, title="The pass failed", severity="error", markup=False)
 
     def _play_tick(self) -> None:
         if self.playing and not self.stepping:
-            self.action_step()
+            if self.state.finished or self.state.run_blocker():
+                self.playing = False
+            else:
+                self.action_step()
 
     # ---- moving between stages ----------------------------------------------
     def _stage_index(self) -> int:
-        return STAGE_IDS.index(self.current_mode) if self.current_mode in STAGE_IDS else 0
+        ids = stages.ids()
+        return ids.index(self.current_mode) if self.current_mode in ids else 0
 
     def action_next_stage(self) -> None:
-        self.switch_mode(STAGE_IDS[min(self._stage_index() + 1, len(STAGE_IDS) - 1)])
+        ids = stages.ids()
+        self.switch_mode(ids[min(self._stage_index() + 1, len(ids) - 1)])
 
     def action_previous_stage(self) -> None:
-        self.switch_mode(STAGE_IDS[max(self._stage_index() - 1, 0)])
+        self.switch_mode(stages.ids()[max(self._stage_index() - 1, 0)])
 
     def action_goto_stage(self, stage: str) -> None:
-        if stage in STAGE_IDS:
+        if stage in stages.ids():
             self.switch_mode(stage)
+
+    def action_goto_number(self, number: int) -> None:
+        if 1 <= number <= len(stages.STAGES):
+            self.switch_mode(stages.STAGES[number - 1].id)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for number, (stage, label) in enumerate(STAGES, start=1):
-            yield SystemCommand(f"Stage {number}: {label}", f"Go to the {label} stage",
-                                lambda stage=stage: self.action_goto_stage(stage))
+        for stage in stages.STAGES:
+            yield SystemCommand(f"Stage {stage.number}: {stage.label}", f"Go to the {stage.label} stage",
+                                lambda stage=stage.id: self.action_goto_stage(stage))
         if hasattr(screen, "action_glossary"):
             yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
             yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
@@ -260,8 +412,13 @@ class WalkthroughApp(App):
         return self._stage_index() + 1
 
     @property
+    def stage_label(self) -> str:
+        return stages.STAGES[self._stage_index()].label
+
+    @property
     def is_last_stage(self) -> bool:
-        return self._stage_index() == len(STAGE_IDS) - 1
+        return self._stage_index() == len(stages.STAGES) - 1
+
 
 def make_app(
     model: str | None = None,
@@ -270,6 +427,9 @@ def make_app(
     seed: int = 0,
     temperature: float = 0.0,
     hardware: str | None = None,
+    max_tokens: int = MAX_NEW_TOKENS,
+    template: str | Path | None = None,
+    template_name: str | None = None,
     autoplay: bool = False,
     exit_at_end: bool = False,
     screenshots: str | Path | None = None,
@@ -279,11 +439,14 @@ def make_app(
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
     Raises:
-        WalkthroughError: the messages file is malformed.
+        WalkthroughError: the messages file is malformed, or max_tokens < 1.
     """
+    if max_tokens < 1:
+        raise WalkthroughError(f"--max-tokens {max_tokens}: the answer needs at least 1 token")
     chat = messages if isinstance(messages, list) else load_messages(messages)
     state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware,
-                         engine=engine)
+                         max_new_tokens=max_tokens, template_name=template_name,
+                         template_file=Path(template) if template is not None else None, engine=engine)
     return WalkthroughApp(
         state,
         autoplay=autoplay,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from walkthrough.commands.options import PACE, SEED, TEMPERATURE
+from walkthrough.commands.options import PACE, SEED, TEMPERATURE, whole
+from walkthrough.engine.knobs import MAX_NEW_TOKENS
 
 EXIT_LOAD_FAILED = 2
 
@@ -25,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=SEED, default=0, help="seed for sampling (default 0)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=0.0, metavar="T",
                         help="sampling temperature to start with (default 0: greedy; t/T change it in the app)")
+    parser.add_argument("--max-tokens", type=whole(1), default=MAX_NEW_TOKENS, metavar="N",
+                        help=f"tokens the answer may have before the run stops it (default {MAX_NEW_TOKENS})")
+    parser.add_argument("--template", metavar="F.jinja", help="use this chat template file instead of the model's")
+    parser.add_argument("--template-name", metavar="NAME",
+                        help="one of the model's named chat templates (tokenizer.chat_template.NAME)")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     from walkthrough.commands.common import add_engine_argument
 
@@ -50,7 +56,15 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.app import make_app
     from walkthrough.inspect.locate import model_path
 
+    from walkthrough.errors import WalkthroughError
+
     model_path(args.model)  # a missing file is a one-line error before the screen is taken
+    if args.template is not None:
+        if args.template_name is not None:
+            raise WalkthroughError("--template and --template-name both pick a template; give one of them")
+        from walkthrough.inspect.template import load_template_file
+
+        load_template_file(args.template)  # unreadable or not UTF-8: one line before the screen is taken
     if args.hardware is not None:
         from walkthrough.engine.hardware import load_profiles, pick
 
@@ -65,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         temperature=args.temperature,
         hardware=args.hardware,
+        max_tokens=args.max_tokens,
+        template=args.template,
+        template_name=args.template_name,
         autoplay=args.autoplay,
         exit_at_end=args.exit_at_end,
         screenshots=args.screenshots,

@@ -1,9 +1,10 @@
 """`walkthrough trace [MODEL] (--prompt TEXT | --messages F.json | --ids 1,2,3)`: run one request, print its passes.
 
 The prompt is prefilled in chunks (`--chunk`, llama.cpp's default physical
-batch of 512 tokens), then `--steps N` tokens are generated: the last prefill
-pass picks the first, and each of the N-1 decode passes feeds the previous
-choice and picks the next, unless an end-of-turn token comes first.
+batch of 512 tokens), then `--steps N` tokens are generated (`Session.generate`,
+the same count as the app's `--max-tokens`): the last prefill pass picks the
+first, and each of the N-1 decode passes feeds the previous choice and picks the
+next, unless an end-of-turn token comes first.
 
 Human output is one row per pass (phase, positions, tokens fed, experts per
 layer, bytes read, KV cache size, top candidates, chosen token). `--json`
@@ -152,14 +153,8 @@ def run(args: argparse.Namespace) -> int:
 
         sampler = Sampler(settings)
 
-        def passes():
-            last = None
-            for last in session.request(ids, chunk=args.chunk, sampler=sampler, all_logits=args.logits):
-                yield last
-            if not last.stopped:
-                yield from session.decode(sampler, args.steps - 1, all_logits=args.logits)
-
-        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
+        passes = session.generate(ids, sampler, args.steps, chunk=args.chunk, all_logits=args.logits)
+        _print(passes, model, piece, as_json=as_json, logits=args.logits)
         return 0
     from walkthrough.commands.trace_turns import play
 

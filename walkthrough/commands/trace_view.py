@@ -112,6 +112,8 @@ def print_trace(
         chosen = Text("") if step.chosen is None else _piece(piece, step.chosen)
         if step.stopped:
             chosen.append(" (end)", style="dim")
+        elif step.capped:
+            chosen.append(" (token cap)", style="dim")
         generated += step.generated
         state = (human_bytes(step.state_bytes),) if hybrid else ()
         drafts = (_drafts(step, piece),) if speculative else ()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard, build_card, tensor_group, tensor_layer
 from walkthrough.inspect.gguf import GGUFFile, open_gguf
 
+Progress = Callable[[int, int], None]  # (layers done, layers in all): `session.Progress`
 EMBEDDING = "token_embd.weight"
 OUTPUT = "output.weight"
 ROPE_FREQS = "rope_freqs.weight"  # per-pair frequency divisors (llama 3 long context, gemma4's proportional RoPE)
@@ -106,13 +108,14 @@ class Model:
             )
 
     def forward(self, ids: np.ndarray, start: int, cache: KVCache, meter: Meter, *, record_attention: bool = False,
-                all_logits: bool = False) -> tuple[np.ndarray, list[LayerTrace]]:
-        """Run one pass over tokens `ids` at positions start..start+n.
+                all_logits: bool = False, progress: Progress | None = None) -> tuple[np.ndarray, list[LayerTrace]]:
+        """Run one pass over tokens `ids` at positions start..start+n (`progress` as in `hidden`).
 
         Returns:
             logits [n, n_vocab] if all_logits else [1, n_vocab] (last position), and one LayerTrace per layer.
         """
-        x, traces = self.hidden(ids, start, cache, meter, record_attention=record_attention, all_rows=all_logits)
+        x, traces = self.hidden(ids, start, cache, meter, record_attention=record_attention, all_rows=all_logits,
+                                progress=progress)
         return self.head(x, meter), traces
 
     def hidden(
@@ -126,6 +129,7 @@ class Model:
         all_rows: bool = False,
         unmetered_rows: bool = False,
         attention_rows: bool = False,
+        progress: Progress | None = None,
     ) -> tuple[np.ndarray, list[LayerTrace]]:
         """The trunk of a pass: [n] ids -> the final hidden state after the output norm.
 
@@ -133,6 +137,8 @@ class Model:
             unmetered_rows: also finish the rows the pass does not need (to measure every token's
                 surprisal) through a meter nobody reads, so the pass costs what it costs without them.
             attention_rows: attention layers keep every row of their weights (`LayerTrace.attention_rows`).
+            progress: called as progress(layers_done, n_layers) before the first layer and after each one;
+                whatever it raises (`session.Cancelled`) abandons the pass.
 
         Returns:
             [n, d] if all_rows or unmetered_rows else [1, d] (last position), and one LayerTrace per layer.
@@ -146,6 +152,8 @@ class Model:
             x = x * np.float32(c.embed_scale)
         traces = []
         aside: list[np.ndarray] | None = [] if unmetered_rows and not all_rows and len(ids) > 1 else None
+        if progress is not None:
+            progress(0, c.n_layers)
         for i in range(c.n_layers):
             trace = LayerTrace(i, c.mixers[i], c.ffns[i])
             # As llama.cpp does, the last layer's FFN runs only on the rows whose logits are wanted.
@@ -154,6 +162,8 @@ class Model:
             x = block(p, i, x, trace, last_only=last_only, aside=aside)
             trace.activation_bytes = meter.written - before
             traces.append(trace)
+            if progress is not None:
+                progress(i + 1, c.n_layers)
         if aside:  # the rows the pass skipped, finished outside its meter
             scratch = copy.copy(p)
             scratch.meter = self.meter()

@@ -9,9 +9,28 @@ Each pass is one call of the forward pass and yields one `Step`:
         ...                                        # feeds the previous choice, picks the next
 
 `prefill` and `decode` are generators, so a caller (the UI, `trace`) shows each
-pass as it ends. Generation stops when the chosen token ends a turn (the
-model's end-of-generation ids, `Config.end_ids`: EOS, EOT and `<|im_end|>`-like
-control tokens, as llama.cpp decides them) or after `max_tokens` passes.
+pass as it ends. `generate` is `request` (below) then `decode`, with the one counting rule every
+caller uses: `max_tokens` is the number of tokens the run picks (the last
+prefill pass picks the first, each decode pass one more), so a run makes at
+most `max_tokens - 1` decode passes. Generation stops when the chosen token
+ends a turn (the model's end-of-generation ids, `Config.end_ids`: EOS, EOT and
+`<|im_end|>`-like control tokens, as llama.cpp decides them) or when the cap is
+reached; the pass that picked the last allowed token has `step.capped` set.
+
+Progress inside a pass, and interrupting it (the hook every engine implements,
+`LlamaSession` too): `feed`, `prefill`, `request`, `decode` and `generate` take
+`progress`, a callable `progress(layers_done, n_layers)` called before the first
+layer (0) and after each layer. It may raise `Cancelled` to abandon the pass at
+once: the position, tokens and pending token stay as before the pass; call
+`recover()` before using the session again (a hybrid model's linear states were
+changed in place). The engine calls it from whatever thread runs the pass and
+knows nothing of who listens (the app posts a message from it and checks a
+cancel flag):
+
+    def progress(done, total):
+        if stop_requested.is_set():
+            raise Cancelled()
+        print(f"layer {done} of {total}")
 
 The chunk size changes only how the prompt is split into passes: positions,
 cache contents, logits and chosen tokens are the same for any chunk size, up
@@ -59,10 +78,16 @@ from walkthrough.engine.checkpoints import (
     common_prefix,
     copy_states,
 )
-from walkthrough.engine.model import Model
+from walkthrough.engine.model import Model, Progress
 from walkthrough.engine.sampler import Sampler, SampleResult
 from walkthrough.engine.steps import Step
 from walkthrough.errors import WalkthroughError
+
+__all__ = ["Cancelled", "Progress", "Session"]
+
+
+class Cancelled(Exception):  # noqa: N818 - a request, not a failure
+    """Raised by a `progress` callable to abandon the pass it was called from (not an error to report)."""
 
 
 class Session:
@@ -211,8 +236,20 @@ class Session:
             checkpoint=checkpoint,
         )
 
-    def feed(self, ids: list[int], *, phase: str, sampler: Sampler | None = None, all_logits: bool = False) -> Step:
-        """Run one pass over `ids` at the next positions; sample from its last logits if a sampler is given."""
+    def feed(
+        self,
+        ids: list[int],
+        *,
+        phase: str,
+        sampler: Sampler | None = None,
+        all_logits: bool = False,
+        progress: Progress | None = None,
+    ) -> Step:
+        """Run one pass over `ids` at the next positions; sample from its last logits if a sampler is given.
+
+        Raises:
+            Cancelled: `progress` asked to stop (call `recover()` before going on).
+        """
         ids = [int(i) for i in ids]
         if not ids:
             raise WalkthroughError("a pass needs at least one token")
@@ -225,6 +262,7 @@ class Session:
         hidden, layers = self.model.hidden(
             np.asarray(ids), start, self.cache, meter, record_attention=self.record_attention,
             all_rows=all_logits or self.keep_hidden, unmetered_rows=measured, attention_rows=self.attention_rows,
+            progress=progress,
         )  # [n or 1, d]
         logits = self.model.head(hidden if all_logits else hidden[-1:], meter)  # [n or 1, n_vocab]
         rows = logits if all_logits else None  # [n, n_vocab] every position's logits, when known
@@ -275,6 +313,7 @@ class Session:
         sampler: Sampler | None = None,
         all_logits: bool = False,
         checkpoint_at: Iterable[int] = (),
+        progress: Progress | None = None,
     ) -> Iterator[Step]:
         """Process a prompt in passes of `chunk` tokens (all at once if None); one Step per pass.
 
@@ -291,7 +330,8 @@ class Session:
         at = 0
         for end in ends:
             last = end == len(ids)
-            step = self.feed(ids[at:end], phase="prefill", sampler=sampler if last else None, all_logits=all_logits)
+            step = self.feed(ids[at:end], phase="prefill", sampler=sampler if last else None, all_logits=all_logits,
+                             progress=progress)
             if end in marks and self.keeps_checkpoints:
                 self.checkpoint()
                 step.checkpointed = True
@@ -306,6 +346,7 @@ class Session:
         sampler: Sampler | None = None,
         all_logits: bool = False,
         marks: Iterable[int] = (),
+        progress: Progress | None = None,
     ) -> Iterator[Step]:
         """Run the prompt of a new request in this session: reuse what it holds, prefill the rest.
 
@@ -319,7 +360,7 @@ class Session:
         reuse = self.reuse_prefix(ids)
         breaks = self.checkpoints.breaks(reuse.reused, len(ids), list(marks)) if self.keeps_checkpoints else []
         steps = self.prefill(ids[reuse.reused :], chunk=chunk, sampler=sampler, all_logits=all_logits,
-                             checkpoint_at=breaks)
+                             checkpoint_at=breaks, progress=progress)
         for i, step in enumerate(steps):
             if i == 0:
                 step.reuse = reuse
@@ -332,6 +373,7 @@ class Session:
         *,
         stop_ids: Iterable[int] | None = None,
         all_logits: bool = False,
+        progress: Progress | None = None,
     ) -> Iterator[Step]:
         """Feed the pending token and pick the next, one pass per token, until a stop token or max_tokens passes.
 
@@ -344,7 +386,7 @@ class Session:
         for _ in range(max_tokens):
             if self.pending in stops:
                 return
-            step = self.feed([self.pending], phase="decode", sampler=sampler, all_logits=all_logits)
+            step = self.feed([self.pending], phase="decode", sampler=sampler, all_logits=all_logits, progress=progress)
             step.stopped = step.chosen in stops
             every = self.checkpoints.every
             if self.keeps_checkpoints and every > 0 and step.end % every == 0:
@@ -353,3 +395,43 @@ class Session:
             yield step
             if step.stopped:
                 return
+
+    def generate(
+        self,
+        ids: Iterable[int],
+        sampler: Sampler,
+        max_tokens: int,
+        *,
+        chunk: int | None = None,
+        all_logits: bool = False,
+        marks: Iterable[int] = (),
+        progress: Progress | None = None,
+    ) -> Iterator[Step]:
+        """Run the request `ids` (`request`: reuse what the session holds, prefill the rest), then decode.
+
+        One Step per pass, until an end-of-turn token or `max_tokens` picked. The last prefill pass picks
+        token 1, each decode pass one more, so at most `max_tokens - 1`
+        decode passes run; the pass that picks token `max_tokens` (unless it ends the turn) has
+        `capped` set. Example: max_tokens=3 on a 10-token prompt with chunk=4 gives passes
+        prefill 0-4, 4-8, 8-10 (picks 1), decode (picks 2), decode (picks 3, capped).
+
+        Raises:
+            WalkthroughError: max_tokens < 1, or the prompt is empty.
+        """
+        if max_tokens < 1:
+            raise WalkthroughError(f"max_tokens {max_tokens}: a run picks at least 1 token")
+        picked = 0
+        last: Step | None = None
+        prompt = self.request(ids, chunk=chunk, sampler=sampler, all_logits=all_logits, marks=marks, progress=progress)
+        for last in prompt:
+            picked += last.chosen is not None
+            if picked == max_tokens and not last.stopped:
+                last.capped = True
+            yield last
+        if last is None or last.stopped or last.capped:
+            return
+        for step in self.decode(sampler, max_tokens - picked, all_logits=all_logits, progress=progress):
+            picked += 1
+            if picked == max_tokens and not step.stopped:
+                step.capped = True
+            yield step

@@ -128,6 +128,7 @@ class Step:
     surprisal: np.ndarray | None = None  # [n_tokens] nats of each input token given all before it (nan: unknown)
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
     stopped: bool = False  # the chosen token ends the generation
+    capped: bool = False  # the chosen token was the last the run's token cap allowed (`Session.generate`)
     reuse: Reuse | None = None  # first pass of a request: the tokens taken from the cache and why reuse stopped
     cause: Break | None = None  # first pass of a request whose prefix broke: the cause, when the caller knows it
     checkpointed: bool = False  # a hybrid session saved its recurrent state after this pass
@@ -210,6 +211,8 @@ class Step:
             out["chosen_surprisal"] = round(self.chosen_surprisal, 6)
         if self.stopped:
             out["stopped"] = True
+        if self.capped:
+            out["capped"] = True
         if self.reuse is not None:
             out["reused"] = self.reuse.reused
             out["reuse"] = self.reuse.to_json()

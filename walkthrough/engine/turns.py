@@ -177,22 +177,20 @@ class Conversation:
         sampler = Sampler(self.settings)
         steps: list[Step] = []
         first_token = None
-        runs = [self.session.request(chat.ids, chunk=self.chunk, sampler=sampler, marks=user_starts(chat, messages))]
-        while runs:
+        passes = self.session.generate(chat.ids, sampler, self.max_tokens, chunk=self.chunk,
+                                       marks=user_starts(chat, messages))
+        while True:
             clock = time.perf_counter()
-            step = next(runs[0], None)
+            step = next(passes, None)
             own += time.perf_counter() - clock
             if step is None:
-                runs.pop(0)
-                continue
+                break
             step.turn = label or None
             if step.reuse is not None and self.held is not None:  # outside the timed part: not the request's work
                 step.cause = self.explain(self.held, messages, chat, step.reuse)
             steps.append(step)
             if first_token is None and step.chosen is not None:
                 first_token = own
-                if not step.stopped:
-                    runs.append(self.session.decode(sampler, self.max_tokens - 1))
             yield step
         self._record(label, messages, chat, steps, first_token or own)
 

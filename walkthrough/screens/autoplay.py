@@ -2,8 +2,10 @@
 
 On each tick the current stage may take a step (`StageScreen.autoplay_step`,
 e.g. one prefill chunk or one decoded token); when it has nothing left to do
-and has been shown for `pace` seconds, its picture is saved (if asked) and the
-walk moves to the next stage, or ends (and the app exits with `exit_at_end`).
+and has been shown for `pace` seconds, its picture is saved (if asked, as
+`N-Label.svg` after the stage bar: `2-Chat.svg`) and the walk moves to the next
+stage, or ends. At the end the app exits with `exit_at_end`, and always when
+saving pictures (the walk is done; nothing more would be saved).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from walkthrough.pictures import publishable_svg
+from walkthrough.screens.parts import Part
 
 AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
 TICKS_PER_PACE = 8  # ticks per pace (a stepping stage runs one pass per tick)
@@ -36,7 +39,7 @@ class Autoplay:
 
     def tick(self) -> None:
         app = self.app
-        if "run" not in app.loaded or app.stepping:
+        if Part.RUN not in app.state.loaded or app.stepping:
             return  # still loading, or a pass is running
         if self.arrived is None:
             return  # the stage moved to has not been drawn yet: a viewer has not seen it
@@ -49,7 +52,7 @@ class Autoplay:
             return
         self.arrived = time.monotonic()
         if app.is_last_stage:
-            if self.exit_at_end:
+            if self.exit_at_end or self.screenshots is not None:
                 app.exit(0)
             return
         self.arrived = None
@@ -60,13 +63,13 @@ class Autoplay:
         self.arrived = time.monotonic()
 
     def _save_picture(self) -> bool:
-        """Save `N-stage.svg`; False (try again next tick) while the footer is rebuilding its keys."""
+        """Save `N-Label.svg`; False (try again next tick) while the footer is rebuilding its keys."""
         app = self.app
         svg = app.export_screenshot()
         if QUIT_LABEL not in svg:
             return False
         self.screenshots.mkdir(parents=True, exist_ok=True)
-        path = self.screenshots / f"{app.stage_number}-{app.current_mode}.svg"
+        path = self.screenshots / f"{app.stage_number}-{app.stage_label}.svg"
         path.write_text(publishable_svg(svg), encoding="utf-8")
         self.saved.append(path)
         return True

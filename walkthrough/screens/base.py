@@ -1,14 +1,17 @@
 """The base screen every stage shares: stage bar, glossary terms line, common bindings, refresh on new state.
 
-A stage subclasses `StageScreen`, sets `STAGE` (its id in `STAGES`), `HELP`
-(what the stage shows and how to read it) and `TERMS` (glossary keys it uses),
-composes its body in `compose_body`, and redraws from `self.state` in
-`refresh_view`, which runs on mount, when the stage comes back into view, and
-whenever the app's request state changes.
+A stage subclasses `StageScreen`, sets `HEADING`, `HELP` (what the stage shows
+and how to read it) and `TERMS` (glossary keys it uses), composes its body in
+`compose_body`, and redraws from `self.state` in `refresh_view`, which runs on
+mount, when the stage comes back into view, and whenever the app's request
+state changes. Its id, label and number come from `walkthrough.screens.stages`,
+where it is listed once.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
@@ -17,18 +20,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-# Stage ids in order, with the short label shown in the stage bar.
-STAGES: tuple[tuple[str, str], ...] = (
-    ("file", "File"),
-    ("template", "Chat"),
-    ("tokens", "Tokens"),
-    ("prefill", "Prefill"),
-    ("decode", "Decode"),
-    ("sampling", "Sampling"),
-    ("costs", "Costs"),
-    ("summary", "Summary"),
-)
-STAGE_IDS = tuple(stage for stage, _ in STAGES)
+from walkthrough.screens import stages
+
 STAGE_KEYS = Binding.Group("Stage", compact=True)
 WIDE_FOOTER = 100  # columns from which the footer also shows the command palette key
 
@@ -42,9 +35,9 @@ class StageBar(Static):
 
     def show(self, status: str = "") -> None:
         line = Text(no_wrap=True, overflow="ellipsis")
-        for number, (stage, label) in enumerate(STAGES, start=1):
-            style = "reverse bold" if stage == self.current else ""
-            line.append(f" {number} {label} ", style=style)
+        for stage in stages.STAGES:
+            style = "reverse bold" if stage.id == self.current else ""
+            line.append(f" {stage.number} {stage.label} ", style=style)
         if status:
             line.append(f"  {status}", style="italic")
         self.update(line)
@@ -64,40 +57,44 @@ class TermsLine(Static):
 
 
 class StageScreen(Screen):
-    """Common layout and bindings of the eight stages.
+    """Common layout and bindings of the stages.
 
-    A stage's title ("Stage 2: the chat template") is its number in `STAGES` and
-    its `HEADING`; its stylesheet is `<STAGE>.tcss` beside its module.
+    A stage's title ("Stage 2: the chat template") is its number in `stages.STAGES`
+    and its `HEADING`; its stylesheet is `<module>.tcss` beside its module, if any.
     """
 
-    STAGE: ClassVar[str] = ""
     HEADING: ClassVar[str] = ""
     HELP: ClassVar[str] = ""
     TERMS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.STAGE:
-            cls.TITLE = f"Stage {STAGE_IDS.index(cls.STAGE) + 1}: {cls.HEADING}"
-            cls.CSS_PATH = f"{cls.STAGE}.tcss"
+        sheet = f"{cls.__module__.rsplit('.', 1)[-1]}.tcss"
+        if (Path(sys.modules[cls.__module__].__file__).parent / sheet).is_file():
+            cls.CSS_PATH = sheet
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "app.previous_stage", "Previous stage", id="stage.previous", group=STAGE_KEYS),
         Binding("n", "app.next_stage", "Next stage", id="stage.next", group=STAGE_KEYS),
         Binding("tab", "app.next_stage", "Next stage", show=False),
         Binding("shift+tab", "app.previous_stage", "Previous stage", show=False),
-        *(
-            Binding(str(i), f"app.goto_stage('{stage}')", f"Stage {i}", show=False)
-            for i, stage in enumerate(STAGE_IDS, start=1)
-        ),
+        *(Binding(str(i), f"app.goto_number({i})", f"Stage {i}", show=False)
+          for i in range(1, stages.MAX_STAGES + 1)),
         Binding("question_mark", "stage_help", "Help", id="stage.help"),
         Binding("g", "glossary", "Terms", id="stage.glossary"),
         Binding("q", "app.quit", "Quit", id="app.quit"),
     ]
 
     def __init__(self) -> None:
-        super().__init__(id=f"stage-{self.STAGE}")
+        self.stage = stages.of_screen(type(self))
+        super().__init__(id=f"stage-{self.stage.id}")
+        self.TITLE = f"Stage {self.stage.number}: {self.HEADING}"
         self._stale = True
+
+    @property
+    def STAGE(self) -> str:  # noqa: N802 - read like the class constant it replaced
+        """This stage's id."""
+        return self.stage.id
 
     @property
     def state(self):
@@ -115,15 +112,16 @@ class StageScreen(Screen):
         yield from ()
 
     def on_mount(self) -> None:
-        self.watch(self.app, "revision", self._state_changed, init=False)
+        self.watch(self.app, "state_changed", self._state_changed, init=False)
         self.watch(self.app, "status", self._status_changed)
+        self.watch(self.app, "pass_status", self._status_changed)
         self._redraw()
 
     def on_screen_resume(self) -> None:
         if self._stale:
             self._redraw()
 
-    def _state_changed(self, _revision: int) -> None:
+    def _state_changed(self, _fields: frozenset[str]) -> None:
         if self.app.screen is self:
             self._redraw()
         else:
@@ -133,7 +131,8 @@ class StageScreen(Screen):
         # At 80 columns the stage's keys need the footer's room; ctrl+p is listed in the help.
         self.query_one(Footer).show_command_palette = self.size.width >= WIDE_FOOTER
 
-    def _status_changed(self, status: str) -> None:
+    def _status_changed(self, _status: str) -> None:
+        status = " · ".join(s for s in (self.app.pass_status, self.app.status) if s)
         self.query_one(StageBar).show(status)
 
     def _redraw(self) -> None:

@@ -1,4 +1,4 @@
-"""Stage 7, Costs: the opened file's request on a real machine: memory, time to first token, decode speed.
+"""The Costs stage: the opened file's request on a real machine: memory, time to first token, decode speed.
 
 Every figure comes from `walkthrough.engine.costs.estimate` (the model card and a
 hardware profile), with its formula; the rows are the ones `walkthrough
@@ -24,6 +24,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table
 from walkthrough.screens.format import human_bytes
@@ -36,7 +37,6 @@ MIN_CURVE_END = 4096  # curves reach at least this many tokens, even for a file 
 class CostsScreen(StageScreen):
     """The same request, on a chosen machine."""
 
-    STAGE = "costs"
     HEADING = "costs"
     TERMS = ("memory bandwidth", "bytes read", "roofline", "arithmetic intensity", "time to first token",
              "KV cache", "active parameters", "context length")
@@ -171,7 +171,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         state = self.state
         decode = state.decode_steps
         if not decode:
-            return Text("measured: decode a token (stage 5) to compare with the engine's own count", style="dim")
+            return Text(f"measured: decode a token (stage {stages.number('decode')}) to compare with the engine's "
+                        "own count", style="dim")
         last = decode[-1]
         return Text.assemble(("measured by the engine: ", "bold"),
                              f"the last decoded token read {human_bytes(last.bytes_read.get('total', 0))} "
@@ -195,8 +196,6 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def action_next_profile(self, delta: int) -> None:
         self.state.profile_index += delta
-        self.app.revision += 1
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "sort":
             return True if self.view == "machines" else None

@@ -1,4 +1,4 @@
-"""Stage 5, Decode: one token per pass; what each pass chose, lit, read and attended to.
+"""The Decode stage: one token per pass; what each pass chose, lit, read and attended to.
 
 Per pass: the token fed and the token chosen, the experts lit per layer for it,
 bytes read this pass by group and over the run, the KV cache per layer, one
@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from walkthrough.screens.format import bar
+from walkthrough.screens.format import answer_ending, bar
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.views import activations_line, balance_line, bytes_table, experts_grid, flops_line, kv_table
 from walkthrough.textsafe import safe_text
@@ -28,7 +28,6 @@ ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
 class DecodeScreen(SteppingScreen):
     """The answer, token by token."""
 
-    STAGE = "decode"
     HEADING = "decode"
     TERMS = ("decode", "step", "token", "expert", "active parameters", "bytes read", "memory bandwidth",
              "KV cache", "attention", "head", "GQA")
@@ -87,8 +86,9 @@ change the head.
                              safe_text(state.piece(fed), "reverse"), " -> chose ")
         if step.chosen is not None:
             line.append_text(safe_text(state.piece(step.chosen), "bold reverse"))
-        if state.finished or step.stopped:
-            line.append("  (end of the answer)", style="italic")
+        ending = answer_ending(state)
+        if ending:
+            line.append(f"  ({ending})", style="italic")
         verdict = balance_line(step, state)
         token_view.update(Group(line, flops_line(step), *([verdict] if verdict else []),
                                 activations_line(step, state.card)))

@@ -16,9 +16,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
+from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.textsafe import safe_text
 
 VIEWS = ("overview", "tensors", "metadata")
@@ -35,7 +37,6 @@ def metadata_value(f, key: str) -> Text:
 class FileScreen(StageScreen):
     """The GGUF file: layout, architecture, parameters, quant mix, tensors and metadata."""
 
-    STAGE = "file"
     HEADING = "the file"
     TERMS = ("GGUF", "metadata", "tensor", "parameter", "quantization", "bits per weight",
              "quant mix", "MoE", "active parameters", "GQA", "KV cache")
@@ -98,8 +99,9 @@ Metadata: every key with its type and value, shown literally.
         if reason:
             return Text.assemble(("The engine cannot run this file: ", "bold"), safe_text(reason))
         if self.state.engine_ready:
-            note = Text(f"The {self.state.engine} engine can run this file: stages 4 to 6 step through it.",
-                        style="bold")
+            steps = [stage.number for stage in stages.STAGES if issubclass(stage.screen(), SteppingScreen)]
+            note = Text(f"The {self.state.engine} engine can run this file: stages {min(steps)} to {max(steps)} "
+                        "step through it.", style="bold")
             advice = self.state.engine_advice()
             if advice:
                 note.append("\nTry llama.cpp: ", style="bold")

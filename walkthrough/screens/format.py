@@ -48,3 +48,12 @@ def bar(fraction: float, width: int) -> str:
     fraction = min(max(fraction, 0.0), 1.0)
     full = int(fraction * width)
     return "█" * full + "░" * (width - full)
+
+
+def answer_ending(state) -> str:
+    """How the run's answer ended, in words ("" while it goes on): the model's own end, or the token cap."""
+    if not state.finished:
+        return ""
+    if state.capped:
+        return f"token cap reached: {state.max_new_tokens} tokens, --max-tokens"
+    return "the model ended its turn"

@@ -22,7 +22,7 @@ class LivePanel(Static):
     """What the run holds and read, after its last pass."""
 
     def on_mount(self) -> None:
-        self.watch(self.app, "revision", lambda _r: self.redraw())
+        self.watch(self.app, "state_changed", lambda _fields: self.redraw())
         self.redraw()
 
     def on_resize(self) -> None:

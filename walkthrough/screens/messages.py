@@ -1,41 +1,46 @@
-"""Messages shared by the app and its screens: what the background workers report.
+"""Messages from the background workers to the app: each carries what the worker computed.
 
-Workers never touch widgets; they post one of these to the app, which updates
-the request state and bumps `WalkthroughApp.revision` so screens refresh.
+Workers never touch widgets or the request state; they post one of these and
+the app's handler, on the UI thread, stores the value in `RequestState` (whose
+changes redraw the screens).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+
+from walkthrough.screens.parts import Part
+
+if TYPE_CHECKING:
+    from walkthrough.engine.steps import Step
 
 
 @dataclass
 class Progress(Message):
-    """A worker moved on: `what` is being done, `done` of `total` units."""
+    """A worker moved on: `what` is being done (empty: nothing)."""
 
     what: str
-    done: int = 0
-    total: int = 0
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, Progress) and message.what == self.what
+        return isinstance(message, Progress)
 
 
 @dataclass
-class StageLoaded(Message):
-    """Part of the request state is ready (`part`: "file", "tokens", "engine"...)."""
+class PartReady(Message):
+    """A part of the request was built: `value` is what `walkthrough.screens.parts` returned for it."""
 
-    part: str
+    part: Part
+    value: Any
 
 
 @dataclass
-class StageUnavailable(Message):
+class PartFailed(Message):
     """A part cannot be built for this file; `reason` says why, in one line."""
 
-    part: str
+    part: Part
     reason: str
 
 
@@ -47,15 +52,35 @@ class LoadFailed(Message):
 
 
 @dataclass
-class StepDone(Message):
-    """The engine finished one pass of run `run_id` (`step` None: the answer is finished)."""
+class PassProgress(Message):
+    """The pass of run `run_id` in flight has run `done` of `total` layers."""
 
     run_id: int
-    step: Any
+    done: int
+    total: int
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, PassProgress)
+
+
+@dataclass
+class StepDone(Message):
+    """The engine finished one pass of run `run_id` (`step` None: the run was already finished)."""
+
+    run_id: int
+    step: Step | None
+
+
+@dataclass
+class PassCancelled(Message):
+    """A pass of run `run_id` was abandoned (the run was restarted or the app is quitting)."""
+
+    run_id: int
 
 
 @dataclass
 class RunFailed(Message):
-    """A pass raised a WalkthroughError (say, a token outside the vocabulary)."""
+    """A pass of run `run_id` raised a WalkthroughError (say, a token outside the vocabulary)."""
 
+    run_id: int
     error: str

@@ -1,4 +1,4 @@
-"""Stage 4, Prefill: the prompt goes through the model in chunks, filling the KV cache.
+"""The Prefill stage: the prompt goes through the model in chunks, filling the KV cache.
 
 For the current chunk: which experts each layer woke (a layer x expert grid,
 digits counting the tokens that chose an expert), FLOPs, bytes read and their
@@ -27,7 +27,6 @@ CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
 class PrefillScreen(SteppingScreen):
     """The prompt, chunk by chunk."""
 
-    STAGE = "prefill"
     HEADING = "prefill"
     TERMS = ("prefill", "chunk", "step", "KV cache", "MoE", "router", "expert", "FLOPs",
              "bytes read", "arithmetic intensity", "roofline")

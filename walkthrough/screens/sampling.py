@@ -1,4 +1,4 @@
-"""Stage 6, Sampling: the last pass's candidates through each stage of the sampler, with keys to turn the knobs.
+"""The Sampling stage: the last pass's candidates through each stage of the sampler, with keys to turn the knobs.
 
 The engine keeps every stage of a sampling decision (raw logits, top-k, top-p,
 min-p, temperature, final probabilities, the draw). Turning a knob re-runs the
@@ -38,7 +38,6 @@ def _step_value(values: tuple, current: float, delta: int):
 class SamplingScreen(SteppingScreen):
     """From logits to the chosen token."""
 
-    STAGE = "sampling"
     HEADING = "sampling"
     TERMS = ("logits", "sampling", "temperature", "greedy", "top-k", "top-p", "min-p", "seed")
     HELP = """
@@ -143,14 +142,12 @@ token; final is the probability the draw used.
         if state.settings is None:
             return
         value = _step_value(self._KNOBS[name], getattr(state.settings, name), delta)
-        state.set_settings(state.settings.with_(**{name: value}))
-        self.app.revision += 1
+        self.app.set_settings(state.settings.with_(**{name: value}))
 
     def action_new_seed(self) -> None:
         state = self.state
         if state.settings is not None:
-            state.set_settings(state.settings.with_(seed=state.settings.seed + 1))
-            self.app.revision += 1
+            self.app.set_settings(state.settings.with_(seed=state.settings.seed + 1))
 
     def autoplay_step(self) -> bool:
         if self.step_until(self.state.prefill_done):

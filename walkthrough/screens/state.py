@@ -1,31 +1,42 @@
 """The request the app follows: the opened file, its card, the messages, tokens, and the passes run so far.
 
-A plain object (no Textual): the app's workers fill it in through `open_file`,
-the `builders()` and `run_pass`, then post a message; screens read it and never
-compute model math. Each part that cannot be built for a file (an architecture
-the engine cannot run, a file without a vocabulary) is recorded in
-`unavailable` with a one-line reason, so the stage can say so instead of failing.
+A plain record (no Textual) with one writer: the app's UI thread. Workers build
+values (`walkthrough.screens.parts`, `walkthrough.screens.run`) and post them in
+messages; the app's handlers assign them here. Every assignment of a public
+field is reported to a listener (the app), which checks it happens on the UI
+thread and redraws the screens once per batch of changes: no field can change
+without the screens hearing of it. Collections are replaced, never changed in
+place (`steps` is a tuple, `unavailable` a fresh dict), so every change is an
+assignment.
 
-The run: `start_run()` makes a fresh engine session; `run_pass()` runs the next
-pass (a prefill chunk, then one decoded token at a time) and returns its `Step`,
-or None once the answer is finished. Passes are serialised by a lock, so a
-restart never races a pass still running in a worker thread.
+Each part that cannot be built for a file (an architecture the engine cannot
+run, a file without a vocabulary) is recorded in `unavailable` with a one-line
+reason, so the stage can say so instead of failing.
 """
 
 from __future__ import annotations
 
-import itertools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.locate import DEFAULT_REQUEST, model_path
+from walkthrough.engine.knobs import MAX_NEW_TOKENS
+from walkthrough.inspect.locate import DEFAULT_REQUEST
+from walkthrough.screens.parts import RUN_NEEDS, OpenedFile, Part, Rendered
+
+if TYPE_CHECKING:
+    from walkthrough.engine.costs import Estimate
+    from walkthrough.engine.hardware import Profile
+    from walkthrough.engine.model import Model
+    from walkthrough.engine.sampler import SampleResult, SamplerSettings
+    from walkthrough.engine.steps import Step
+    from walkthrough.inspect.card import ModelCard
+    from walkthrough.inspect.chat import ChatTokens
+    from walkthrough.inspect.gguf import GGUFFile
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 PREFILL_CHUNK = 64  # prompt tokens per prefill pass
-MAX_NEW_TOKENS = 120  # decode passes before the app stops the answer
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
@@ -45,164 +56,190 @@ def load_messages(path: str | Path | None) -> list[dict[str, str]]:
 
 @dataclass
 class RequestState:
-    """Everything the stages show for one request."""
+    """Everything the stages show for one request (written on the UI thread only)."""
 
     spec: str | None
-    messages: list[dict[str, str]]
+    messages: list[dict[str, str]]  # replaced as a whole on every edit
     seed: int = 0
     temperature: float = 0.0  # the run starts greedy unless asked otherwise
     hardware: str | None = None
     chunk: int = PREFILL_CHUNK
     max_new_tokens: int = MAX_NEW_TOKENS
-    path: Path | None = None
-    file: Any = None  # walkthrough.inspect.gguf.GGUFFile
-    card: Any = None  # walkthrough.inspect.card.ModelCard
-    unavailable: dict[str, str] = field(default_factory=dict)  # part -> why it cannot be shown
-    tokenizer: Any = None  # walkthrough.inspect.tokenizer.GGUFTokenizer
+    template_file: Path | None = None  # --template: a Jinja file used instead of the model's templates
     template_name: str | None = None  # which of the file's chat templates (None: the default one)
-    template_names: list[str] = field(default_factory=list)  # the file's templates, "default" first
+    # Parts, as the loader builds them.
+    loaded: frozenset[Part] = frozenset()
+    unavailable: dict[str, str] = field(default_factory=dict)  # part -> why it cannot be shown
+    path: Path | None = None
+    file: GGUFFile | None = None
+    card: ModelCard | None = None
+    tokenizer: GGUFTokenizer | None = None
+    template_names: tuple[str, ...] = ()  # the file's templates, "default" first
     template_source: str | None = None
     rendered: str | None = None  # the chat template's output for `messages`
-    chat: Any = None  # walkthrough.inspect.chat.ChatTokens: rendered text, tokens (with their message), regions
-    prompt_ids: list[int] = field(default_factory=list)
+    chat: ChatTokens | None = None  # rendered text, tokens (with their message), regions
     engine: str = "numpy"  # which engine runs the passes: "numpy" or "llama.cpp" (walkthrough.engine.engines)
-    engine_ready: bool = False
-    model: Any = None  # the engine's model (engine.model.Model or engine.llama_model.LlamaModel), once it accepts the file
-    settings: Any = None  # walkthrough.engine.sampler.SamplerSettings
-    session: Any = None  # walkthrough.engine.session.Session of the current run
-    sampler: Any = None
-    steps: list[Any] = field(default_factory=list)  # Step records of the current run, in order
-    finished: bool = False
+    model: Model | None = None  # the engine's model (Model or LlamaModel), once it accepts the file
+    settings: SamplerSettings | None = None  # the knobs for the passes still to run
+    # The run.
     run_id: int = 0
+    steps: tuple[Step, ...] = ()  # Step records of the current run, in order
+    finished: bool = False
+    progress: tuple[int, int] | None = None  # (layers done, layers) of the pass in flight, None when idle
     profile_index: int = 0
-    _profiles: list[Any] | None = None
-    _passes: Iterator[Any] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _profiles: list[Profile] | None = None
+    _listener: Callable[[str], None] | None = None
 
-    # ---- building the parts -------------------------------------------------------
-    def open_file(self) -> None:
-        """Resolve, open and describe the model file (header only; cheap even for large files)."""
-        from walkthrough.inspect.card import build_card
-        from walkthrough.inspect.gguf import open_gguf
+    def __setattr__(self, name: str, value: Any) -> None:
+        listener = self.__dict__.get("_listener")
+        if listener is not None and not name.startswith("_"):
+            listener(name)  # may refuse (raise) before anything changes: a write from the wrong thread
+        object.__setattr__(self, name, value)
 
-        self.path = model_path(self.spec)
-        self.file = open_gguf(self.path)
-        self.card = build_card(self.file)
+    def listen(self, listener: Callable[[str], None] | None) -> None:
+        """Call `listener(field name)` on every assignment of a public field, just before it (the app redraws from it)."""
+        self._listener = listener
 
-    def builders(self) -> list[tuple[str, Callable[[], None]]]:
-        """The later parts to build after the file, in order, each raising WalkthroughError if it cannot."""
-        return [
-            ("tokenizer", self.build_tokenizer),
-            ("template", self.render_template),
-            ("tokens", self.build_tokens),
-            ("engine", self.prepare_engine),
-        ]
+    # ---- storing what the workers built (UI thread) ----------------------------------
+    def store(self, part: Part, value: Any) -> None:
+        """Keep a part the loader built, and mark it loaded."""
+        if part is Part.FILE:
+            opened: OpenedFile = value
+            self.path, self.file, self.card = opened.path, opened.file, opened.card
+        elif part is Part.TOKENIZER:
+            self.tokenizer = value
+        elif part is Part.TEMPLATE:
+            rendered: Rendered = value
+            self.template_names, self.template_source, self.rendered = rendered.names, rendered.source, rendered.text
+        elif part is Part.TOKENS:
+            self.chat = value
+            self.rendered = value.text
+        elif part is Part.ENGINE:
+            self.model = value
+            if self.settings is None:
+                from walkthrough.engine.sampler import SamplerSettings
 
-    def build_tokenizer(self) -> None:
-        from walkthrough.inspect.tokenizer import GGUFTokenizer
+                self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
+        self.unavailable = {k: v for k, v in self.unavailable.items() if k != part}
+        self.loaded = self.loaded | {part}
 
-        self.tokenizer = GGUFTokenizer.from_gguf(self.file)
+    def mark_unavailable(self, part: Part, reason: str) -> None:
+        """A part cannot be built: keep why (and drop what an earlier build left of it)."""
+        if part is Part.TEMPLATE:
+            self.template_source = self.rendered = None
+        elif part is Part.TOKENS:
+            self.chat = None
+        self.unavailable = {**self.unavailable, part: reason}
+        self.loaded = self.loaded - {part}
 
-    def _special_text(self, token_id: int | None) -> str:
-        return "" if token_id is None or self.tokenizer is None else self.tokenizer.text_of(token_id)
+    @property
+    def engine_ready(self) -> bool:
+        return self.model is not None
 
-    def render_template(self) -> None:
-        """Render the file's chat template for the messages (needs the tokenizer for BOS/EOS texts)."""
-        from walkthrough.inspect.template import chat_templates, render, select_template
+    @property
+    def prompt_ids(self) -> list[int]:
+        return list(self.chat.ids) if self.chat is not None else []
 
-        self.rendered = None
-        self.template_names = list(chat_templates(self.file))
-        self.template_source = select_template(self.file, self.template_name, where=self.path.name)
-        self.rendered = render(
-            self.template_source,
-            self.messages,
-            bos_token=self._special_text(getattr(self.tokenizer, "bos_id", None)),
-            eos_token=self._special_text(getattr(self.tokenizer, "eos_id", None)),
-            origin=f"chat template of {self.path.name}",
-        )
-
-    def build_tokens(self) -> None:
-        """Tokens of the rendered prompt, each knowing the message it came from (message text never special)."""
-        from walkthrough.inspect.chat import chat_tokens
-
-        self.chat, self.prompt_ids = None, []
-        if self.tokenizer is None:
-            raise WalkthroughError(self.unavailable.get("tokenizer", "the file has no usable tokenizer"))
-        if self.template_source is None:
-            raise WalkthroughError(self.unavailable.get("template", "the file has no chat template"))
-        self.chat = chat_tokens(self.tokenizer, self.template_source, self.messages,
-                                origin=f"chat template of {self.path.name}")
-        self.rendered = self.chat.text
-        self.prompt_ids = self.chat.ids
-
-    def prepare_engine(self) -> None:
-        """Prepare the engine's model for this file (header only); the engine's WalkthroughError says why it cannot."""
-        from walkthrough.engine.engines import load_model
-        from walkthrough.engine.sampler import SamplerSettings
-
-        self.model = load_model(self.engine, self.file, self.card)
-        if self.settings is None:
-            self.settings = SamplerSettings(temperature=self.temperature, seed=self.seed)
-        self.engine_ready = True
-
-    def next_template(self) -> bool:
-        """Choose the file's next chat template (in `template_names` order, cycling); False when there is no other.
-
-        The prompt must be rebuilt after (`rebuild_prompt`).
-        """
-        from walkthrough.inspect.template import DEFAULT_NAME
-
-        names, current = self.template_names, self.template_name or DEFAULT_NAME
-        if not names or names == [current]:
-            return False
-        self.template_name = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
-        return True
-
-    def rebuild_prompt(self) -> None:
-        """After the messages changed: render, tokenize and restart the run."""
-        for part in ("template", "tokens"):
-            self.unavailable.pop(part, None)
-        for part, build in (("template", self.render_template), ("tokens", self.build_tokens)):
-            try:
-                build()
-            except WalkthroughError as exc:
-                self.unavailable[part] = str(exc)
-        self.start_run()
-
-    # ---- running --------------------------------------------------------------------
+    # ---- the run -------------------------------------------------------------------
     @property
     def can_run(self) -> bool:
         return self.engine_ready and bool(self.prompt_ids)
 
     def run_blocker(self) -> str | None:
         """Why the request cannot run (the first missing part's reason), or None."""
-        for part in ("tokenizer", "template", "tokens", "engine"):
+        for part in RUN_NEEDS:
             if part in self.unavailable:
                 return f"{part}: {self.unavailable[part]}"
         if not self.can_run:
             return "still preparing the model and the prompt"
         return None
 
-    def start_run(self) -> None:
-        """A fresh session and sampler: the request from its first token (nothing runs yet)."""
-        from walkthrough.engine.engines import new_session
-        from walkthrough.engine.sampler import Sampler
+    def next_template(self) -> bool:
+        """Choose the file's next chat template (in `template_names` order, cycling); False when there is no other.
 
-        with self._lock:
-            self.run_id += 1
-            self.steps = []
-            self.finished = False
-            self.session = self._passes = None
-            if not self.can_run:
-                return
-            self.session = new_session(self.model, record_attention=True, measure_surprisal=True,
-                                       attention_rows=self.attention_rows_blocker() is None,
-                                       n_ctx=len(self.prompt_ids) + self.max_new_tokens)
-            self.sampler = Sampler(self.settings)
-            self._passes = itertools.chain(
-                self.session.prefill(self.prompt_ids, chunk=self.chunk, sampler=self.sampler),
-                self.session.decode(self.sampler, self.max_new_tokens),
-            )
+        The prompt must be rebuilt after (the app's `rebuild_prompt`).
+        """
+        from walkthrough.inspect.template import DEFAULT_NAME
+
+        names, current = self.template_names, self.template_name or DEFAULT_NAME
+        if self.template_file is not None or not names or names == (current,):
+            return False
+        self.template_name = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
+        return True
+
+    # ---- reading the run --------------------------------------------------------------
+    @property
+    def last_step(self) -> Step | None:
+        return self.steps[-1] if self.steps else None
+
+    @property
+    def prefill_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.phase == "prefill"]
+
+    @property
+    def decode_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.phase == "decode"]
+
+    @property
+    def prefill_done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].end >= len(self.prompt_ids) and bool(self.prompt_ids)
+
+    @property
+    def capped(self) -> bool:
+        """The run stopped because it picked as many tokens as the cap allows (not at an end-of-turn token)."""
+        return bool(self.steps) and self.steps[-1].capped
+
+    def answer_ids(self) -> list[int]:
+        """Tokens generated so far (each pass's chosen token), in order."""
+        return [s.chosen for s in self.steps if s.chosen is not None]
+
+    def session_tokens(self, n: int) -> list[int]:
+        """The first n token ids fed in this run (prompt, then the answer), by position."""
+        return (self.prompt_ids + self.answer_ids())[:n]
+
+    def cumulative_bytes(self) -> dict[str, int]:
+        """Bytes read per group (and "total") over every pass of the run so far."""
+        from walkthrough.engine.steps import totals
+
+        return totals(self.steps).bytes_read
+
+    def preview_sample(self, step: Step | None) -> SampleResult | None:
+        """The step's sampling stages under the current knobs (what-if): same logits, same draw unless the seed moved."""
+        from walkthrough.engine.sampler import Sampler, sample_stages
+
+        if step is None or step.sample is None or self.settings is None:
+            return None
+        if self.settings == step.sample.settings:
+            return step.sample
+        if self.settings.seed != step.sample.settings.seed:
+            return sample_stages(step.logits, self.settings, float(Sampler(self.settings).rng.random()))
+        return step.sample.resample(self.settings)
+
+    def profiles(self) -> list[Profile]:
+        """Hardware profiles (bundled and the user's), the one named by --hardware first."""
+        from walkthrough.engine.hardware import load_profiles
+
+        if self._profiles is None:
+            found = list(load_profiles().values())
+            first = [p for p in found if p.id == self.hardware]
+            self._profiles = first + [p for p in found if p.id != self.hardware]
+        return self._profiles
+
+    @property
+    def profile(self) -> Profile | None:
+        profiles = self.profiles()
+        return profiles[self.profile_index % len(profiles)] if profiles else None
+
+    def estimate(self) -> Estimate:
+        """This request (its prompt and answer budget) on the chosen machine: a `walkthrough.engine.costs.Estimate`.
+
+        Raises:
+            WalkthroughError: the hardware profiles cannot be read (a broken user hardware file).
+        """
+        from walkthrough.engine.costs import estimate
+
+        prompt = max(len(self.prompt_ids), 1)
+        return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
 
     def attention_rows_blocker(self) -> str | None:
         """Why this run does not record every attention row (too many bytes for the request's length), or None."""
@@ -221,93 +258,6 @@ class RequestState:
 
         return AttentionMap.from_steps(self.steps, self.model.config)
 
-    def run_pass(self) -> tuple[int, Any]:
-        """Run the next pass: (run id, Step), or (run id, None) when the request is finished."""
-        with self._lock:
-            if self._passes is None:
-                return self.run_id, None
-            return self.run_id, next(self._passes, None)
-
-    def set_settings(self, settings: Any) -> None:
-        """New sampler knobs: they apply to the passes still to run; a new seed restarts the draws."""
-        from walkthrough.engine.sampler import Sampler
-
-        reseed = self.settings is None or settings.seed != self.settings.seed
-        self.settings = settings
-        if self.sampler is not None:
-            if reseed:
-                self.sampler.rng = Sampler(settings).rng
-            self.sampler.settings = settings
-
-    # ---- reading the run --------------------------------------------------------------
-    @property
-    def last_step(self) -> Any:
-        return self.steps[-1] if self.steps else None
-
-    @property
-    def prefill_steps(self) -> list[Any]:
-        return [s for s in self.steps if s.phase == "prefill"]
-
-    @property
-    def decode_steps(self) -> list[Any]:
-        return [s for s in self.steps if s.phase == "decode"]
-
-    @property
-    def prefill_done(self) -> bool:
-        return bool(self.steps) and self.steps[-1].end >= len(self.prompt_ids) and bool(self.prompt_ids)
-
-    def answer_ids(self) -> list[int]:
-        """Tokens generated so far (each pass's chosen token), in order."""
-        return [s.chosen for s in self.steps if s.chosen is not None]
-
-    def session_tokens(self, n: int) -> list[int]:
-        """The first n token ids fed in this run (prompt, then the answer), by position."""
-        return (self.prompt_ids + self.answer_ids())[:n]
-
-    def cumulative_bytes(self) -> dict[str, int]:
-        """Bytes read per group (and "total") over every pass of the run so far."""
-        from walkthrough.engine.steps import totals
-
-        return totals(self.steps).bytes_read
-
-    def preview_sample(self, step: Any) -> Any:
-        """The step's sampling stages under the current knobs (what-if): same logits, same draw unless the seed moved."""
-        from walkthrough.engine.sampler import Sampler, sample_stages
-
-        if step is None or step.sample is None or self.settings is None:
-            return None
-        if self.settings == step.sample.settings:
-            return step.sample
-        if self.settings.seed != step.sample.settings.seed:
-            return sample_stages(step.logits, self.settings, float(Sampler(self.settings).rng.random()))
-        return step.sample.resample(self.settings)
-
-    def profiles(self) -> list[Any]:
-        """Hardware profiles (bundled and the user's), the one named by --hardware first."""
-        from walkthrough.engine.hardware import load_profiles
-
-        if self._profiles is None:
-            found = list(load_profiles().values())
-            first = [p for p in found if p.id == self.hardware]
-            self._profiles = first + [p for p in found if p.id != self.hardware]
-        return self._profiles
-
-    @property
-    def profile(self) -> Any:
-        profiles = self.profiles()
-        return profiles[self.profile_index % len(profiles)] if profiles else None
-
-    def estimate(self) -> Any:
-        """This request (its prompt and answer budget) on the chosen machine: a `walkthrough.engine.costs.Estimate`.
-
-        Raises:
-            WalkthroughError: the hardware profiles cannot be read (a broken user hardware file).
-        """
-        from walkthrough.engine.costs import estimate
-
-        prompt = max(len(self.prompt_ids), 1)
-        return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
-
     def engine_advice(self) -> str | None:
         """Why to run this file on llama.cpp instead (a large file on numpy, llama.cpp installed), else None."""
         from walkthrough.engine.engines import advice
@@ -323,10 +273,3 @@ class RequestState:
     def piece(self, token_id: int) -> str:
         """A token's display text (its id in angle brackets when there is no tokenizer)."""
         return self.tokenizer.piece(token_id) if self.tokenizer is not None else f"<{token_id}>"
-
-    def close(self) -> None:
-        """Release the file's mapping, after any pass still running in a worker thread has ended."""
-        with self._lock:
-            self._passes = None
-            if self.file is not None:
-                self.file.close()

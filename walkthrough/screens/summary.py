@@ -1,4 +1,4 @@
-"""Stage 8, Summary: the request's trace, stage by stage, with the figures this run measured."""
+"""The Summary stage: the request's trace, stage by stage, with the figures this run measured."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.screens.format import answer_ending, human_bytes, human_count
 from walkthrough.textsafe import safe_text
 
 
 class SummaryScreen(StageScreen):
     """One table: what each stage did to this request."""
 
-    STAGE = "summary"
     HEADING = "summary"
     TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache", "perplexity")
     HELP = """
@@ -44,32 +44,33 @@ its number key; r on a stepping stage restarts the request.
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("stage", style="bold", no_wrap=True)
         table.add_column("what happened")
-        table.add_row("1 file", Text.assemble(
+        row = stages.label  # "5 Decode": each row names its stage by the stage list's number
+        table.add_row(row("file"), Text.assemble(
             safe_text(f.path.name), ": ", safe_text(card.architecture), f", {human_bytes(f.file_size)}, ",
             f"{human_count(card.n_params)} parameters ({human_count(card.n_params_active)} active), ",
             f"{card.bits_per_weight:.2f} bits per weight"))
         chat = state.chat
         if chat is not None:
             n = len(state.messages)
-            table.add_row("2 chat", f"{n} message{'' if n == 1 else 's'} rendered to {len(chat.text)} characters")
+            table.add_row(row("template"), f"{n} message{'' if n == 1 else 's'} rendered to {len(chat.text)} characters")
             counts = chat.counts()
             per = f" ({counts.chars_per_token:.2f} characters per token)" if counts.tokens else ""
-            table.add_row("3 tokens", f"{counts.tokens} tokens{per}")
+            table.add_row(row("tokens"), f"{counts.tokens} tokens{per}")
         else:
             reason = state.unavailable.get("tokens") or state.unavailable.get("template") or "not ready"
-            table.add_row("2-3 chat", safe_text(reason))
+            table.add_row(f"{row('template')}, {row('tokens')}", safe_text(reason))
         prefill, decode = state.prefill_steps, state.decode_steps
         if prefill:
-            table.add_row("4 prefill", self._passes(prefill, "chunks"))
+            table.add_row(row("prefill"), self._passes(prefill, "chunks"))
         if decode:
-            table.add_row("5 decode", self._passes(decode, "tokens"))
+            table.add_row(row("decode"), self._passes(decode, "tokens"))
         if state.settings is not None:
             s = state.settings
-            table.add_row("6 sampling", f"temperature {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}, "
+            table.add_row(row("sampling"), f"temperature {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}, "
                                         f"min-p {s.min_p:g}, seed {s.seed}")
         costs = self._costs()
         if costs is not None:
-            table.add_row("7 costs", costs)
+            table.add_row(row("costs"), costs)
         if state.steps:
             table.add_row("surprisal", self._surprisal(state.steps))
             last = state.steps[-1]
@@ -77,10 +78,12 @@ its number key; r on a stepping stage restarts the request.
             table.add_row("read in all", human_bytes(state.cumulative_bytes().get("total", 0)))
         if not state.steps:
             blocker = state.run_blocker()
-            table.add_row("4-6 run", safe_text(blocker) if blocker else Text("not run yet: press 4 then enter"))
+            first = stages.number("prefill")
+            table.add_row("run", safe_text(blocker) if blocker else Text(f"not run yet: press {first} then enter"))
         self.query_one("#summary-table", Static).update(table)
         reply = state.tokenizer.decode(state.answer_ids()) if state.tokenizer and state.steps else ""
-        end = " (finished)" if state.finished else ""
+        ending = answer_ending(state)
+        end = f" ({ending})" if ending else ""
         self.query_one("#summary-reply", Static).update(
             Group(Text(f"\nthe reply{end}", style="bold"), safe_text(reply, keep_newlines=True)) if reply else ""
         )

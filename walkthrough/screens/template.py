@@ -1,4 +1,4 @@
-"""Stage 2, Chat: the messages (editable), the file's chat template, and the text it renders.
+"""The Chat stage: the messages (editable), the file's chat template, and the text it renders.
 
 The messages can be added to, edited and deleted (a small editor); every change
 re-renders the template, re-tokenizes and restarts the request. The rendered
@@ -52,7 +52,6 @@ def _region_text(piece: str, message: int | None) -> Text:
 class TemplateScreen(StageScreen):
     """Messages in, one string out."""
 
-    STAGE = "template"
     HEADING = "the chat template"
     TERMS = ("message", "chat template", "special token", "token", "GGUF")
     HELP = """
@@ -197,5 +196,4 @@ own text dimmed. v switches between the three views.
 
     def _changed(self, messages: list[dict[str, str]]) -> None:
         self.state.messages = messages
-        self.app.revision += 1
         self.app.rebuild_prompt()

@@ -1,4 +1,4 @@
-"""Stage 3, Tokens: the rendered prompt cut into tokens, with counts and a token cursor.
+"""The Tokens stage: the rendered prompt cut into tokens, with counts and a token cursor.
 
 Pieces are shown in alternating styles, special tokens reversed; `i` shows each
 token's id after it. left/right (or h/l) move the cursor; the selected token's
@@ -27,7 +27,6 @@ TOKEN_KEYS = Binding.Group("Token", compact=True)  # the cursor keys, one footer
 class TokensScreen(StageScreen):
     """What the model actually reads."""
 
-    STAGE = "tokens"
     HEADING = "tokens"
     TERMS = ("token", "tokenizer", "vocabulary", "BPE", "special token", "chat template")
     HELP = """
