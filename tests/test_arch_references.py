@@ -16,7 +16,7 @@ from app_support import SIZES, app_for, play_to_the_end
 from walkthrough.cli import main
 from walkthrough.engine.model import Model
 from walkthrough.engine.session import Session
-from walkthrough.screens.base import STAGE_IDS
+from walkthrough.screens import stages
 
 ARCH = Path(__file__).parent / "fixtures" / "arch"
 F32 = {p.stem.split("-", 1)[1].rsplit("-", 1)[0]: p for p in sorted(ARCH.glob("ref-*-f32.gguf"))}
@@ -111,7 +111,7 @@ async def test_the_stages_run_on_gpt_oss(tmp_path):
     await play_to_the_end(app, SIZES["small"])
     assert app.return_code == 0
     assert sorted(p.name for p in tmp_path.glob("*.svg")) == sorted(
-        f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))
+        f"{stage.number}-{stage.label}.svg" for stage in stages.STAGES)
     assert app.state.finished
 
 
