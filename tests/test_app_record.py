@@ -18,7 +18,7 @@ import pyte
 from conftest import REPO_ROOT
 
 from walkthrough.commands.app import without_record
-from walkthrough.screens.base import STAGES
+from walkthrough.screens import stages
 
 
 def stages_shown(cast: Path) -> tuple[dict, list[str]]:
@@ -53,7 +53,7 @@ def test_the_recorded_walk_shows_every_stage_in_order(tmp_path):
     header, shown = stages_shown(cast)
     assert header["version"] == 2 and (header["width"], header["height"]) == (100, 30)
     assert isinstance(header["timestamp"], int)
-    expected = [f"{number} {label}" for number, (_, label) in enumerate(STAGES, start=1)]
+    expected = [f"{stage.number} {stage.label}" for stage in stages.STAGES]
     assert shown == expected
 
 

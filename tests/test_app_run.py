@@ -195,7 +195,7 @@ async def _sampled_run(path, seed: int) -> tuple[list[int], str]:
         await pilot.press("6", *"TTTTTTT")  # temperature 1.0: a real draw, not greedy
         await _step(pilot, 6)
         await pilot.press("5")
-        await pilot.pause()
+        await settle(pilot)  # the stage is composed on its first visit: its footer fills in a refresh later
         return app.state.answer_ids(), screen_text(app)
 
 

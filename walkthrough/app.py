@@ -41,6 +41,8 @@ from walkthrough.screens.typeahead import Typeahead
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
+PROGRESS_AFTER = 0.3  # seconds into a pass before its progress is shown (short passes would only flood the queue)
+PROGRESS_EVERY = 0.1  # seconds between progress reports of one pass
 
 
 class WrongThread(RuntimeError):
@@ -86,6 +88,7 @@ class WalkthroughApp(App):
         self._in_flight: int | None = None  # run id of the pass a worker is running
         self._ui_thread: int | None = None
         self._dirty: set[str] = set()
+        self._keys_shown: tuple[bool | None, ...] = ()  # what the footer last showed of the run keys
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
@@ -104,7 +107,14 @@ class WalkthroughApp(App):
     def _publish(self) -> None:
         changed, self._dirty = frozenset(self._dirty), set()
         self.state_changed = changed
-        self.refresh_bindings()  # keys that do nothing now show disabled
+        self._sync_bindings()
+
+    def _sync_bindings(self) -> None:
+        """Let the footer grey or restore the run keys when their state changed (a footer rebuild is not free)."""
+        now = (self.check_action("step", ()), self.check_action("play", ()))
+        if now != self._keys_shown:
+            self._keys_shown = now
+            self.refresh_bindings()
 
     # ---- lifecycle ----------------------------------------------------------
     def on_mount(self) -> None:
@@ -231,12 +241,15 @@ class WalkthroughApp(App):
         """A pass of the current run is being computed."""
         return self._in_flight is not None and self._in_flight == self.state.run_id
 
-    def step_blocked(self) -> str | None:
-        """Why space would do nothing now, saying what to do instead; None when it runs a pass."""
+    def step_blocked(self, *, counting_the_pass: bool = True) -> str | None:
+        """Why space would do nothing now, saying what to do instead; None when it runs a pass.
+
+        With counting_the_pass=False, a pass in flight is not a reason (what the key will do once it ends).
+        """
         blocker = self.state.run_blocker()
         if blocker:
             return f"Cannot run: {blocker}"
-        if self.stepping:
+        if self.stepping and counting_the_pass:
             return "A pass is running: wait for it, or press r to restart the request."
         if self.state.finished:
             why = "the token cap was reached" if self.state.capped else "the answer is complete"
@@ -245,8 +258,9 @@ class WalkthroughApp(App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys that do nothing now show disabled in the footer (None); stage digits beyond the list are hidden."""
-        if action == "step":
-            return None if self.step_blocked() else True
+        if action == "step":  # a pass in flight greys the key only once it shows its progress (a long pass)
+            blocked = self.step_blocked(counting_the_pass=bool(self.pass_status))
+            return None if blocked else True
         if action == "play":
             return None if (self.state.run_blocker() or self.state.finished) and not self.playing else True
         if action == "goto_number":
@@ -270,7 +284,6 @@ class WalkthroughApp(App):
             self.notify(reason, title="Step", severity="warning", markup=False)
             return
         self._in_flight = self.state.run_id
-        self.refresh_bindings()
         self.run_pass(self.state.run_id)
 
     def action_play(self) -> None:
@@ -283,9 +296,14 @@ class WalkthroughApp(App):
     @work(thread=True, group="step", name="run one pass")
     def run_pass(self, run_id: int) -> None:
         worker = get_current_worker()
+        began = time.monotonic()
+        reported = [began]
 
         def progress(done: int, total: int) -> None:
-            self.post_message(msg.PassProgress(run_id, done, total))
+            now = time.monotonic()
+            if now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY:
+                reported[0] = now
+                self.post_message(msg.PassProgress(run_id, done, total))
 
         try:
             step = self.controller.next_pass(run_id, progress, lambda: worker.is_cancelled)
@@ -327,6 +345,7 @@ class WalkthroughApp(App):
     def on_pass_progress(self, message: msg.PassProgress) -> None:
         if message.run_id == self.state.run_id and self.stepping:
             self.pass_status = f"pass: layer {message.done} of {message.total}"
+            self._sync_bindings()
 
     def on_step_done(self, message: msg.StepDone) -> None:
         state = self.state
@@ -345,7 +364,7 @@ class WalkthroughApp(App):
         if message.run_id == self.state.run_id:
             self._in_flight = None
             self.pass_status = ""
-            self.refresh_bindings()
+            self._sync_bindings()
 
     def on_run_failed(self, message: msg.RunFailed) -> None:
         if message.run_id != self.state.run_id:
@@ -353,7 +372,7 @@ class WalkthroughApp(App):
         self._in_flight = None
         self.pass_status = ""
         self.playing = False
-        self.refresh_bindings()
+        self._sync_bindings()
         self.notify(message.error, title="The pass failed", severity="error", markup=False)
 
     def _play_tick(self) -> None:
