@@ -28,10 +28,11 @@ async def settle(pilot) -> None:
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-    for _ in range(200):  # a pass's result is posted before its worker ends: wait until it is handled
-        if not getattr(pilot.app, "stepping", False):
+    for _ in range(300):  # results are posted before their worker ends: wait until they are handled
+        if not getattr(pilot.app, "stepping", False) and pilot.app._message_queue.empty():
             break
         await pilot.pause(0.01)
+    await pilot.pause()
 
 
 async def play_to_the_end(app: WalkthroughApp, size: tuple[int, int], timeout: float = 60.0) -> None:

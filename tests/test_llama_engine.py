@@ -181,7 +181,7 @@ def test_same_seed_same_tokens_on_both_engines():
 async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
     from app_support import SIZES, app_for, play_to_the_end
 
-    from walkthrough.screens.base import STAGE_IDS
+    from walkthrough.screens import stages
 
     path = write_olmoe(tmp_path / "olmoe.gguf")
     shots = tmp_path / "shots"
@@ -191,7 +191,7 @@ async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
     await play_to_the_end(app, SIZES["small"])
     assert app.return_code == 0 and app.state.finished
     assert sorted(p.name for p in shots.glob("*.svg")) == sorted(
-        f"{i}-{stage}.svg" for i, stage in enumerate(STAGE_IDS, start=1))
+        f"{stage.number}-{stage.label}.svg" for stage in stages.STAGES)
     assert all(layer.experts is not None for step in app.state.steps for layer in step.layers)
 
 
