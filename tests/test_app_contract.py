@@ -117,7 +117,7 @@ async def test_a_ninth_stage_is_one_class_and_one_line(fixtures_dir, nine_stages
         await pilot.press(str(stages.number("costs")))
         await pilot.pause()
         assert app.current_mode == "costs" and stages.number("costs") == 8
-        assert f"(stage {number + 1})" in widget_text(app.screen.query_one("#costs-head", Static))  # Decode's
+        assert f"(stage {number + 1})" in widget_text(app.screen.query_one("#costs-measured", Static))  # Decode's
         await pilot.press(str(number + 1), "enter")  # decode: play to the cap
         for _ in range(200):
             await pilot.pause(0.05)

@@ -196,6 +196,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def action_next_profile(self, delta: int) -> None:
         self.state.profile_index += delta
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "sort":
             return True if self.view == "machines" else None
