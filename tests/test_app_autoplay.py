@@ -44,6 +44,7 @@ async def test_snapshot_of_each_stage_keeps_the_essentials(fixtures_dir, size):
         "tokens": "whole prompt",
         "prefill": "chunk 1 of 1",
         "decode": "token 1 at position",
+        "speculate": "drafter lookup",
         "sampling": "temperature 0",
         "costs": "memory needed",
         "summary": f"{stages.label('decode')}",

@@ -79,7 +79,7 @@ async def test_palette_lists_the_stages_and_the_stage_actions(fixtures_dir):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert sum(t.startswith("Stage ") for t in titles) == len(stages.STAGES)
         assert "Glossary" in titles and "Help" in titles
-        await pilot.press("6")
+        await pilot.press(str(stages.number("sampling")))
         await pilot.pause()
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
         assert {"Step", "Play", "Restart", "Temperature up", "New seed"} <= set(commands)

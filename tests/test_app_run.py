@@ -8,10 +8,12 @@ from app_support import app_for, screen_text, settle, widget_text
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.session import Session
+from walkthrough.screens import stages
 from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.sampling import TEMPERATURES
 
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
+SAMPLING, COSTS, SUMMARY = (str(stages.number(stage)) for stage in ("sampling", "costs", "summary"))
 MODEL = "ref-qwen2moe-f32.gguf"
 
 
@@ -80,7 +82,7 @@ async def test_temperature_keys_change_the_probabilities(fixtures_dir):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press("6")
+        await pilot.press(SAMPLING)
         await _step(pilot)
         step = state.steps[-1]
         greedy = screen_text(app)
@@ -161,7 +163,7 @@ async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press("7")
+        await pilot.press(COSTS)
         await pilot.pause()
         for profile in profiles[:2]:
             prompt = len(state.prompt_ids)
@@ -179,7 +181,7 @@ async def test_summary_adds_up_the_passes(fixtures_dir):
         await settle(pilot)
         await pilot.press("4")
         await _step(pilot, 3)  # the prompt in one chunk, then two tokens
-        await pilot.press("8")
+        await pilot.press(SUMMARY)
         await pilot.pause()
         text = screen_text(app)
         n_prompt = len(app.state.prompt_ids)
@@ -192,7 +194,7 @@ async def _sampled_run(path, seed: int) -> tuple[list[int], str]:
     app = app_for(path, MESSAGES, seed=seed)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("6", *"TTTTTTT")  # temperature 1.0: a real draw, not greedy
+        await pilot.press(SAMPLING, *"TTTTTTT")  # temperature 1.0: a real draw, not greedy
         await _step(pilot, 6)
         await pilot.press("5")
         await settle(pilot)  # the stage is composed on its first visit: its footer fills in a refresh later
@@ -271,7 +273,7 @@ async def test_a_broken_hardware_file_leaves_the_run_alone(fixtures_dir, tmp_pat
             step = app.state.steps[-1]
             text = widget_text(app.screen.query_one(figures))
             assert f"intensity {step.intensity:.1f} FLOPs/byte" in text and "limited by" not in text
-        await pilot.press("7")
+        await pilot.press(COSTS)
         await pilot.pause()
         assert "No hardware profiles:" in screen_text(app)
     assert app.return_code in (None, 0)

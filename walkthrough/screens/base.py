@@ -32,12 +32,20 @@ class StageBar(Static):
     def __init__(self, current: str) -> None:
         super().__init__(id="stage-bar")
         self.current = current
+        self._status = ""
+
+    def on_resize(self) -> None:
+        self.show(self._status)
 
     def show(self, status: str = "") -> None:
+        self._status = status
         line = Text(no_wrap=True, overflow="ellipsis")
+        # Every label when they fit; otherwise (nine stages at 80 columns) the others by number only.
+        fits = sum(len(f" {s.number} {s.label} ") for s in stages.STAGES) <= (self.size.width or self.app.size.width)
         for stage in stages.STAGES:
-            style = "reverse bold" if stage.id == self.current else ""
-            line.append(f" {stage.number} {stage.label} ", style=style)
+            current = stage.id == self.current
+            style = "reverse bold" if current else ""
+            line.append(f" {stage.number} {stage.label} " if fits or current else f" {stage.number} ", style=style)
         if status:
             line.append(f"  {status}", style="italic")
         self.update(line)

@@ -46,6 +46,7 @@ STAGES: list[Stage] = [
     Stage("tokens", "Tokens", "walkthrough.screens.tokens:TokensScreen"),
     Stage("prefill", "Prefill", "walkthrough.screens.prefill:PrefillScreen"),
     Stage("decode", "Decode", "walkthrough.screens.decode:DecodeScreen"),
+    Stage("speculate", "Speculate", "walkthrough.screens.speculate:SpeculateScreen"),
     Stage("sampling", "Sampling", "walkthrough.screens.sampling:SamplingScreen"),
     Stage("costs", "Costs", "walkthrough.screens.costs:CostsScreen"),
     Stage("summary", "Summary", "walkthrough.screens.summary:SummaryScreen"),

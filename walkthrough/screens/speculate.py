@@ -1,0 +1,273 @@
+"""The Speculate stage: the same request decoded by drafting k tokens and checking them in one pass.
+
+The stage runs a speculative run of its own (`walkthrough.engine.speculative`)
+on the request's model, prompt and sampler settings, one round per key press:
+a drafter proposes up to k tokens, one verification pass over the pending
+token and the drafts keeps the longest prefix the model agrees with plus the
+model's own next token. The answer is the one Decode writes (same seed, same
+settings); what changes is how many passes it takes and what they read.
+
+A round runs in a worker thread (`RoundRunner.next` under a lock); its Step
+travels back in a `RoundDone` message and is kept by the screen on the UI
+thread. Changing k or the drafter restarts this stage's run.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Static
+
+from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
+from walkthrough.errors import WalkthroughError
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.speculate_view import figures, rounds_table
+from walkthrough.screens.views import experts_grid
+from walkthrough.textsafe import safe_text
+
+DRAFTERS = ("lookup", "mtp")  # the kinds the stage cycles through (mtp where the file has the block)
+MAX_DRAFTS = 8
+ROUNDS_SHOWN = 8
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What a speculative run needs, frozen when it starts."""
+
+    run_id: int
+    model: Any  # walkthrough.engine.model.Model
+    prompt_ids: tuple[int, ...]
+    chunk: int
+    settings: Any  # walkthrough.engine.sampler.SamplerSettings
+    max_tokens: int
+    drafter: str
+    k: int
+
+
+class RoundRunner:
+    """The stage's speculative run, advanced one round at a time from a worker (one at a time, under a lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._plan: RoundPlan | None = None
+        self._rounds = None  # the generator of Steps: the prompt's last prefill pass, then one per round
+
+    def start(self, plan: RoundPlan) -> None:
+        """Make `plan` the current run (nothing runs until `next`)."""
+        self._plan, self._rounds = plan, None
+
+    def next(self, run_id: int):
+        """The next Step of run `run_id` (the prefill's last pass first), None when the answer is done or replaced."""
+        with self._lock:
+            plan = self._plan
+            if plan is None or plan.run_id != run_id:
+                return None
+            if self._rounds is None:
+                self._rounds = self._begin(plan)
+            return next(self._rounds, None)
+
+    @staticmethod
+    def _begin(plan: RoundPlan):
+        from walkthrough.engine import speculative
+        from walkthrough.engine.sampler import Sampler
+        from walkthrough.engine.session import Session
+
+        drafter = speculative.make_drafter(plan.drafter, plan.model)
+        session = Session(plan.model, keep_hidden=drafter.needs_hidden)
+        sampler = Sampler(plan.settings)
+        last = None
+        for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk, sampler=sampler):
+            pass
+        yield last
+        if not last.stopped:
+            yield from speculative.speculate(session, sampler, drafter, plan.max_tokens - 1, k=plan.k)
+
+
+class SpeculateScreen(StageScreen):
+    """Rounds of drafts, accepted and rejected, and what speculation saves (or costs) on this model."""
+
+    HEADING = "speculative decoding"
+    TERMS = ("speculative decoding", "draft", "acceptance rate", "decode", "bytes read", "expert")
+    HELP = """
+Decoding reads every weight it uses to write one token. Speculative decoding
+guesses several tokens cheaply and checks them all in one pass, so one read of
+the weights can write several tokens.
+
+Each round, the drafter proposes up to k tokens: prompt lookup copies what
+followed the latest earlier occurrence of the last few tokens (no weights
+read); MTP runs the file's multi-token-prediction block, where it has one. One
+pass then runs the model over the pending token and the drafts. Row i of that
+pass is the model's own next-token distribution after draft i: the sampler
+draws from it with the same random number plain decoding would use, and the
+draft is accepted when the draws agree. The first disagreement ends the round
+(rejected drafts are struck through); the model's own token is kept instead.
+So the answer is exactly Decode's, in fewer passes when the drafts are right.
+
+alpha is the share of drafts accepted; at a given alpha a round of k drafts
+writes (1 - alpha^(k+1)) / (1 - alpha) tokens on average, shown beside the
+measured figure. For a mixture of experts the k + 1 tokens of a pass wake the
+union of their experts, so a verification pass reads more than one decode
+pass: the reason speculation pays less on MoE models.
+
+space runs a round, enter plays, r restarts, + and - change k, d the drafter.
+"""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "round", "Round", id="speculate.round"),
+        Binding("enter", "play", "Play", id="speculate.play"),
+        Binding("r", "restart", "Restart", id="speculate.restart"),
+        Binding("plus,equals_sign", "drafts(1)", "k+", id="speculate.more"),
+        Binding("minus", "drafts(-1)", "k-", id="speculate.fewer"),
+        Binding("d", "drafter", "Drafter", id="speculate.drafter"),
+    ]
+
+    @dataclass
+    class RoundDone(Message):
+        """A worker finished a round (or the prefill) of run `run_id`; `step` None: the answer is done."""
+
+        run_id: int
+        step: Any
+        error: str | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = DEFAULT_DRAFT_MAX
+        self.drafter = DRAFTERS[0]
+        self.runner = RoundRunner()
+        self.run_id = 0
+        self.started_for: object = None  # the (model, prompt, settings) the current run was started for
+        self.prefill = None  # the prompt's last pass (it chose the first token)
+        self.rounds: list = []  # verification passes, in order
+        self.finished = False
+        self.busy = False
+        self.playing = False
+        self.error: str | None = None
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="speculate-main"):
+            yield Static(id="speculate-head")
+            yield Static(id="speculate-rounds")
+            yield Static(id="speculate-figures")
+            yield Static(id="speculate-answer")
+
+    # ---- the run ------------------------------------------------------------------------
+    def _restart(self) -> None:
+        state = self.state
+        self.run_id += 1
+        self.prefill, self.rounds, self.finished, self.error, self.playing = None, [], False, None, False
+        self.started_for = (state.model, tuple(state.prompt_ids), state.settings)
+        if state.can_run:
+            self.runner.start(RoundPlan(self.run_id, state.model, tuple(state.prompt_ids), state.chunk,
+                                        state.settings, state.max_new_tokens, self.drafter, self.k))
+
+    def _next_round(self) -> None:
+        if self.busy or self.finished or self.error or not self.state.can_run:
+            return
+        self.busy = True
+        run_id = self.run_id
+
+        def work() -> None:
+            try:
+                step = self.runner.next(run_id)
+            except WalkthroughError as exc:
+                self.post_message(self.RoundDone(run_id, None, str(exc)))
+                return
+            self.post_message(self.RoundDone(run_id, step))
+
+        self.run_worker(work, thread=True, group="speculate", name="speculative round")
+
+    def on_speculate_screen_round_done(self, message: RoundDone) -> None:
+        self.busy = False
+        if message.run_id != self.run_id:
+            return
+        if message.error:
+            self.error = message.error
+        elif message.step is None:
+            self.finished = True
+        elif message.step.draft is None:
+            self.prefill = message.step
+            self.finished = message.step.stopped
+        else:
+            self.rounds.append(message.step)
+            self.finished = message.step.stopped
+        self.refresh_view()
+        if self.playing and not self.finished and not self.error:
+            self._next_round()
+        else:
+            self.playing = False
+
+    def action_round(self) -> None:
+        self.playing = False
+        self._next_round()
+
+    def action_play(self) -> None:
+        self.playing = not self.playing
+        if self.playing:
+            self._next_round()
+
+    def action_restart(self) -> None:
+        self._restart()
+        self.refresh_view()
+
+    def action_drafts(self, delta: int) -> None:
+        self.k = min(MAX_DRAFTS, max(1, self.k + delta))
+        self.action_restart()
+
+    def action_drafter(self) -> None:
+        self.drafter = DRAFTERS[(DRAFTERS.index(self.drafter) + 1) % len(DRAFTERS)]
+        self.action_restart()
+
+    def autoplay_step(self) -> bool:
+        """An autoplay tick: one round until the answer is done."""
+        if self.finished or self.error or not self.state.can_run:
+            return False
+        self._next_round()
+        return True
+
+    # ---- drawing ---------------------------------------------------------------------------
+    def refresh_view(self) -> None:
+        state = self.state
+        head = self.query_one("#speculate-head", Static)
+        blocker = state.run_blocker()
+        if blocker:
+            head.update(Text.assemble(("Cannot run the request: ", "bold"), safe_text(blocker)))
+            return
+        if self.started_for != (state.model, tuple(state.prompt_ids), state.settings):
+            self._restart()  # the request or its knobs changed since this stage's run began
+        line = Text.assemble(("drafter ", "bold"), self.drafter, ("  k ", "bold"), str(self.k),
+                             ("  (d drafter, + - k, space round, enter play, r restart)", "dim"))
+        if self.error:
+            line.append("\n")
+            line.append_text(safe_text(self.error, "bold"))
+        elif self.prefill is None:
+            line.append("\nPress space: the prompt is prefilled, then each press runs one round.")
+        head.update(line)
+        rounds = self.query_one("#speculate-rounds", Static)
+        figures_view = self.query_one("#speculate-figures", Static)
+        if not self.rounds:
+            rounds.update("")
+            figures_view.update("")
+        else:
+            rounds.update(Group(Text("rounds (\u2713 accepted, \u2717 rejected)", style="bold"),
+                                rounds_table(self.rounds, state.piece, ROUNDS_SHOWN)))
+            parts = [figures(self.rounds, state.card)]
+            if state.card.is_moe:
+                parts.append(Group(Text("experts woken by the last verification pass", style="bold"),
+                                   experts_grid(self.rounds[-1], state.card.n_experts, last_token_only=False)))
+            figures_view.update(Group(*parts))
+        answer = [] if self.prefill is None else [self.prefill.chosen]
+        for step in self.rounds:
+            answer += step.generated
+        text = state.tokenizer.decode(answer) if state.tokenizer and answer else ""
+        ending = " (done)" if self.finished else ""
+        self.query_one("#speculate-answer", Static).update(
+            Group(Text(f"the answer so far: {len(answer)} tokens{ending}", style="bold"),
+                  safe_text(text, keep_newlines=True)))
