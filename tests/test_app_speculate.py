@@ -55,3 +55,17 @@ async def test_keys_change_k_and_the_drafter_and_restart_the_stage_run(fixtures_
         assert screen.drafter == "mtp" and "no multi-token-prediction block" in screen_text(app)
         await _press(pilot, "d")
         assert screen.drafter == "lookup" and screen.error is None
+
+
+async def test_a_draft_model_given_to_the_app_is_a_third_drafter(fixtures_dir):
+    path = fixtures_dir / "reference" / MODEL
+    app = app_for(path, MESSAGES, draft=path)  # the model drafting for itself: every draft accepted, greedy
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await _press(pilot, STAGE_KEY)
+        screen = app.screen
+        await _press(pilot, "d", 2)
+        assert screen.drafter == "draft"
+        await _press(pilot, "space", 3)
+        assert screen.rounds and all(r.draft.accepted == len(r.draft.tokens) for r in screen.rounds)
+        assert "drafter draft" in screen_text(app) and "alpha = " in screen_text(app)

@@ -447,6 +447,7 @@ def make_app(
     temperature: float = 0.0,
     hardware: str | None = None,
     max_tokens: int = MAX_NEW_TOKENS,
+    draft: str | Path | None = None,
     template: str | Path | None = None,
     template_name: str | None = None,
     autoplay: bool = False,
@@ -465,6 +466,7 @@ def make_app(
     chat = messages if isinstance(messages, list) else load_messages(messages)
     state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware,
                          max_new_tokens=max_tokens, template_name=template_name,
+                         draft=Path(draft) if draft is not None else None,
                          template_file=Path(template) if template is not None else None, engine=engine)
     return WalkthroughApp(
         state,

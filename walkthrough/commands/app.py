@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template-name", metavar="NAME",
                         help="one of the model's named chat templates (tokenizer.chat_template.NAME)")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
+    parser.add_argument("--draft", metavar="MODEL",
+                        help="a smaller GGUF with the same vocabulary, a drafter on the Speculate stage")
     from walkthrough.commands.common import add_engine_argument
 
     add_engine_argument(parser)
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.errors import WalkthroughError
 
     model_path(args.model)  # a missing file is a one-line error before the screen is taken
+    draft = model_path(args.draft) if args.draft is not None else None
     if args.template is not None:
         if args.template_name is not None:
             raise WalkthroughError("--template and --template-name both pick a template; give one of them")
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         hardware=args.hardware,
         max_tokens=args.max_tokens,
+        draft=draft,
         template=args.template,
         template_name=args.template_name,
         autoplay=args.autoplay,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import Group
@@ -33,7 +34,7 @@ from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.screens.views import experts_grid
 from walkthrough.textsafe import safe_text
 
-DRAFTERS = ("lookup", "mtp")  # the kinds the stage cycles through (mtp where the file has the block)
+DRAFTERS = ("lookup", "mtp", "draft")  # the kinds the stage cycles through ("draft" with the app's --draft)
 MAX_DRAFTS = 8
 ROUNDS_SHOWN = 8
 
@@ -50,6 +51,7 @@ class RoundPlan:
     max_tokens: int
     drafter: str
     k: int
+    draft: Path | None = None  # the draft model's file, for drafter "draft"
 
 
 class RoundRunner:
@@ -80,7 +82,7 @@ class RoundRunner:
         from walkthrough.engine.sampler import Sampler
         from walkthrough.engine.session import Session
 
-        drafter = speculative.make_drafter(plan.drafter, plan.model)
+        drafter = speculative.make_drafter(plan.drafter, plan.model, draft=plan.draft)
         session = Session(plan.model, keep_hidden=drafter.needs_hidden)
         sampler = Sampler(plan.settings)
         last = None
@@ -103,7 +105,8 @@ the weights can write several tokens.
 
 Each round, the drafter proposes up to k tokens: prompt lookup copies what
 followed the latest earlier occurrence of the last few tokens (no weights
-read); MTP runs the file's multi-token-prediction block, where it has one. One
+read); MTP runs the file's multi-token-prediction block, where it has one; a
+draft model (walkthrough --draft MODEL) decodes greedily on its own. One
 pass then runs the model over the pending token and the drafts. Row i of that
 pass is the model's own next-token distribution after draft i: the sampler
 draws from it with the same random number plain decoding would use, and the
@@ -166,7 +169,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         self.started_for = (state.model, tuple(state.prompt_ids), state.settings)
         if state.can_run:
             self.runner.start(RoundPlan(self.run_id, state.model, tuple(state.prompt_ids), state.chunk,
-                                        state.settings, state.max_new_tokens, self.drafter, self.k))
+                                        state.settings, state.max_new_tokens, self.drafter, self.k, state.draft))
 
     def _next_round(self) -> None:
         if self.busy or self.finished or self.error or not self.state.can_run:
@@ -222,7 +225,8 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         self.action_restart()
 
     def action_drafter(self) -> None:
-        self.drafter = DRAFTERS[(DRAFTERS.index(self.drafter) + 1) % len(DRAFTERS)]
+        kinds = [kind for kind in DRAFTERS if kind != "draft" or self.state.draft is not None]
+        self.drafter = kinds[(kinds.index(self.drafter) + 1) % len(kinds)]
         self.action_restart()
 
     def autoplay_step(self) -> bool:

@@ -65,6 +65,7 @@ class RequestState:
     hardware: str | None = None
     chunk: int = PREFILL_CHUNK
     max_new_tokens: int = MAX_NEW_TOKENS
+    draft: Path | None = None  # --draft: a draft model for the Speculate stage
     template_file: Path | None = None  # --template: a Jinja file used instead of the model's templates
     template_name: str | None = None  # which of the file's chat templates (None: the default one)
     # Parts, as the loader builds them.
