@@ -79,9 +79,13 @@ class RoundRunner:
     @staticmethod
     def _begin(plan: RoundPlan):
         from walkthrough.engine import speculative
+        from walkthrough.engine.model import Model
         from walkthrough.engine.sampler import Sampler
         from walkthrough.engine.session import Session
 
+        if not isinstance(plan.model, Model):
+            raise WalkthroughError("speculative decoding runs on the numpy engine; open the file without "
+                                   "--engine llama.cpp to see it")
         drafter = speculative.make_drafter(plan.drafter, plan.model, draft=plan.draft)
         session = Session(plan.model, keep_hidden=drafter.needs_hidden)
         sampler = Sampler(plan.settings)
