@@ -106,3 +106,44 @@ async def test_every_machine_side_by_side_sorted_by_s(fixtures_dir, size):
         await pilot.press("m")
         await pilot.pause()
         assert screen.view == "table"
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_race_replays_the_answer_at_each_machines_speed(fixtures_dir, size):
+    from walkthrough.engine.race import lanes, tokens_shown
+
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
+    app.state.max_new_tokens = 3
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("5", "enter")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if app.state.finished:
+                break
+        await pilot.press("7")
+        await pilot.pause()
+        screen = app.screen
+        now = [0.0]
+        screen.race_clock = lambda: now[0]
+        await pilot.press("w")
+        await pilot.pause()
+        state = app.state
+        pieces = [state.piece(t) for t in state.answer_ids()]
+        assert pieces
+        rows = sort_rows(machine_rows(state.card, list(load_profiles().values()), screen.request_size()), "decode")
+        want = lanes(rows, state.measured())
+        assert want[-1].label.startswith("here (")  # this machine's measured rate runs too
+        for t in (0.0, min(lane.first_token for lane in want), 1e6):
+            now[0] = t
+            screen._draw_race()
+            shown = text_of(screen, "#costs-race")
+            assert f"{t:.1f} s" in shown
+            for lane in want:
+                line = next(line for line in shown.splitlines() if line.startswith(lane.label[:14]))
+                n = tokens_shown(lane, t, len(pieces))
+                written = "".join(pieces[:n]).replace("\n", " ").strip()
+                assert written[-8:] in line
+        await pilot.press("w")
+        await pilot.pause()
+        assert screen.view == "table" and screen._race_timer is None

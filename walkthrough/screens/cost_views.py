@@ -16,11 +16,13 @@ from textual_plotext import PlotextPlot
 from walkthrough.engine.budget import FITS, NO_FIT, OFFLOAD
 from walkthrough.engine.curves import Curve
 from walkthrough.engine.machines import MachineRow
+from walkthrough.engine.race import Lane, finish_time, tokens_shown
 from walkthrough.textsafe import safe_text
 from walkthrough.units import fmt
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
 Y_TICKS = 5
+RACE_LABEL = 27  # columns of a lane's name and rate
 FAR = 4  # a flat line this many times above the other curves is written, not drawn
 FIT_WORD = {FITS: "yes", OFFLOAD: "offload", NO_FIT: "no"}
 
@@ -105,3 +107,19 @@ def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
     table.caption = "ceiling and decode in tokens/s (mid-answer); x N: SRAM chips the request needs"
     table.caption_justify = "left"
     return table
+
+
+def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Text:
+    """One line per lane: name, rate, and the tail of the answer it has written by `t` seconds."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(f"the answer ({len(pieces)} tokens) at each machine's speed; {t:.1f} s (w again: leave)\n",
+               style="bold")
+    for lane in lanes:
+        n = tokens_shown(lane, t, len(pieces))
+        written = "".join(pieces[:n]).replace("\n", " ")
+        end = f" done {fmt(finish_time(lane, len(pieces)), 's')}" if n == len(pieces) else ""
+        room = max(width - RACE_LABEL - len(end) - 3, 8)
+        out.append(f"{lane.label[:14]:<14} {lane.tokens_per_s:>9.3g}/s ", style="bold" if n else "dim")
+        out.append_text(safe_text(written[-room:]))
+        out.append(end + "\n", style="dim")
+    return out

@@ -5,7 +5,8 @@ hardware profile), with its formula; the rows are the ones `walkthrough
 estimate` prints. `h` cycles the hardware profiles; c/l/o/u double the
 context, prompt, answer and users (shift halves), k cycles the KV cache type,
 r goes back to the request on screen; v shows the curves (engine.curves) as
-plots, m every machine side by side (engine.machines), s sorts them. Beside them, what this run
+plots, m every machine side by side (engine.machines), s sorts them, w
+replays the run's answer at each machine's speed (engine.race). Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -13,6 +14,7 @@ figures, and the bytes the engine read for its last decoded token.
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 from rich.console import Group
@@ -26,11 +28,12 @@ from textual.widgets import Static
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table
+from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table, race_lines
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text
 
 
+RACE_TICK = 0.1  # seconds between redraws of the race
 MIN_CURVE_END = 4096  # curves reach at least this many tokens, even for a file declaring a shorter context
 
 
@@ -54,7 +57,9 @@ length, o answer length, u users (each doubles; shift halves), k KV cache type
 (f16, q8_0, q4_0), r back to this request. v cycles table / KV cache plot /
 first-token plot / decode plot (the table view lists every curve's points as
 text); m lists every machine side by side for this request, s sorts it
-(decode, first token, bandwidth, memory, name). The request's size is this
+(decode, first token, bandwidth, memory, name). w races this run's answer:
+each machine writes it token by token at its predicted decode rate after its
+predicted time to first token (and this machine at its measured rate). The request's size is this
 prompt's token count plus the answer budget. Once the run has picked a token,
 "measured here" puts what this machine did (prefill and decode tokens/s,
 bandwidth achieved, on the engine that ran it) beside the profile's figures.
@@ -66,6 +71,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("v", "next_view", "Plot", id="costs.view"),
         Binding("m", "machines", "All machines", id="costs.machines"),
         Binding("s", "sort", "Sort", id="costs.sort"),
+        Binding("w", "race", "Race", id="costs.race"),
         Binding("c", "knob('context', 2)", "Context", id="costs.context"),
         Binding("C", "knob('context', 0.5)", "Context / 2", show=False),
         Binding("l", "knob('prompt_tokens', 2)", "Prompt", id="costs.prompt"),
@@ -85,6 +91,10 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.view = "table"  # one of VIEWS, or "machines"
         self.sort_key = "decode"
         self._curves: tuple = (None, {})  # (inputs, {view: Curve}) of the last drawing
+        self.race_clock = time.monotonic  # seconds; replaced by tests
+        self._race_start = 0.0
+        self._race_timer = None
+        self._race_lanes: list = []  # engine.race.Lane, fastest first
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
@@ -95,6 +105,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         yield CurvePlot(id="costs-plot")
         with VerticalScroll(id="costs-machines-box"):
             yield Static(id="costs-machines")
+        with VerticalScroll(id="costs-race-box"):
+            yield Static(id="costs-race")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -103,6 +115,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return
         from walkthrough.engine.costs import rows
         from walkthrough.engine.machines import machine_rows, sort_rows
+        from walkthrough.engine.race import lanes
         from walkthrough.engine.request_size import estimate_for
 
         size = self.request_size()
@@ -123,6 +136,11 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
                           size.describe(), (" (1 GB = 1e9 bytes)", "dim")),
         ))
         self._show_view()
+        if self.view == "race":
+            listed = sort_rows(machine_rows(state.card, profiles, size), "decode")
+            self._race_lanes = lanes(listed, state.measured())
+            self._draw_race()
+            return
         if self.view == "machines":
             listed = sort_rows(machine_rows(state.card, profiles, size), self.sort_key)
             self.query_one("#costs-machines", Static).update(machines_table(listed, self.sort_key))
@@ -166,6 +184,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-box").display = self.view == "table"
         self.query_one("#costs-plot").display = self.view in ("kv", "ttft", "decode")
         self.query_one("#costs-machines-box").display = self.view == "machines"
+        self.query_one("#costs-race-box").display = self.view == "race"
 
     def _measured(self) -> Text:
         state = self.state
@@ -205,13 +224,48 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         return super().check_action(action, parameters)
 
     def action_next_view(self) -> None:
+        self._stop_race()
         i = self.VIEWS.index(self.view) if self.view in self.VIEWS else -1
         self.view = self.VIEWS[(i + 1) % len(self.VIEWS)]
         self._changed()
 
     def action_machines(self) -> None:
+        self._stop_race()
         self.view = "table" if self.view == "machines" else "machines"
         self._changed()
+
+    def action_race(self) -> None:
+        """Start the race (again), or leave it."""
+        if self.view == "race":
+            self.view = "table"
+            self._stop_race()
+        else:
+            self.view = "race"
+            self._race_start = self.race_clock()
+            self._race_timer = self.set_interval(RACE_TICK, self._draw_race)
+        self._changed()
+
+    def _stop_race(self) -> None:
+        if self._race_timer is not None:
+            self._race_timer.stop()
+            self._race_timer = None
+
+    def on_screen_suspend(self) -> None:
+        self._stop_race()
+        if self.view == "race":
+            self.view = "table"
+
+    def _draw_race(self) -> None:
+        """The answer so far in every lane, at the clock's time since the race started."""
+        state = self.state
+        answer = [state.piece(t) for t in state.answer_ids()]
+        t = self.race_clock() - self._race_start
+        box = self.query_one("#costs-race", Static)
+        if not answer:
+            box.update(Text("race: run the request (stage 5) to replay its answer at each machine's speed",
+                            style="dim"))
+            return
+        box.update(race_lines(self._race_lanes, answer, t, box.size.width or self.size.width))
 
     def action_sort(self) -> None:
         from walkthrough.engine.machines import SORT_KEYS
