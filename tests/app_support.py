@@ -35,6 +35,15 @@ async def settle(pilot) -> None:
     await pilot.pause()
 
 
+async def play_the_answer(pilot, polls: int = 200) -> None:
+    """Stage 5, enter (play), then wait until the run has finished (or `polls` x 0.05 s passed)."""
+    await pilot.press("5", "enter")
+    for _ in range(polls):
+        await pilot.pause(0.05)
+        if pilot.app.state.finished:
+            break
+
+
 async def play_to_the_end(app: WalkthroughApp, size: tuple[int, int], timeout: float = 60.0) -> None:
     """Run an app made with autoplay and exit_at_end until it exits (or `timeout` seconds pass)."""
     async with app.run_test(size=size) as pilot:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 
 import pytest
-from app_support import SIZES, app_for, settle
-from rich.console import Console
+from app_support import SIZES, app_for, play_the_answer, settle, widget_text
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
@@ -19,10 +17,8 @@ MESSAGES = [{"role": "user", "content": "What does the record say about warfarin
 
 
 def text_of(screen, selector: str) -> str:
-    """A Static's renderable as plain text, laid out at the screen's width."""
-    out = io.StringIO()
-    Console(width=screen.size.width, file=out, color_system=None).print(screen.query_one(selector, Static).content)
-    return out.getvalue()
+    """A Static's content as plain text, laid out at the screen's width."""
+    return widget_text(screen.query_one(selector, Static), screen.size.width)
 
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
@@ -116,11 +112,7 @@ async def test_race_replays_the_answer_at_each_machines_speed(fixtures_dir, size
     app.state.max_new_tokens = 3
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("5", "enter")
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.state.finished:
-                break
+        await play_the_answer(pilot)
         await pilot.press("7")
         await pilot.pause()
         screen = app.screen

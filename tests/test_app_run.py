@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from app_support import app_for, screen_text, settle, widget_text
+from app_support import app_for, play_the_answer, screen_text, settle, widget_text
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.session import Session
@@ -142,11 +142,7 @@ async def test_play_runs_to_the_end(fixtures_dir):
     app.state.max_new_tokens = 3
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("5", "enter")
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if app.state.finished:
-                break
+        await play_the_answer(pilot)
         assert app.state.finished and not app.playing
         picked = app.state.answer_ids()  # the cap counts picked tokens: prefill picks 1, each decode pass 1
         assert len(picked) == 3 or app.state.steps[-1].stopped
