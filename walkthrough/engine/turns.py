@@ -100,6 +100,16 @@ class Turn:
         return out
 
 
+def answer_text(tokenizer: Any, ids: list[int], end_ids: frozenset[int]) -> str:
+    """The answer as a chat client sends it back: the chosen tokens' text, end-of-turn tokens left out."""
+    return tokenizer.decode([i for i in ids if i not in end_ids])
+
+
+def follow_up(messages: list[dict], answer: str, text: str) -> list[dict]:
+    """A follow-up request: the messages, the answer as the assistant's message, then a new user message."""
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": text}]
+
+
 def user_starts(chat: ChatTokens, messages: list[dict]) -> list[int]:
     """Token positions where each user message's text begins (where llama.cpp's server checkpoints)."""
     users = {i for i, m in enumerate(messages) if m.get("role") == "user"}
@@ -167,7 +177,7 @@ class Conversation:
     def follow_up(self, text: str) -> list[dict]:
         """The last request's messages, its answer as the assistant's message, and a new user message."""
         last = self.turns[-1]
-        return [*last.messages, {"role": "assistant", "content": last.answer_text}, {"role": "user", "content": text}]
+        return follow_up(last.messages, last.answer_text, text)
 
     def ask(self, messages: list[dict], label: str = "") -> Iterator[Step]:
         """Send `messages` as the next request: yields each pass; then `turns[-1]` is its `Turn`."""
@@ -199,8 +209,7 @@ class Conversation:
         reuse = prompt[0].reuse
         cause = prompt[0].cause
         answer = [s.chosen for s in steps if s.chosen is not None]
-        ends = self.session.model.config.end_ids
-        text = self.tokenizer.decode([i for i in answer if i not in ends])
+        text = answer_text(self.tokenizer, answer, self.session.model.config.end_ids)
         sums = totals(prompt)
         cost = Cost(sums.tokens, sums.passes, sums.flops, sums.bytes_read, seconds)
         fresh = self._fresh(chat, messages) if self.measure_fresh else None

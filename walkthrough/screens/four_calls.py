@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Group
 from rich.text import Text
@@ -29,11 +29,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from walkthrough.engine.coldstart import StartTimes
-from walkthrough.engine.turns import Summary, Turn
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import safe_text
+
+if TYPE_CHECKING:  # the engine loads when the calls play, not when the app starts
+    from walkthrough.engine.coldstart import StartTimes
+    from walkthrough.engine.turns import Summary, Turn
 
 ANSWER_CHARS = 70  # of each call's answer shown
 

@@ -6,15 +6,41 @@ the engine's records (`engine.turns.Turn`, `Summary`, `engine.coldstart.StartTim
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from walkthrough.engine.coldstart import StartTimes
-from walkthrough.engine.turns import Summary, Turn
 from walkthrough.screens.format import human_bytes
+
+if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
+    from walkthrough.engine.coldstart import StartTimes
+    from walkthrough.engine.steps import Step
+    from walkthrough.engine.turns import Summary, Turn
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
+
+
+def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]:
+    """What the current run took from the cache and why reuse stopped, from its first pass; its first token's time."""
+    first = steps[0] if steps else None
+    if first is None or first.reuse is None:
+        return ["reuse: shown once the request's first pass has run"]
+    r = first.reuse
+    lines = [f"this request: {r.reused} of {r.prompt} prompt tokens from the cache, {r.computed} computed; "
+             f"reuse stopped: {r.reason}"]
+    if r.differs_at is not None:
+        line = f"  token {r.differs_at}: held {piece(r.held_id)!r}, new {piece(r.new_id)!r}"
+        if first.cause is not None:
+            line += f" ({first.cause.held_origin} / {first.cause.new_origin}): {first.cause.words}"
+        lines.append(line)
+    if r.checkpoint is not None:
+        lines.append(f"  recurrent state restored from the checkpoint at {r.checkpoint}")
+    prompt = [s for s in steps if s.phase == "prefill"]
+    if prompt and prompt[-1].chosen is not None:
+        lines.append(f"  first token after {_ms(sum(s.seconds for s in prompt))} of passes "
+                     f"({sum(s.flops for s in prompt) / 1e6:,.0f} MFLOP)")
+    return lines
 
 
 def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:

@@ -1,8 +1,13 @@
 """The Chat stage: the messages (editable), the file's chat template, and the text it renders.
 
 The messages can be added to, edited and deleted (a small editor); every change
-re-renders the template, re-tokenizes and restarts the request. The rendered
-view marks special tokens and shows which text came from which message.
+re-renders the template, re-tokenizes and restarts the request, which keeps
+from the engine's cache every token before the first one that changed. After
+the answer, f adds a follow-up message (the answer goes into the history as
+the assistant's message). A line under the views says what the request reused
+and why reuse stopped there; c plays the scripted four calls
+(`four_calls.FourCallsScreen`). The rendered view marks special tokens and
+shows which text came from which message.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from textual.widgets.option_list import Option
 from walkthrough.inspect.template import content_text
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.editor import MessageEditor
+from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
+from walkthrough.screens.reuse_text import reuse_lines
 from walkthrough.screens.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
 
@@ -63,7 +70,16 @@ continues.
 
 Messages: a to add, e or enter to edit (ctrl+s saves, escape cancels), d to
 delete the highlighted message. Every change renders and tokenizes again and
-restarts the request.
+restarts the request; the engine keeps its cache up to the first token that
+changed, so only the rest is computed again. Once the answer is complete, f
+writes a follow-up: the answer joins the messages as the assistant's, your
+message follows, and the new request reuses everything the cache holds of it.
+The line under the views says how many prompt tokens the request took from the
+cache, how many it computes, and why reuse stopped where it did: the first
+token that differs, on both sides, and its cause (a changed message, a template
+that writes an earlier turn differently, the date). c plays four calls (the
+request, a follow-up, an edit, a new chat with the same system prompt), each
+measured with and without reuse, then the cold and warm starts.
 
 Source: the template as stored in the file. A file may hold several (the
 default one and named ones such as tool_use): t switches to the next and
@@ -78,6 +94,8 @@ own text dimmed. v switches between the three views.
         Binding("e", "edit", "Edit", id="template.edit"),
         Binding("d", "delete", "Delete", id="template.delete"),
         Binding("t", "next_template", "Template", id="template.next"),
+        Binding("f", "follow_up", "Follow up", id="template.follow_up"),
+        Binding("c", "four_calls", "Four calls", id="template.calls"),
     ]
 
     def compose_body(self) -> ComposeResult:
@@ -88,9 +106,11 @@ own text dimmed. v switches between the three views.
                 yield Static(id="template-source")
             with TabPane("Rendered", id="rendered"), VerticalScroll():
                 yield Static(id="template-rendered")
+        yield Static(id="reuse-line")
 
     def refresh_view(self) -> None:
         state = self.state
+        self.query_one("#reuse-line", Static).update(safe_text("\n".join(reuse_lines(state.steps, state.piece))))
         if state.messages != self._listed:
             self._list_messages()
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")
@@ -193,6 +213,37 @@ own text dimmed. v switches between the three views.
         index = self._highlighted()
         if index is not None:
             self._changed([m for i, m in enumerate(self.state.messages) if i != index])
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """f needs a complete answer; c needs the engine, the tokenizer and the template (else greyed)."""
+        state = self.state
+        if action == "follow_up":
+            return True if state.finished and state.answer_ids() else None
+        if action == "four_calls":
+            ready = state.engine_ready and state.tokenizer is not None and state.template_source is not None
+            return True if ready else None
+        return True
+
+    def action_follow_up(self) -> None:
+        """Write the next user message; the answer goes into the history as the assistant's message."""
+        state = self.state
+        if not (state.finished and state.answer_ids()):
+            return
+        from walkthrough.engine.turns import answer_text, follow_up
+
+        answer = answer_text(state.tokenizer, state.answer_ids(), state.model.config.end_ids)
+
+        def done(result: dict | None) -> None:
+            if result is not None:
+                self._changed(follow_up(state.messages, answer, str(result.get("content") or "")))
+
+        self.app.push_screen(MessageEditor({"role": "user", "content": ""}, "Follow-up message"), done)
+
+    def action_four_calls(self) -> None:
+        state = self.state
+        calls = CallsInput(state.path, state.file, state.tokenizer, state.template_source, list(state.messages),
+                           state.settings, state.chunk, state.max_new_tokens)
+        self.app.push_screen(FourCallsScreen(calls))
 
     def _changed(self, messages: list[dict[str, str]]) -> None:
         self.state.messages = messages
