@@ -34,8 +34,8 @@ from walkthrough.screens import parts, stages
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
 from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
-from walkthrough.screens.run import RunController, RunPlan
-from walkthrough.screens.state import MAX_NEW_TOKENS, RequestState, load_messages
+from walkthrough.screens.run import PromptSource, RunController, RunPlan
+from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.typeahead import Typeahead
 
@@ -231,10 +231,41 @@ class WalkthroughApp(App):
         if state.can_run:
             self.controller.start(RunPlan(state.run_id, state.model, tuple(state.prompt_ids), state.chunk,
                                           state.max_new_tokens, state.settings,
-                                          attention_rows=state.attention_rows_blocker() is None))
+                                          attention_rows=state.attention_rows_blocker() is None,
+                                          request=self._prompt_source()))
         else:
             self.controller.stop()
         state.loaded = state.loaded | {Part.RUN}
+
+    def _prompt_source(self) -> PromptSource | None:
+        """Where the run's prompt comes from (messages, rendering), so its first pass can say why reuse stopped."""
+        state = self.state
+        tokenizer, source, f = state.tokenizer, state.template_source, state.file
+        if tokenizer is None or source is None or state.chat is None or f is None:
+            return None
+        origin = parts.template_origin(f, state.template_file)
+        return PromptSource(list(state.messages), state.chat,
+                            lambda messages: parts.build_tokens(tokenizer, source, messages, origin), tokenizer.decode)
+
+    def action_unload(self) -> None:
+        """Drop what the engine holds (the session's KV cache, the model's dequantized weights), then prepare the
+        model again: the next run pays the first use of every weight, as after a server unloaded the model."""
+        state = self.state
+        if state.file is None or state.card is None:
+            return
+        self.playing = False
+        self.controller.unload()
+        state.model = None
+        state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
+        state.unloads += 1
+        self.start_run()
+        self._reload_engine(state.file, state.card)
+
+    @work(thread=True, exclusive=True, group="load", name="prepare the engine again")
+    def _reload_engine(self, file: Any, card: Any) -> None:
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(file, card), {})
+        self.post_message(msg.PartReady(Part.RUN, None))
+        self.post_message(msg.Progress(""))
 
     @property
     def stepping(self) -> bool:
@@ -290,7 +321,9 @@ class WalkthroughApp(App):
         self.playing = not self.playing and not self.state.finished
 
     def action_restart(self) -> None:
+        """Run the request again from an empty KV cache (edits and follow-ups keep the cache; r does not)."""
         self.playing = False
+        self.controller.unload()
         self.start_run()
 
     @work(thread=True, group="step", name="run one pass")
@@ -356,9 +389,18 @@ class WalkthroughApp(App):
         step = message.step
         if step is not None:
             state.steps = (*state.steps, step)
+            if step.phase == "prefill" and step.chosen is not None:
+                self._first_token(state.prefill_steps)
         if step is None or step.stopped or step.capped:
             state.finished = True
             self.playing = False
+
+    def _first_token(self, prompt: list) -> None:
+        """Note how this run reached its first token (the Chat stage lists every run's: cold, warm, reused)."""
+        state = self.state
+        first = FirstToken(prompt[-1].end, prompt[0].reused, sum(s.seconds for s in prompt), state.runs_on_model == 0)
+        state.first_tokens = (*state.first_tokens, first)
+        state.runs_on_model += 1
 
     def on_pass_cancelled(self, message: msg.PassCancelled) -> None:
         if message.run_id == self.state.run_id:

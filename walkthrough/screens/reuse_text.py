@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from walkthrough.screens.format import human_bytes
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
+    from walkthrough.screens.state import FirstToken
     from walkthrough.engine.coldstart import StartTimes
     from walkthrough.engine.steps import Step
     from walkthrough.engine.turns import Summary, Turn
@@ -41,6 +42,17 @@ def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]
         lines.append(f"  first token after {_ms(sum(s.seconds for s in prompt))} of passes "
                      f"({sum(s.flops for s in prompt) / 1e6:,.0f} MFLOP)")
     return lines
+
+
+def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
+    """The last runs' first tokens: cold (a model just made) or warm, and how much of the prompt was reused."""
+    if not runs:
+        return []
+    cells = []
+    for n, run in list(enumerate(runs, start=1))[-shown:]:
+        kind = "cold model" if run.cold else f"{run.reused} reused"
+        cells.append(f"#{n} {_ms(run.seconds)} ({run.prompt} tokens, {kind})")
+    return ["first token: " + "; ".join(cells) + "  (u unloads the model)"]
 
 
 def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:

@@ -9,6 +9,16 @@ messages and are stored there (`RequestState.steps`).
 Starting a new run, or `stop()`, cancels the pass in flight: the engine's
 progress hook raises `Cancelled` at the next layer, so `r` and `q` act within
 one layer's time, not one pass's.
+
+The session outlives its runs, as a server's cache outlives its requests: a
+new run (an edit, a follow-up, a restart) sends its whole prompt to the same
+session, which keeps every token before the first one that differs
+(`Session.request`) and, after a pass was abandoned, goes back to a state it
+can continue from (`Session.recover`). When the plan says which messages and
+rendered prompt it comes from, the first pass also carries why reuse stopped
+(`Step.cause`, `engine.prefix_break`). `unload()` drops the session and lets
+the app drop its model, so the next run pays the first use of every weight
+again.
 """
 
 from __future__ import annotations
@@ -16,14 +26,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.session import Cancelled, Progress
 
 if TYPE_CHECKING:
     from walkthrough.engine.model import Model
+    from walkthrough.engine.prefix_break import Held
     from walkthrough.engine.sampler import Sampler, SamplerSettings
+    from walkthrough.engine.session import Session
     from walkthrough.engine.steps import Step
+    from walkthrough.inspect.chat import ChatTokens
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,17 @@ class RunPlan:
     max_tokens: int
     settings: SamplerSettings
     attention_rows: bool = False  # keep every row of the attention weights (the attention map)
+    request: PromptSource | None = None  # where the prompt came from, to say why reuse stopped
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """The messages a prompt was rendered from, the rendering, and how to render or read again."""
+
+    messages: list[dict[str, Any]]
+    chat: ChatTokens
+    render: Callable[[list[dict[str, Any]]], ChatTokens]  # messages -> ChatTokens with the same template, now
+    decode: Callable[[list[int]], str]  # token ids -> text
 
 
 class _Run:
@@ -49,6 +73,7 @@ class _Run:
         self.sampler: Sampler | None = None
         self.passes: Iterator[Step] | None = None
         self.report: Progress | None = None  # the progress callable of the pass in flight
+        self.held: Held | None = None  # what the session held when the run began, with where it came from
 
 
 class RunController:
@@ -57,6 +82,9 @@ class RunController:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one pass at a time (the model's weight cache is shared)
         self._run: _Run | None = None
+        self._session: Session | None = None  # kept from run to run (its KV cache is what runs reuse)
+        self._source: PromptSource | None = None  # where the tokens the session holds came from
+        self._drop = False  # `unload` asked: the next run starts a new session
 
     def start(self, plan: RunPlan) -> None:
         """Make `plan` the current run (nothing runs yet); a pass of the previous run stops at its next layer."""
@@ -104,7 +132,18 @@ class RunController:
                     progress(done, total)
 
             run.report = report
-            return next(run.passes, None)
+            step = next(run.passes, None)
+            if step is not None and step.reuse is not None:
+                self._explain(run, step)
+            return step
+
+    def unload(self) -> None:
+        """Stop the run and let go of the session (its KV cache): the next run starts from an empty one.
+
+        Never blocks: the pass in flight stops at its next layer, and the next run's first pass drops the session.
+        """
+        self.stop()
+        self._drop = True
 
     def close(self, release: Callable[[], None]) -> None:
         """Stop the run, wait for a pass in flight to let go (within a layer), then call `release`."""
@@ -112,17 +151,40 @@ class RunController:
         with self._lock:
             release()
 
-    @staticmethod
-    def _begin(run: _Run) -> None:
+    def _begin(self, run: _Run) -> None:
         from walkthrough.engine.engines import new_session
+        from walkthrough.engine.prefix_break import Held
         from walkthrough.engine.sampler import Sampler
 
-        plan = run.plan
-        session = new_session(plan.model, record_attention=True, measure_surprisal=True, auto_checkpoints=False,
-                              attention_rows=plan.attention_rows, n_ctx=len(plan.prompt_ids) + plan.max_tokens)
+        plan, session, source = run.plan, self._session, self._source
+        if self._drop:
+            session, self._drop = None, False
+        keep = (session is not None and session.model is plan.model and session.attention_rows == plan.attention_rows
+                and getattr(plan.model, "engine", "numpy") == "numpy")  # llama.cpp's context is sized per run
+        if keep:
+            session.recover()  # a pass abandoned midway leaves nothing half-done behind
+        else:
+            session, source = new_session(plan.model, record_attention=True, measure_surprisal=True,
+                                          attention_rows=plan.attention_rows,
+                                          n_ctx=len(plan.prompt_ids) + plan.max_tokens), None
+        if source is not None and session.tokens[: len(source.chat.ids)] == list(source.chat.ids):
+            run.held = Held(source.messages, source.chat, session.tokens[len(source.chat.ids):])
+        self._session, self._source = session, plan.request
         run.sampler = Sampler(plan.settings)
+        marks = [] if plan.request is None else _user_starts(plan.request)
         run.passes = session.generate(list(plan.prompt_ids), run.sampler, plan.max_tokens, chunk=plan.chunk,
-                                      progress=lambda done, total: run.report(done, total))
+                                      marks=marks, progress=lambda done, total: run.report(done, total))
+
+    @staticmethod
+    def _explain(run: _Run, step: Step) -> None:
+        """Say why the first pass's reuse stopped, from where the held and the new tokens came from."""
+        from walkthrough.engine.prefix_break import explain
+
+        request = run.plan.request
+        if run.held is None or request is None or step.reuse.differs_at is None:
+            return
+        step.cause = explain(run.held, request.messages, request.chat, step.reuse.differs_at,
+                             decode=request.decode, render_again=request.render)
 
     @staticmethod
     def _apply_settings(run: _Run) -> None:
@@ -134,3 +196,9 @@ class RunController:
         if settings.seed != sampler.settings.seed:
             sampler.rng = Sampler(settings).rng
         sampler.settings = settings
+
+
+def _user_starts(request: PromptSource) -> list[int]:
+    from walkthrough.engine.turns import user_starts
+
+    return user_starts(request.chat, request.messages)

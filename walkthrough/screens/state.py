@@ -39,6 +39,16 @@ if TYPE_CHECKING:
 PREFILL_CHUNK = 64  # prompt tokens per prefill pass
 
 
+@dataclass(frozen=True)
+class FirstToken:
+    """How a run reached its first token: prompt tokens, how many came from the cache, the passes' time."""
+
+    prompt: int
+    reused: int
+    seconds: float  # the prompt passes' wall time (Step.seconds summed)
+    cold: bool  # the first run on a model just made (its weights dequantized on first use)
+
+
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
     """Chat messages from a JSON file; with no path, the default request in `assets/` (if present).
 
@@ -87,6 +97,9 @@ class RequestState:
     steps: tuple[Step, ...] = ()  # Step records of the current run, in order
     finished: bool = False
     progress: tuple[int, int] | None = None  # (layers done, layers) of the pass in flight, None when idle
+    unloads: int = 0  # times the engine's model and cache were dropped (u): the next run starts cold
+    runs_on_model: int = 0  # runs that reached their first token on the current model
+    first_tokens: tuple[FirstToken, ...] = ()  # every run's first token so far, oldest first
     profile_index: int = 0
     _profiles: list[Profile] | None = None
     _listener: Callable[[str], None] | None = None
@@ -117,6 +130,7 @@ class RequestState:
             self.rendered = value.text
         elif part is Part.ENGINE:
             self.model = value
+            self.runs_on_model = 0  # a model just made: its first run dequantizes every weight it uses
             if self.settings is None:
                 from walkthrough.engine.sampler import SamplerSettings
 

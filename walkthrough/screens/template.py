@@ -26,7 +26,7 @@ from walkthrough.inspect.template import content_text
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
-from walkthrough.screens.reuse_text import reuse_lines
+from walkthrough.screens.reuse_text import first_token_lines, reuse_lines
 from walkthrough.screens.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
 
@@ -79,7 +79,10 @@ cache, how many it computes, and why reuse stopped where it did: the first
 token that differs, on both sides, and its cause (a changed message, a template
 that writes an earlier turn differently, the date). c plays four calls (the
 request, a follow-up, an edit, a new chat with the same system prompt), each
-measured with and without reuse, then the cold and warm starts.
+measured with and without reuse, then the cold and warm starts. u unloads the
+model (its KV cache and dequantized weights are dropped, as a server does after
+its keep-alive): the next run pays the first use of every weight again, and
+the "first token" line compares it with the warm runs.
 
 Source: the template as stored in the file. A file may hold several (the
 default one and named ones such as tool_use): t switches to the next and
@@ -96,6 +99,7 @@ own text dimmed. v switches between the three views.
         Binding("t", "next_template", "Template", id="template.next"),
         Binding("f", "follow_up", "Follow up", id="template.follow_up"),
         Binding("c", "four_calls", "Four calls", id="template.calls"),
+        Binding("u", "app.unload", "Unload", id="template.unload"),
     ]
 
     def compose_body(self) -> ComposeResult:
@@ -110,7 +114,8 @@ own text dimmed. v switches between the three views.
 
     def refresh_view(self) -> None:
         state = self.state
-        self.query_one("#reuse-line", Static).update(safe_text("\n".join(reuse_lines(state.steps, state.piece))))
+        lines = reuse_lines(state.steps, state.piece) + first_token_lines(state.first_tokens)
+        self.query_one("#reuse-line", Static).update(safe_text("\n".join(lines)))
         if state.messages != self._listed:
             self._list_messages()
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")

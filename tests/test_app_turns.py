@@ -1,0 +1,81 @@
+"""Pilot tests of the second turn in the app: a follow-up and an edit reuse the cache, r and u start afresh."""
+
+from __future__ import annotations
+
+from app_support import app_for, screen_text, settle
+
+from walkthrough.screens.editor import MessageEditor
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What about warfarin?"}]
+MODEL = "ref-qwen2moe-f32.gguf"
+
+
+async def _run_to_the_end(pilot) -> None:
+    app = pilot.app
+    while not app.state.finished:
+        app.action_step()
+        await settle(pilot)
+
+
+async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
+    # One token per answer: it is chosen, never fed, so the cache holds the first prompt exactly.
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        first = list(state.prompt_ids)
+        await pilot.press("2")
+        await _run_to_the_end(pilot)
+        assert state.first_tokens[-1].cold and state.first_tokens[-1].reused == 0
+        await pilot.press("f")
+        await pilot.pause()
+        assert isinstance(app.screen, MessageEditor)
+        await pilot.press(*"and aspirin?", "ctrl+s")
+        await settle(pilot)
+        assert [m["role"] for m in state.messages] == ["system", "user", "assistant", "user"]
+        app.action_step()
+        await settle(pilot)
+        reuse = state.steps[0].reuse
+        assert (reuse.stop, reuse.reused, reuse.computed) == ("held", len(first), len(state.prompt_ids) - len(first))
+        assert state.steps[0].start == len(first)
+        assert f"this request: {len(first)} of {len(state.prompt_ids)} prompt tokens from the cache" in screen_text(app)
+
+
+async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("2")
+        await _run_to_the_end(pilot)
+        before = list(state.prompt_ids)
+        await pilot.press("down", "e", "end", *" Now.", "ctrl+s")
+        await settle(pilot)
+        app.action_step()
+        await settle(pilot)
+        changed = next(i for i, (a, b) in enumerate(zip(before, state.prompt_ids)) if a != b)
+        first = state.steps[0]
+        assert (first.reuse.stop, first.reuse.reused, first.reuse.differs_at) == ("differs", changed, changed)
+        assert first.cause.cause == "edited" and first.cause.words == "message 2 (user) was changed"
+        assert "message 2 (user) was changed" in screen_text(app)
+
+
+async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        await pilot.press("2")
+        await _run_to_the_end(pilot)
+        await pilot.press("4", "r")  # r: the stepping stages' restart
+        await settle(pilot)
+        await _run_to_the_end(pilot)
+        assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0 and not state.first_tokens[-1].cold  # weights kept, KV cache not
+        model = state.model
+        await pilot.press("2", "u")
+        await settle(pilot)
+        assert state.model is not None and state.model is not model and state.unloads == 1
+        await _run_to_the_end(pilot)
+        assert state.steps[0].reuse.reused == 0 and state.first_tokens[-1].cold
+        assert [run.cold for run in state.first_tokens] == [True, False, True]
+        assert "cold model" in screen_text(app)
