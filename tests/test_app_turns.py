@@ -10,6 +10,19 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 MODEL = "ref-qwen2moe-f32.gguf"
 
 
+def _app(fixtures_dir):
+    # One token per answer: it is chosen, never fed, so the cache holds the prompt exactly.
+    return app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+
+
+async def _answered(pilot):
+    """Wait for the app, go to the Chat stage, run the request to its end; the request state."""
+    await settle(pilot)
+    await pilot.press("2")
+    await _run_to_the_end(pilot)
+    return pilot.app.state
+
+
 async def _run_to_the_end(pilot) -> None:
     app = pilot.app
     while not app.state.finished:
@@ -18,8 +31,7 @@ async def _run_to_the_end(pilot) -> None:
 
 
 async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
-    # One token per answer: it is chosen, never fed, so the cache holds the first prompt exactly.
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    app = _app(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
@@ -42,12 +54,9 @@ async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
 
 
 async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    app = _app(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        state = app.state
-        await pilot.press("2")
-        await _run_to_the_end(pilot)
+        state = await _answered(pilot)
         before = list(state.prompt_ids)
         await pilot.press("down", "e", "end", *" Now.", "ctrl+s")
         await settle(pilot)
@@ -61,16 +70,14 @@ async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir)
 
 
 async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    app = _app(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        state = app.state
-        await pilot.press("2")
-        await _run_to_the_end(pilot)
+        state = await _answered(pilot)
         await pilot.press("4", "r")  # r: the stepping stages' restart
         await settle(pilot)
         await _run_to_the_end(pilot)
-        assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0 and not state.first_tokens[-1].cold  # weights kept, KV cache not
+        assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0
+        assert not state.first_tokens[-1].cold  # weights kept, KV cache not
         model = state.model
         await pilot.press("2", "u")
         await settle(pilot)
