@@ -50,7 +50,7 @@ async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
         reuse = state.steps[0].reuse
         assert (reuse.stop, reuse.reused, reuse.computed) == ("held", len(first), len(state.prompt_ids) - len(first))
         assert state.steps[0].start == len(first)
-        assert f"this request: {len(first)} of {len(state.prompt_ids)} prompt tokens from the cache" in screen_text(app)
+        assert f"reused {len(first)} of {len(state.prompt_ids)} prompt tokens" in screen_text(app)
 
 
 async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir):

@@ -23,25 +23,18 @@ def _ms(seconds: float) -> str:
 
 
 def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]:
-    """What the current run took from the cache and why reuse stopped, from its first pass; its first token's time."""
+    """What the current run took from the cache and why reuse stopped there, from its first pass (two lines)."""
     first = steps[0] if steps else None
     if first is None or first.reuse is None:
         return ["reuse: shown once the request's first pass has run"]
     r = first.reuse
-    lines = [f"this request: {r.reused} of {r.prompt} prompt tokens from the cache, {r.computed} computed; "
-             f"reuse stopped: {r.reason}"]
-    if r.differs_at is not None:
-        line = f"  token {r.differs_at}: held {piece(r.held_id)!r}, new {piece(r.new_id)!r}"
-        if first.cause is not None:
-            line += f" ({first.cause.held_origin} / {first.cause.new_origin}): {first.cause.words}"
-        lines.append(line)
+    line = f"reused {r.reused} of {r.prompt} prompt tokens, computed {r.computed}"
     if r.checkpoint is not None:
-        lines.append(f"  recurrent state restored from the checkpoint at {r.checkpoint}")
-    prompt = [s for s in steps if s.phase == "prefill"]
-    if prompt and prompt[-1].chosen is not None:
-        lines.append(f"  first token after {_ms(sum(s.seconds for s in prompt))} of passes "
-                     f"({sum(s.flops for s in prompt) / 1e6:,.0f} MFLOP)")
-    return lines
+        line += f" (recurrent state from the checkpoint at {r.checkpoint})"
+    if r.differs_at is None:
+        return [f"{line}: {r.reason}"]
+    why = first.cause.words if first.cause is not None else r.reason
+    return [f"{line}; token {r.differs_at} differs: held {piece(r.held_id)!r}, new {piece(r.new_id)!r}: {why}"]
 
 
 def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
@@ -52,7 +45,7 @@ def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
     for n, run in list(enumerate(runs, start=1))[-shown:]:
         kind = "cold model" if run.cold else f"{run.reused} reused"
         cells.append(f"#{n} {_ms(run.seconds)} ({run.prompt} tokens, {kind})")
-    return ["first token: " + "; ".join(cells) + "  (u unloads the model)"]
+    return ["first token: " + "; ".join(cells) + " (u unloads)"]
 
 
 def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:

@@ -115,7 +115,7 @@ own text dimmed. v switches between the three views.
     def refresh_view(self) -> None:
         state = self.state
         lines = reuse_lines(state.steps, state.piece) + first_token_lines(state.first_tokens)
-        self.query_one("#reuse-line", Static).update(safe_text("\n".join(lines)))
+        self.query_one("#reuse-line", Static).update(safe_text("\n".join(lines), keep_newlines=True))
         if state.messages != self._listed:
             self._list_messages()
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")
