@@ -259,11 +259,11 @@ class WalkthroughApp(App):
         state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
         state.unloads += 1
         self.start_run()
-        self._reload_engine(state.file, state.card)
+        self._reload_engine(state.engine, state.file, state.card)
 
     @work(thread=True, exclusive=True, group="load", name="prepare the engine again")
-    def _reload_engine(self, file: Any, card: Any) -> None:
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(file, card), {})
+    def _reload_engine(self, engine: str, file: Any, card: Any) -> None:
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
         self.post_message(msg.PartReady(Part.RUN, None))
         self.post_message(msg.Progress(""))
 
