@@ -9,10 +9,12 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from walkthrough.engine.hardware import load_profiles
+from walkthrough.screens import stages
 from walkthrough.engine.machines import machine_rows, sort_rows
 from walkthrough.engine.request_size import RequestSize, estimate_for
 from walkthrough.units import fmt
 
+COSTS = str(stages.number("costs"))
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 
 
@@ -26,7 +28,7 @@ async def test_knobs_move_every_figure_and_reset(fixtures_dir, size):
     app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("7")
+        await pilot.press(COSTS)
         await pilot.pause()
         screen = app.screen
         state = app.state
@@ -55,7 +57,7 @@ async def test_v_cycles_table_and_three_plots_with_the_numbers_as_text(fixtures_
     app = app_for(fixtures_dir / "reference" / "ref-qwen35moe-f32.gguf", MESSAGES)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("7")
+        await pilot.press(COSTS)
         await pilot.pause()
         screen = app.screen
         card = app.state.card
@@ -65,14 +67,14 @@ async def test_v_cycles_table_and_three_plots_with_the_numbers_as_text(fixtures_
         assert fmt(card.kv_bytes(256, "q8_0"), "B") in curves
         plot = screen.query_one("#costs-plot", PlotextPlot)
         assert not plot.display
-        for title in ("KV cache vs context", "time to first token vs prompt", "decode vs context"):
+        for title in ("KV cache vs context", "time to first token vs prompt", "decode vs context", "users at"):
             await pilot.press("v")
             await pilot.pause()
             await pilot.pause()
             assert plot.size.width >= 70 and plot.size.height >= 10  # the plot has the body's room
             assert plot.display and not screen.query_one("#costs-box").display
             drawn = plot.render().plain
-            assert title in drawn and "256" in drawn
+            assert title in drawn and ("256" in drawn or title == "users at")
             assert plot.render().plain == drawn  # drawn again the same (plotext keeps state between builds)
         await pilot.press("v")
         await pilot.pause()
@@ -84,7 +86,7 @@ async def test_every_machine_side_by_side_sorted_by_s(fixtures_dir, size):
     app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("7", "s")  # s sorts only the machines view: greyed in the table
+        await pilot.press(COSTS, "s")  # s sorts only the machines view: greyed in the table
         await pilot.pause()
         screen = app.screen
         assert screen.sort_key == "decode"
@@ -113,7 +115,7 @@ async def test_race_replays_the_answer_at_each_machines_speed(fixtures_dir, size
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await play_the_answer(pilot)
-        await pilot.press("7")
+        await pilot.press(COSTS)
         await pilot.pause()
         screen = app.screen
         now = [0.0]

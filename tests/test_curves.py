@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from walkthrough.engine.budget import FITS, NO_FIT, memory_plan
+from walkthrough.engine.costs import users_table
 from walkthrough.engine.curves import (
     CACHE_TYPES,
     all_kv_bytes,
@@ -15,6 +16,7 @@ from walkthrough.engine.curves import (
     is_hybrid,
     kv_curve,
     ttft_curve,
+    users_curve,
 )
 from walkthrough.engine.hardware import load_profiles
 from walkthrough.inspect.card import build_card, type_bytes_per_value
@@ -77,3 +79,15 @@ def test_ttft_grows_and_decode_falls_with_context(fixtures_dir, profiles):
     ceiling, real = (s.ys for s in decode_curve(card, hw, xs).series)
     assert all(b < a for a, b in zip(ceiling, ceiling[1:]))
     assert all(r <= c for r, c in zip(real, ceiling))
+
+
+def test_users_curve_is_the_users_table(fixtures_dir, profiles):
+    card = card_of(fixtures_dir, "ref-qwen3-f16")
+    hw = next(iter(profiles.values()))
+    curve = users_curve(card, hw, 1024, "q8_0")
+    rows, _ = users_table(card, hw, 1024, "q8_0")
+    assert curve.xs == tuple(r.users for r in rows)
+    each, total = (s.ys for s in curve.series)
+    for x, e, t in zip(curve.xs, each, total):
+        assert t == pytest.approx(x * e)
+    assert all(b <= a for a, b in zip(each, each[1:]))  # sharing a step never makes one user faster

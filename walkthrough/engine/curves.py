@@ -10,6 +10,8 @@ a formula of its own beyond choosing the x values):
   and V at the widest KV layer's width.
 - Time to first token vs prompt length (`costs.prefill`, micro-batches).
 - Decode tokens/s, ceiling and realistic, vs context (`costs.decode`).
+- Tokens/s each and in all vs users, until compute or memory runs out
+  (`costs.users_table`'s rows; x is users, not tokens).
 
 Example: contexts(4096) = [256, 512, 1024, 2048, 4096].
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from walkthrough.engine.budget import NO_FIT, compute_buffer_bytes, memory_plan
-from walkthrough.engine.costs import decode, prefill
+from walkthrough.engine.costs import decode, prefill, users_table
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 
@@ -111,3 +113,14 @@ def decode_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: 
         real.append(d.tokens_per_s.value)
     return Curve(f"decode vs context ({cache_type} cache)", "context (tokens)", "tokens/s", xs,
                  (Series("ceiling", "tokens/s", tuple(ceiling)), Series("realistic", "tokens/s", tuple(real))))
+
+
+def users_curve(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16") -> Curve:
+    """Tokens/s each user sees and in all vs users sharing the machine (0 where the model does not fit)."""
+    plan = memory_plan(card, hw, context, cache_type)
+    rows = [] if plan.verdict == NO_FIT else users_table(card, hw, context, cache_type, plan.placement)[0]
+    xs = tuple(r.users for r in rows) or (1,)
+    each = tuple(r.per_user.value for r in rows) or (0.0,)
+    total = tuple(r.total.value for r in rows) or (0.0,)
+    return Curve(f"users at {context:,} tokens each", "users", "tokens/s", xs,
+                 (Series("each", "tokens/s", each), Series("in all", "tokens/s", total)))

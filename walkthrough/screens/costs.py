@@ -55,8 +55,8 @@ figures have sources in the bundled hardware file); the dim column shows the
 formula and its inputs. h changes the machine. Knobs: c context, l prompt
 length, o answer length, u users (each doubles; shift halves), k KV cache type
 (f16, q8_0, q4_0), r back to this request. v cycles table / KV cache plot /
-first-token plot / decode plot (the table view lists every curve's points as
-text); m lists every machine side by side for this request, s sorts it
+first-token plot / decode plot / users plot (the table view lists every
+curve's points as text); m lists every machine side by side for this request, s sorts it
 (decode, first token, bandwidth, memory, name). w races this run's answer:
 each machine writes it token by token at its predicted decode rate after its
 predicted time to first token (and this machine at its measured rate). The request's size is this
@@ -83,7 +83,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("k", "cache_type", "KV type", id="costs.cache"),
         Binding("r", "reset", "This request", show=False),
     ]
-    VIEWS = ("table", "kv", "ttft", "decode")
+    VIEWS = ("table", "kv", "ttft", "decode", "users")
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,19 +170,20 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def _curves_for(self, card, hw, size) -> dict:
         """The three curves for this file, machine and request size (kept until one of them changes)."""
-        from walkthrough.engine.curves import contexts, decode_curve, kv_curve, ttft_curve
+        from walkthrough.engine.curves import contexts, decode_curve, kv_curve, ttft_curve, users_curve
 
         key = (id(card), hw.id, size)
         if self._curves[0] != key:
             xs = contexts(max(card.context_length or 0, size.context, MIN_CURVE_END))
             prompts = contexts(max(size.prompt_tokens, MIN_CURVE_END))
             self._curves = (key, {"kv": kv_curve(card, hw, xs), "ttft": ttft_curve(card, hw, prompts, size.cache_type),
-                                  "decode": decode_curve(card, hw, xs, size.cache_type)})
+                                  "decode": decode_curve(card, hw, xs, size.cache_type),
+                                  "users": users_curve(card, hw, size.context, size.cache_type)})
         return self._curves[1]
 
     def _show_view(self) -> None:
         self.query_one("#costs-box").display = self.view == "table"
-        self.query_one("#costs-plot").display = self.view in ("kv", "ttft", "decode")
+        self.query_one("#costs-plot").display = self.view in self.VIEWS[1:]
         self.query_one("#costs-machines-box").display = self.view == "machines"
         self.query_one("#costs-race-box").display = self.view == "race"
 
