@@ -74,6 +74,7 @@ class StageScreen(Screen):
     HEADING: ClassVar[str] = ""
     HELP: ClassVar[str] = ""
     TERMS: ClassVar[tuple[str, ...]] = ()
+    CAPTION: ClassVar[str] = ""  # what happens here, in plain words: shown under the stage bar during autoplay
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,6 +112,8 @@ class StageScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield StageBar(self.STAGE)
+        if self.CAPTION and getattr(self.app, "walk", None) is not None:
+            yield Static(self.CAPTION, id="caption", markup=False)
         yield from self.compose_body()
         if self.TERMS:
             yield TermsLine(self.TERMS)

@@ -41,6 +41,8 @@ class CostsScreen(StageScreen):
     """The same request, on a chosen machine."""
 
     HEADING = "costs"
+    CAPTION = ("Costs: what this file needs on a real machine: memory, time to the "
+               "first token, tokens per second.")
     TERMS = ("memory bandwidth", "bytes read", "roofline", "arithmetic intensity", "time to first token",
              "KV cache", "active parameters", "context length")
     HELP = """

@@ -29,6 +29,8 @@ class DecodeScreen(SteppingScreen):
     """The answer, token by token."""
 
     HEADING = "decode"
+    CAPTION = ("Decode: one pass per new token, and every pass reads the weights "
+               "again to write one token.")
     TERMS = ("decode", "step", "token", "expert", "active parameters", "bytes read", "memory bandwidth",
              "KV cache", "attention", "head", "GQA")
     HELP = """

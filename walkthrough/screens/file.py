@@ -38,6 +38,8 @@ class FileScreen(StageScreen):
     """The GGUF file: layout, architecture, parameters, quant mix, tensors and metadata."""
 
     HEADING = "the file"
+    CAPTION = ("The model file on disk: its header says what the network is and how "
+               "each weight is stored.")
     TERMS = ("GGUF", "metadata", "tensor", "parameter", "quantization", "bits per weight",
              "quant mix", "MoE", "active parameters", "GQA", "KV cache")
     HELP = """

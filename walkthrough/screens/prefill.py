@@ -28,6 +28,8 @@ class PrefillScreen(SteppingScreen):
     """The prompt, chunk by chunk."""
 
     HEADING = "prefill"
+    CAPTION = ("Prefill: the whole prompt goes through the model in a few large "
+               "passes that fill the KV cache.")
     TERMS = ("prefill", "chunk", "step", "KV cache", "MoE", "router", "expert", "FLOPs",
              "bytes read", "arithmetic intensity", "roofline")
     HELP = """

@@ -39,6 +39,8 @@ class SamplingScreen(SteppingScreen):
     """From logits to the chosen token."""
 
     HEADING = "sampling"
+    CAPTION = ("Sampling: the scores for the next token become probabilities, and a "
+               "seeded draw picks one.")
     TERMS = ("logits", "sampling", "temperature", "greedy", "top-k", "top-p", "min-p", "seed")
     HELP = """
 The last pass ends with one score (logit) per vocabulary token. The sampler

@@ -101,6 +101,8 @@ class SpeculateScreen(StageScreen):
     """Rounds of drafts, accepted and rejected, and what speculation saves (or costs) on this model."""
 
     HEADING = "speculative decoding"
+    CAPTION = ("Speculative decoding: cheap guesses are checked in one pass, so one "
+               "read of the weights can give several tokens.")
     TERMS = ("speculative decoding", "draft", "acceptance rate", "decode", "bytes read", "expert")
     HELP = """
 Decoding reads every weight it uses to write one token. Speculative decoding

@@ -20,6 +20,8 @@ class SummaryScreen(StageScreen):
     """One table: what each stage did to this request."""
 
     HEADING = "summary"
+    CAPTION = ("Summary: the whole request, from the file on disk to the last token, "
+               "and what each stage cost.")
     TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache", "perplexity")
     HELP = """
 The whole request in one table: the file, the chat, the tokens, the prefill

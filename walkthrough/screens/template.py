@@ -60,6 +60,8 @@ class TemplateScreen(StageScreen):
     """Messages in, one string out."""
 
     HEADING = "the chat template"
+    CAPTION = ("The chat becomes one text, written by the model's own template with "
+               "its special markers.")
     TERMS = ("message", "chat template", "special token", "token", "GGUF")
     HELP = """
 A chat model is trained on conversations written in one exact format. The chat

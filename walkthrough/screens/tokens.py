@@ -28,6 +28,8 @@ class TokensScreen(StageScreen):
     """What the model actually reads."""
 
     HEADING = "tokens"
+    CAPTION = ("That text is cut into tokens by the model's own vocabulary; the model "
+               "only ever sees these ids.")
     TERMS = ("token", "tokenizer", "vocabulary", "BPE", "special token", "chat template")
     HELP = """
 The model never sees characters: the tokenizer from the file cuts the rendered
