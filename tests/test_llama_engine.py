@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES_DIR
 from llama_support import OLMOE, needs_llama, write_olmoe
 from test_engine_reference import _cases, _tolerance
 
@@ -94,8 +95,11 @@ def test_engines_agree_on_experts_logits_and_cache(path: Path):
             {k: v for k, v in b.bytes_read.items() if k not in widened}, a.start
 
 
-@pytest.mark.parametrize("path", [p for p in _cases() if "q8_0" not in p.name and "q4_0" not in p.name][:2],
-                         ids=lambda p: p.stem)
+# The shared references only: which files `_cases()` lists first depends on where the checkout sits, and on
+# sliding-window layers (gemma3, gemma4) llama.cpp's kq_soft_max covers only the window's cache cells, which
+# the engine does not yet map back to positions.
+@pytest.mark.parametrize("path", [p for p in _cases((FIXTURES_DIR / "reference",))
+                                  if "q8_0" not in p.name and "q4_0" not in p.name][:2], ids=lambda p: p.stem)
 def test_attention_weights_and_surprisal_match_the_numpy_engine(path: Path):
     ref = json.loads(path.with_suffix(".logits.json").read_text())
     ids = ref["prompt_ids"][:10]
