@@ -20,6 +20,7 @@ from llama_support import OLMOE, needs_llama, write_olmoe
 from test_engine_reference import _cases, _tolerance
 
 from walkthrough.cli import main
+from walkthrough.screens.stages import number as stages_number
 from walkthrough.engine.config import UnsupportedArchitecture
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler, SamplerSettings
@@ -221,7 +222,7 @@ async def test_costs_stage_shows_measured_beside_modelled():
         sampler = Sampler(SamplerSettings(temperature=0.0))
         first = list(greedy.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
         assert state.answer_ids() == [first, *[s.chosen for s in greedy.decode(sampler, len(state.answer_ids()) - 1)]]
-        await pilot.press("7")
+        await pilot.press(str(stages_number("costs")))
         await pilot.pause()
         text = screen_text(app)
         assert "measured here (llama.cpp engine)" in text
