@@ -14,11 +14,14 @@ import random
 import threading
 import time
 
+import pytest
+from app_support import SIZES as PILOT_SIZES
 from app_support import settle
 from textual import events
 from textual.geometry import Size
 
 from walkthrough.app import make_app
+from walkthrough.screens import stages
 from walkthrough.screens.typeahead import KEEP_STALE, STALE_SECONDS, Typeahead
 
 SEED = 20
@@ -75,3 +78,19 @@ def test_only_a_long_run_of_stale_keys_is_dropped():
     assert not typeahead.drop(key("space", 0.0))  # a fresh key is handled and ends the run
     assert not typeahead.drop(key("space", STALE_SECONDS))
     assert not typeahead.drop(events.Resize(Size(80, 24), Size(80, 24)))
+
+
+@pytest.mark.parametrize("size", PILOT_SIZES.values())
+async def test_vv_typed_at_once_on_the_chat_stage_moves_two_views(size):
+    app = make_app(None, None)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press(str(stages.number("template")))
+        await settle(pilot)
+        tabs = app.screen.query_one("TabbedContent")
+        assert tabs.active == "messages"
+        app.post_message(events.Key("v", "v"))  # both queued before either is handled, as a fast typist's are
+        app.post_message(events.Key("v", "v"))
+        await settle(pilot)
+        assert tabs.active == "rendered"
+        assert app.focused in tabs.active_pane.query("*")  # up/down scroll the view shown

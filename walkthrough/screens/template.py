@@ -174,10 +174,14 @@ own text dimmed. v switches between the three views.
         tabs.active = VIEWS[(VIEWS.index(tabs.active) + 1) % len(VIEWS)]
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        """Focus what scrolls in the active view, so up/down/page keys move through it."""
-        pane = self.query_one(f"#{event.pane.id}")
-        target = pane.query("OptionList, VerticalScroll").first()
-        target.focus()
+        """Focus what scrolls in the active view, so up/down/page keys move through it.
+
+        The view active now, not the event's: after `vv` typed quickly the first view's event arrives once the
+        second view is active, and focusing inside the first would switch back to it (a lost key).
+        """
+        pane = self.query_one(TabbedContent).active_pane
+        if pane is not None:
+            pane.query("OptionList, VerticalScroll").first().focus()
 
     def _highlighted(self) -> int | None:
         index = self.query_one("#message-list", OptionList).highlighted
