@@ -51,7 +51,7 @@ from walkthrough.inspect.tensors import (
     tensor_layer,
 )
 
-__all__ = ["GROUPS", "KV_CACHE_TYPES", "LayerInfo", "ModelCard", "build_card", "tensor_group", "tensor_layer",
+__all__ = ["GROUPS", "KV_CACHE_TYPES", "GroupRow", "LayerInfo", "ModelCard", "build_card", "tensor_group", "tensor_layer",
            "type_bytes_per_value"]
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
@@ -136,6 +136,22 @@ class ModelCard:
     def bits_per_weight_by_group(self) -> dict[str, float]:
         return {g: 8 * self.bytes_by_group[g] / p for g, p in self.params_by_group.items() if p}
 
+    def group_rows(self) -> list[GroupRow]:
+        """Every group that stores or reads bytes, in `GROUPS` order; params, bytes and reads each sum to the
+        card's totals (`n_params`, the tensors' bytes, `bytes_per_token` when known).
+
+        Example (SmolLM2-135M, tied): embedding stores 28.7 MiB and its lookup reads 612 B; "output" stores
+        nothing and reads the other 28.7 MiB of the same matrix (reads="token_embd.weight").
+        """
+        rows = []
+        for group in GROUPS:
+            params, nbytes = self.params_by_group.get(group, 0), self.bytes_by_group.get(group, 0)
+            read = self.bytes_per_token_by_group.get(group, 0)
+            if params or nbytes or read:
+                tied_head = group == "output" and self.tied_embeddings and not nbytes
+                rows.append(GroupRow(group, params, nbytes, read, "token_embd.weight" if tied_head else None))
+        return rows
+
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0
@@ -160,6 +176,21 @@ class ModelCard:
             kept = min(n_tokens, layer.sliding_window) if layer.sliding_window else n_tokens
             total += layer.kv_values_per_token * per_value * kept
         return round(total)
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One tensor group's line of the card: what it stores and what decoding one token reads of it.
+
+    A tied output head is a row of its own that stores nothing (its bytes are the token embedding's) but
+    reads the whole embedding matrix per token, so the rows' reads add up to `ModelCard.bytes_per_token`.
+    """
+
+    group: str
+    params: int  # parameters stored in this group (0 for a tied head: they are counted under "embedding")
+    nbytes: int  # bytes stored in this group
+    read_per_token: int  # stored bytes read to decode one token
+    reads: str | None = None  # the tensor another group stores that this row reads (a tied head: token_embd.weight)
 
 
 class CardError(WalkthroughError):

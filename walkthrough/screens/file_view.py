@@ -81,7 +81,8 @@ def architecture_table(card) -> Table:
 
 
 def params_table(card) -> Table:
-    """Parameters and bytes per tensor group, with bits per weight."""
+    """Parameters and bytes per tensor group, with bits per weight; a tied output head is its own row (it
+    stores nothing and reads the token embedding), so the read column adds up to its total."""
     table = Table(box=None, padding=(0, 1), show_edge=False)
     table.add_column("group")
     table.add_column("params", justify="right")
@@ -89,15 +90,18 @@ def params_table(card) -> Table:
     table.add_column("bits/w", justify="right")
     table.add_column("read/token", justify="right")
     bpw = card.bits_per_weight_by_group()
-    for group, params in card.params_by_group.items():
-        if not params and not card.bytes_by_group.get(group):
+    tied = None
+    for row in card.group_rows():
+        if row.reads is not None:
+            tied = row
+            table.add_row(f"{row.group} (tied)", "-", "-", "", human_bytes(row.read_per_token))
             continue
         table.add_row(
-            group,
-            human_count(params),
-            human_bytes(card.bytes_by_group.get(group, 0)),
-            f"{bpw[group]:.2f}" if group in bpw else "",
-            human_bytes(card.bytes_per_token_by_group.get(group, 0)),
+            row.group,
+            human_count(row.params),
+            human_bytes(row.nbytes),
+            f"{bpw[row.group]:.2f}" if row.group in bpw else "",
+            human_bytes(row.read_per_token),
         )
     table.add_row(
         Text("total", style="bold"),
@@ -106,6 +110,9 @@ def params_table(card) -> Table:
         f"{card.bits_per_weight:.2f}",
         human_bytes(card.bytes_per_token),
     )
+    if tied is not None:
+        table.caption = f"(tied): the output head reads {tied.reads}, whose bytes embedding holds"
+        table.caption_justify = "left"
     return table
 
 
