@@ -73,3 +73,30 @@ async def test_message_text_is_shown_literally(fixtures_dir):
         text = screen_text(app)
         assert "[bold red]not markup[/] \\x1b[2J and \\x07" in text
         assert "\x1b[2J" not in text
+
+
+# The bundled tiny model's answer to the default request, greedy (the app's default: temperature 0, seed 0),
+# as llama.cpp gives it: `python assets/check_llama_cpp.py --records 0` (llama-cpp-python 0.3.36 on
+# assets/tiny-clinical-moe.gguf, greedy, printed "answer (80 tokens, ended with <|im_end|>: True)").
+DEFAULT_ANSWER = (
+    "Checked lines 10-15: 10 ramipril no, 11 pregabalin no, 12 folic acid no, 13 simvastatin yes, "
+    "14 spironolactone no, 15 mesalazine no. Yes, clarithromycin interacts with simvastatin (line 13): "
+    "clarithromycin blocks statin breakdown and raises the risk of muscle damage. Advice: pause the statin "
+    "during the course.<|im_end|>"
+)
+
+
+async def test_default_answer_is_llama_cpps():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.state.settings.temperature == 0 and app.state.seed == 0
+        await pilot.press("5", "enter")
+        for _ in range(1200):  # 80 passes of the tiny model: a few seconds, more on a loaded machine
+            await pilot.pause(0.05)
+            if app.state.finished:
+                break
+        state = app.state
+        assert state.finished and not state.capped
+        assert state.tokenizer.decode(state.answer_ids()) == DEFAULT_ANSWER
+        assert len(state.answer_ids()) == 80
