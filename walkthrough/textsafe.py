@@ -10,6 +10,8 @@ joiners, word joiner, byte-order mark, soft hyphen, tag characters U+E0000-E007F
 line and paragraph separators, and lone surrogates. `json_visible()` does the same
 for JSON text written with `ensure_ascii=False`. Wrap the result in `rich.text.Text(...)` (never a
 markup string) so `[bold]` in a file stays the six characters `[bold]`.
+`token_text()` is how one token's text is shown everywhere (app and CLI): its
+whitespace as signs (␣ ↵ →), then `visible()`.
 
 Example: visible("a\\x1b[31mb\\n") -> "a\\\\x1b[31mb\\\\n"
 """
@@ -56,6 +58,33 @@ def safe_text(text: str, style: str = "", *, keep_newlines: bool = False):
     from rich.text import Text
 
     return Text(visible(text, keep_newlines=keep_newlines), style=style)
+
+
+WHITESPACE_SIGNS = {" ": "\u2423", "\n": "\u21b5", "\t": "\u2192"}  # ␣ ↵ →: how a token's whitespace is shown
+_WHITESPACE = str.maketrans(WHITESPACE_SIGNS)
+
+
+def token_text(piece: str, limit: int | None = None) -> str:
+    """A token's text as a reader can see it: space `␣`, newline `↵`, tab `→`, then `visible()`.
+
+    A token is often " word" or a lone "\\n", which would print as nothing. The signs
+    replace the whitespace before `visible()` escapes what is left, so a hostile
+    piece stays escaped. `limit` cuts longer texts to that many characters, the
+    last one `…` (before escaping: an escape is never cut in half).
+
+    Example: token_text(" hi\\n") -> "␣hi↵"; token_text("\\x1b") -> "\\\\x1b"
+    """
+    text = piece.translate(_WHITESPACE)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return visible(text)
+
+
+def token_label(piece: str, style: str = "", limit: int | None = None):
+    """A `rich.text.Text` of `token_text(piece, limit)`: one token's text wherever the app or the CLI shows it."""
+    from rich.text import Text
+
+    return Text(token_text(piece, limit), style=style)
 
 
 def json_visible(text: str) -> str:

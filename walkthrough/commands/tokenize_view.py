@@ -18,25 +18,17 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.inspect.chat import ChatTokens
-from walkthrough.textsafe import visible
+from walkthrough.textsafe import token_text, visible
 
 PIECE_STYLES = ("cyan", "yellow")  # alternate, so neighbouring pieces can be told apart
 SPECIAL_STYLE = "bold magenta"
-_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "→"})
-
-
-def shown(piece: str) -> str:
-    """A piece with whitespace and control characters visible. Example: " hi\\n" -> "␣hi↵"."""
-    return visible(piece.translate(_WHITESPACE))
-
-
 def _running_text(result: ChatTokens) -> Text:
     out = Text()
     for k, token in enumerate(result.tokens):
         if token.special:
-            out.append(f"⟦{shown(token.piece)}⟧", style=SPECIAL_STYLE)
+            out.append(f"⟦{token_text(token.piece)}⟧", style=SPECIAL_STYLE)
         else:
-            out.append(shown(token.piece), style=PIECE_STYLES[k % 2])
+            out.append(token_text(token.piece), style=PIECE_STYLES[k % 2])
         if token.piece.endswith("\n"):
             out.append("\n")
     return out
@@ -79,7 +71,7 @@ def print_tokens(
         row = [
             str(k),
             Text(str(token.id), style=style),
-            Text(shown(token.piece), style=style),
+            Text(token_text(token.piece), style=style),
             "special" if token.special else "",
         ]
         if messages is not None:

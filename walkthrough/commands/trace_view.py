@@ -1,9 +1,9 @@
 """The human output of `walkthrough trace`: one table row per forward pass, then totals.
 
 Presentation only: every figure is a field of the engine's `Step` records.
-Spaces inside token text show as ␣ (U+2423), so " with" and "with" differ.
-Token text comes from the file, so it goes through `safe_text` and the console
-interprets no markup.
+Whitespace inside token text shows as ␣ ↵ → (`textsafe.token_text`), so " with"
+and "with" differ. Token text comes from the file, so it goes through `textsafe`
+and the console interprets no markup.
 
 Columns (fitting 80 columns): phase, positions [start:end), what was fed (the token
 for a decode pass, the count for a prefill chunk), experts per MoE layer (the
@@ -40,11 +40,10 @@ from walkthrough.engine.model import Model
 from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import safe_text, token_label
 
 TOP_SHOWN = 3
 PIECE_CHARS = 12  # longest token text shown in a cell
-SPACE = "\u2423"  # ␣, how a space inside a token is shown
 PIPE_WIDTH = 120  # columns when the output is a file or a pipe (rich would assume 80)
 RIGHT_ALIGNED = ("read", "KV", "state", "ms")
 EXPERTS_MIN = len("experts")  # the narrowest the experts column gets: its header
@@ -52,11 +51,8 @@ TOP_KEEP = 24  # cells the top candidates keep before the experts column is cut 
 
 
 def _piece(piece: Callable[[int], str], i: int) -> Text:
-    """A token's text for a cell: spaces shown as ␣ (a token is often " word"), control characters escaped."""
-    text = piece(i).replace(" ", SPACE)
-    if len(text) > PIECE_CHARS:
-        text = text[: PIECE_CHARS - 1] + "…"
-    return safe_text(text)
+    """A token's text for a cell: whitespace as ␣ ↵ → (a token is often " word"), controls escaped."""
+    return token_label(piece(i), limit=PIECE_CHARS)
 
 
 def _experts(step: Step, n_experts: int) -> str:

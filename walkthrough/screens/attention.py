@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from walkthrough.screens.heatmap import heat_map, legend
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import safe_text, token_label
 
 TOP_SHOWN = 4
 RESERVED_LINES = 12  # heading, legend, axis lines, the top list and the footer
@@ -97,7 +97,7 @@ class AttentionScreen(ModalScreen):
         return out
 
     def _piece(self, tokens: list[int], pos: int) -> Text:
-        return safe_text(repr(self.state.piece(tokens[pos]))) if pos < len(tokens) else Text("?")
+        return token_label(self.state.piece(tokens[pos])) if pos < len(tokens) else Text("?")
 
     def _origin(self, pos: int) -> str:
         """Which message a prompt position came from (its role), template text, or the answer."""

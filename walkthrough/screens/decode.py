@@ -20,7 +20,7 @@ from textual.widgets import Static
 from walkthrough.screens.format import answer_ending, bar
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.views import activations_line, balance_line, bytes_table, experts_grid, flops_line, kv_table
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import safe_text, token_label
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
 
@@ -85,9 +85,9 @@ change the head.
         step = steps[-1]
         fed = step.input_ids[0]
         line = Text.assemble(("token ", "bold"), f"{len(steps)} at position {step.start}: fed ",
-                             safe_text(state.piece(fed), "reverse"), " -> chose ")
+                             token_label(state.piece(fed), "reverse"), " -> chose ")
         if step.chosen is not None:
-            line.append_text(safe_text(state.piece(step.chosen), "bold reverse"))
+            line.append_text(token_label(state.piece(step.chosen), "bold reverse"))
         ending = answer_ending(state)
         if ending:
             line.append(f"  ({ending})", style="italic")
@@ -123,7 +123,7 @@ change the head.
         tokens = state.session_tokens(kv_len)
         for pos, weight in ranked:
             piece = state.piece(tokens[pos]) if pos < len(tokens) else "?"
-            table.add_row(str(pos), safe_text(piece), f"{weight:.3f}", bar(weight / ranked[0][1], 12))  # bars relative to the strongest
+            table.add_row(str(pos), token_label(piece), f"{weight:.3f}", bar(weight / ranked[0][1], 12))  # bars relative to the strongest
         return Group(title, table)
 
     def action_layer(self, delta: int) -> None:

@@ -19,7 +19,7 @@ from textual.widgets import Static
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.views import activations_line, balance_line, experts_grid, flops_line, token_strip
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import token_label
 
 CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
 
@@ -92,7 +92,7 @@ change with the chunk size.
         lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))
         lines.append(activations_line(step, state.card))
         if state.prefill_done and step.chosen is not None:
-            lines.append(Text.assemble(("first token chosen: ", "bold"), safe_text(state.piece(step.chosen))))
+            lines.append(Text.assemble(("first token chosen: ", "bold"), token_label(state.piece(step.chosen))))
         figures.update(Group(*lines))
         if state.card.is_moe:
             self.query_one("#prefill-experts", Static).update(Group(

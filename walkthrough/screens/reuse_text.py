@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from walkthrough.screens.format import human_bytes
+from walkthrough.textsafe import token_text
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
     from walkthrough.screens.state import FirstToken
@@ -20,6 +21,11 @@ if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
+
+
+def _token(piece: Callable[[int], str], token_id: int) -> str:
+    """A token's text in quotes, whitespace as signs (`textsafe.token_text`)."""
+    return f'"{token_text(piece(token_id))}"'
 
 
 def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]:
@@ -34,7 +40,8 @@ def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]
     if r.differs_at is None:
         return [f"{line}: {r.reason}"]
     why = first.cause.words if first.cause is not None else r.reason
-    return [f"{line}; token {r.differs_at} differs: held {piece(r.held_id)!r}, new {piece(r.new_id)!r}: {why}"]
+    held, new = _token(piece, r.held_id), _token(piece, r.new_id)
+    return [f"{line}; token {r.differs_at} differs: held {held}, new {new}: {why}"]
 
 
 def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
@@ -55,8 +62,8 @@ def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:
              f"reuse stopped: {r.reason}"]
     if turn.cause is not None:
         c = turn.cause
-        lines.append(f"  first differing token at {c.position}: held {piece(c.held_id)!r} ({c.held_origin}), "
-                     f"new {piece(c.new_id)!r} ({c.new_origin}): {c.words}")
+        lines.append(f"  first differing token at {c.position}: held {_token(piece, c.held_id)} ({c.held_origin}), "
+                     f"new {_token(piece, c.new_id)} ({c.new_origin}): {c.words}")
     if r.checkpoint is not None or turn.checkpoints:
         used = f"restored the checkpoint at {r.checkpoint}; " if r.checkpoint is not None else ""
         lines.append(f"  recurrent state: {used}{turn.checkpoints} checkpoints kept, "

@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import token_label
 
 # The values the keys step through (lower case: down, upper case: up).
 TEMPERATURES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
@@ -121,7 +121,7 @@ token; final is the probability the draw used.
             chosen = token_id == result.chosen
             table.add_row(
                 "▶" if chosen else "",
-                safe_text(state.piece(token_id), "bold" if chosen else ""),
+                token_label(state.piece(token_id), "bold" if chosen else ""),
                 f"{result.logits[token_id]:.2f}",
                 f"{plain[token_id]:.3f}",
                 f"{at_t[token_id]:.3f}",
@@ -134,8 +134,8 @@ token; final is the probability the draw used.
             f"min-p {len(result.after_min_p)} of {len(result.logits)}",
             ("  draw u=", "bold"), f"{result.u:.3f}",
         )
-        choice = Text.assemble(("greedy would pick ", "bold"), safe_text(state.piece(greedy)),
-                               ("; this draw picks ", "bold"), safe_text(state.piece(result.chosen)))
+        choice = Text.assemble(("greedy would pick ", "bold"), token_label(state.piece(greedy)),
+                               ("; this draw picks ", "bold"), token_label(state.piece(result.chosen)))
         where = Text(f"after the pass at positions {step.start}-{step.end - 1} ({step.phase})", style="dim")
         return Group(where, verdict, choice, table)
 

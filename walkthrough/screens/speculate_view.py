@@ -16,16 +16,13 @@ from rich.text import Text
 from walkthrough.engine.rounds import round_stats, weight_bytes
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import bar, human_bytes
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import token_label
 
 PIECE_CHARS = 10  # longest token text in a cell
 
 
 def _piece(piece: Callable[[int], str], token: int, style: str = "") -> Text:
-    text = piece(token).replace(" ", "\u2423")
-    if len(text) > PIECE_CHARS:
-        text = text[: PIECE_CHARS - 1] + "\u2026"
-    return safe_text(text, style)
+    return token_label(piece(token), style, PIECE_CHARS)
 
 
 def drafts_text(step: Step, piece: Callable[[int], str]) -> Text:

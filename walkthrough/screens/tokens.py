@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.views import token_style
-from walkthrough.textsafe import safe_text
+from walkthrough.textsafe import safe_text, token_label
 
 CURSOR_STYLE = "bold reverse yellow"
 TOKEN_KEYS = Binding.Group("Token", compact=True)  # the cursor keys, one footer entry
@@ -99,7 +99,7 @@ it came from are shown above the strip.
         return Text.assemble(
             ("token ", "bold"), f"{self.cursor + 1}/{len(chat.tokens)}  ",
             ("id ", "bold"), f"{token.id}  ",
-            ("piece ", "bold"), safe_text(token.piece, "reverse"), "  ",
+            ("piece ", "bold"), token_label(token.piece, "reverse"), "  ",
             ("bytes ", "bold"), raw.hex(" ") or "(none)", "  ",
             ("special" if token.special else "ordinary", "bold" if token.special else ""), "  ",
             ("from ", "bold"), where,

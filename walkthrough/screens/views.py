@@ -14,7 +14,7 @@ from rich.text import Text
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.format import human_bytes, human_count
-from walkthrough.textsafe import safe_text, visible
+from walkthrough.textsafe import safe_text, token_label, visible
 
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
 TOKEN_STYLES = ("on blue", "underline on magenta")
@@ -98,7 +98,7 @@ def candidates_table(state, step, n: int = 5) -> Table:
     table.add_column("p", justify="right")
     for token_id, p in step.top(n):
         mark = "▶" if token_id == step.chosen else ""
-        table.add_row(mark, safe_text(state.piece(token_id)), str(token_id), f"{p:.3f}")
+        table.add_row(mark, token_label(state.piece(token_id)), str(token_id), f"{p:.3f}")
     return table
 
 
