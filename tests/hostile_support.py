@@ -10,6 +10,7 @@ bidi, tag, zero-width, BOM): none may reach a command's output.
 from __future__ import annotations
 
 import math
+import struct
 import unicodedata
 from pathlib import Path
 
@@ -88,3 +89,87 @@ def assert_one_clear_line(code: int, err: str, *needles: str) -> None:
     assert not raw_controls(err), raw_controls(err)
     for needle in needles:
         assert needle in lines[-1], lines[-1][:300]
+
+
+def with_sparse_strings(tmp_path: Path, name: str, strings: dict[str, int], source: Path = LLAMA) -> Path:
+    """A copy of `source` where each key in `strings` is a string value of that many bytes, left as a hole.
+
+    The file is sparse: the strings read as NUL bytes but take no disk space, so a header claiming
+    four 1 GiB strings costs a few hundred KB. Sizes must be multiples of 32 (the alignment), so the
+    tensor data stays where the tensor table says.
+    """
+    markers = {key: f"@sparse-{i:08d}@".ljust(32, "#") for i, key in enumerate(strings)}
+    plain = with_metadata(tmp_path, f"{name}.plain", {k: (V.STRING, m) for k, m in markers.items()}, source)
+    blob = plain.read_bytes()
+    plain.unlink()
+    path = tmp_path / name
+    with open(path, "wb") as fh:
+        pos = 0
+        encoded = {key: struct.pack("<Q", len(m)) + m.encode() for key, m in markers.items()}
+        for key in sorted(strings, key=lambda k: blob.index(encoded[k])):  # in file order
+            assert strings[key] % 32 == 0, strings[key]
+            at = blob.index(encoded[key])
+            fh.write(blob[pos:at] + struct.pack("<Q", strings[key]))
+            fh.seek(strings[key], 1)  # the string's bytes: a hole
+            pos = at + len(encoded[key])
+        fh.write(blob[pos:])
+    return path
+
+
+# One fresh process runs several command lines in turn (imports paid once) and prints what each wrote.
+_MEASURED = """
+import contextlib, io, json, sys
+from walkthrough.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def run_script_measured(script: str, args: list[str], timeout: float = 300.0) -> tuple[str, int]:
+    """Run `python -c script *args` in a fresh process: (its stdout, its peak resident memory in bytes).
+
+    The peak comes from `os.wait4` for that one process (and the helpers it waited for), so nothing
+    the test process itself allocated counts. A process still running after `timeout` is killed and
+    the test fails: the bound on time is there so a hang cannot stall the suite, not as a target.
+    """
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=out, stderr=err)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+        assert proc.returncode == 0, f"exit {proc.returncode} (killed after {timeout} s?): {stderr[-2000:]}"
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
+        return out.read().decode(), usage.ru_maxrss * scale
+
+
+def run_cli_measured(argvs: list[list], timeout: float = 300.0) -> tuple[list[dict], int]:
+    """Each argv through `walkthrough.cli.main`, in turn, in one fresh process.
+
+    Returns:
+        ({"code", "out", "err"} for each argv, the process's peak resident memory in bytes).
+    """
+    import json
+
+    stdout, peak = run_script_measured(_MEASURED, [json.dumps([[str(a) for a in argv] for argv in argvs])], timeout)
+    return json.loads(stdout), peak

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TextIO
 
+from gguf.constants import GGUFValueType
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -155,8 +156,10 @@ def tensors_table(f: GGUFFile) -> Table:
 
 
 def chat_templates(f: GGUFFile) -> list[tuple[str, str]]:
-    """(key, template) for each string key holding a chat template."""
-    return [(k, f.get(k)) for k in f.fields if "chat_template" in k and isinstance(f.get(k), str)]
+    """(key, template) for each string key holding a chat template small enough to read (see `GGUFFile.too_big`);
+    a bigger one is left to the metadata table, which shows its size and first bytes."""
+    return [(k, f.get(k)) for k, field in f.fields.items()
+            if "chat_template" in k and field.type == GGUFValueType.STRING and f.too_big(k) is None]
 
 
 def metadata_table(f: GGUFFile) -> Table:

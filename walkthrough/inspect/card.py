@@ -56,6 +56,7 @@ __all__ = ["GROUPS", "KV_CACHE_TYPES", "GroupRow", "LayerInfo", "ModelCard", "bu
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 RECURRENT_STATE_BYTES_PER_VALUE = 4  # llama.cpp keeps conv and recurrent states in F32 (llama-model.cpp, type_r/type_s)
+NAME_BYTES = 256  # general.name is shown in a title line; a longer one is cut (and not read past this)
 MAX_LAYERS = 16384  # far above any published model; a larger count is corrupt metadata
 
 
@@ -403,7 +404,7 @@ def build_card(f: GGUFFile) -> ModelCard:
     vocab = _vocab_size(f, hp)
     card = ModelCard(
         architecture=arch,
-        name=f.get("general.name") if isinstance(f.get("general.name"), str) else None,
+        name=f.short_text("general.name", NAME_BYTES),
         file_size=f.file_size,
         n_tensors=len(f.tensors),
         n_layers=n_trunk,

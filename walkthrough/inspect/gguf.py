@@ -6,6 +6,14 @@ header once, validates every count against the bytes actually left, and only
 *locates* large arrays (tokens, merges, scores), decoding them when asked.
 Tensor data is never touched on open.
 
+Big values are read lazily and within a budget, so memory follows what the file
+really holds rather than what its length prefixes claim (a sparse file can claim
+four 1 GiB strings in 20 KB): a string value longer than `EAGER_STRING_BYTES` is
+only located on open (`MetadataField.scalar` is None), `get` reads it, or an
+array, only when a consumer needs it, refusing with a `GGUFError` any one value
+over `MAX_VALUE_BYTES` or reads adding up past `READ_BUDGET`; displays read a
+bounded head with `string_head` and `array_head`, which never touch the rest.
+
 The enums (`GGUFValueType`, `GGMLQuantizationType`), key names and the block
 size table (`GGML_QUANT_SIZES`) come from the `gguf` package.
 
@@ -30,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import mmap
 import os
 import re
@@ -48,6 +57,9 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 MAX_STRING_BYTES = 1 << 30  # a key or string value longer than 1 GiB is refused
+EAGER_STRING_BYTES = 1 << 16  # string values up to this are decoded on open; longer ones when asked for
+MAX_VALUE_BYTES = 1 << 26  # `get` reads no value (string or array) over 64 MiB; real vocabularies take ~10 MB
+READ_BUDGET = 1 << 28  # nor more than 256 MiB of values in all, per opened file
 MAX_NAME_BYTES = 64  # ggml's GGML_MAX_NAME: a tensor name must be shorter than this
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
 INT64_MAX = (1 << 63) - 1
@@ -83,11 +95,21 @@ class MetadataField:
     end: int  # first byte after the value
     count: int = 1  # number of elements for arrays, 1 otherwise
     element_type: GGUFValueType | None = None  # arrays only
-    scalar: Any = None  # decoded value for scalars and strings; None for arrays
+    scalar: Any = None  # decoded value for scalars and short strings; None for arrays and long strings
 
     @property
     def is_array(self) -> bool:
         return self.type == GGUFValueType.ARRAY
+
+    @property
+    def is_lazy(self) -> bool:
+        """A string too long to decode on open: read it with `GGUFFile.get` or `string_head`."""
+        return self.type == GGUFValueType.STRING and self.scalar is None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the value in the file (of a string: its text, without the length prefix)."""
+        return self.end - self.value_offset - (8 if self.type == GGUFValueType.STRING else 0)
 
     @property
     def type_name(self) -> str:
@@ -174,6 +196,15 @@ class _Cursor:
         self, what: str, limit: int = MAX_STRING_BYTES, why: str = "over the 1 GiB limit"
     ) -> bytes:
         """The bytes of a length-prefixed string, refused before copying if over `limit` or the bytes left."""
+        n = self.string_length(what, limit, why)
+        data = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return data
+
+    def string_length(
+        self, what: str, limit: int = MAX_STRING_BYTES, why: str = "over the 1 GiB limit"
+    ) -> int:
+        """Read a string's length prefix, refusing it over `limit` or the bytes left; the cursor stays on the text."""
         start = self.pos
         n = self.u64(f"length of {what}")
         if n > limit:
@@ -182,9 +213,7 @@ class _Cursor:
             raise self.fail(
                 f"{what} claims {n} bytes but only {self.left()} are left in the file", start
             )
-        data = bytes(self.buf[self.pos : self.pos + n])
-        self.pos += n
-        return data
+        return n
 
     def skip_strings(self, count: int, what: str) -> None:
         """Step over `count` strings, refusing any that runs past the end or over 1 GiB.
@@ -246,7 +275,11 @@ def _read_field(cursor: _Cursor, index: int) -> MetadataField:
     vtype = _value_type(cursor.u32(f"type of key {key!r}"), cursor, f"key {key!r}", type_offset)
     value_offset = cursor.pos
     if vtype == GGUFValueType.STRING:
-        value = cursor.raw_string(f"value of {key!r}").decode("utf-8", errors="replace")
+        n = cursor.string_length(f"value of {key!r}")
+        value = None  # a long string is located now and read when asked for
+        if n <= EAGER_STRING_BYTES:
+            value = cursor.buf[cursor.pos : cursor.pos + n].decode("utf-8", errors="replace")
+        cursor.pos += n
         return MetadataField(key, vtype, start, value_offset, cursor.pos, scalar=value)
     if vtype != GGUFValueType.ARRAY:
         dtype = _NUMPY_DTYPES[vtype]
@@ -573,7 +606,7 @@ def _int_key(shard: _Shard, key: str) -> int | None:
     field = shard.fields.get(key)
     if field is None:
         return None
-    if field.is_array or isinstance(field.scalar, (str, float, bool)):
+    if field.is_array or field.type == GGUFValueType.STRING or isinstance(field.scalar, (float, bool)):
         raise GGUFError(
             f"{shard.path.name}: {key} must be an integer, not {field.type_name}; {CORRUPT}"
         )
@@ -638,6 +671,7 @@ class GGUFFile:
                     t.name, t.shape, t.ggml_type, t.offset, t.nbytes, index, t.info_offset
                 )
         self._decoded: dict[str, Any] = {}
+        self._read = 0  # bytes of lazy values read so far, against READ_BUDGET
 
     # ---- sizes and layout -------------------------------------------------
     @property
@@ -672,15 +706,69 @@ class GGUFFile:
         return key in self.fields
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The value of a metadata key: scalars as Python values, arrays decoded on first use."""
+        """The value of a metadata key: scalars as Python values, long strings and arrays read on first use.
+
+        Raises:
+            GGUFError: the value is over `MAX_VALUE_BYTES`, or reading it would take this file's
+                reads past `READ_BUDGET`.
+        """
         field = self.fields.get(key)
         if field is None:
             return default
-        if not field.is_array:
+        if not field.is_array and not field.is_lazy:
             return field.scalar
         if key not in self._decoded:
-            self._decoded[key] = _decode_array(self._shards[0].buf, field)
+            self._charge(field)
+            buf = self._shards[0].buf
+            if field.is_lazy:
+                start = field.value_offset + 8
+                self._decoded[key] = buf[start : field.end].decode("utf-8", errors="replace")
+            else:
+                self._decoded[key] = _decode_array(buf, field)
         return self._decoded[key]
+
+    def too_big(self, key: str) -> str | None:
+        """Why `get(key)` would refuse the value (over `MAX_VALUE_BYTES`), or None."""
+        field = self.fields[key]
+        if field.nbytes > MAX_VALUE_BYTES:
+            return (f"{key} holds {field.nbytes:,} bytes, over the {MAX_VALUE_BYTES >> 20} MiB "
+                    "this program reads for one value")
+        return None
+
+    def _charge(self, field: MetadataField) -> None:
+        """Count a lazy read against the budget, or refuse it."""
+        where = f"{self.path.name}: "
+        why = self.too_big(field.key)
+        if why is None and self._read + field.nbytes > READ_BUDGET:
+            why = (f"reading {field.key} ({field.nbytes:,} bytes) would take the values read from this file "
+                   f"past {READ_BUDGET >> 20} MiB")
+        if why is not None:
+            raise GGUFError(f"{where}{why} (at byte {field.offset}); {CORRUPT}")
+        self._read += field.nbytes
+
+    def string_head(self, key: str, max_bytes: int) -> tuple[str, bool]:
+        """The first `max_bytes` bytes of a string value, decoded, and whether it was cut; the rest is not read."""
+        field = self.fields[key]
+        start = field.value_offset + 8
+        cut = field.nbytes > max_bytes
+        head = self._shards[0].buf[start : start + min(field.nbytes, max_bytes)]
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return decoder.decode(head, final=not cut), cut  # a character cut in two is left out
+
+    def short_text(self, key: str, max_bytes: int) -> str | None:
+        """A string value for a title or a name check: cut after `max_bytes` (marked "…"); None when
+        the key is absent or not a string."""
+        field = self.fields.get(key)
+        if field is None or field.type != GGUFValueType.STRING:
+            return None
+        head, cut = self.string_head(key, max_bytes)
+        return head + "…" if cut else head
+
+    def array_head(self, key: str, n: int) -> list[Any]:
+        """The first n elements of a numeric array as Python values; the rest is not read."""
+        field = self.fields[key]
+        dtype = _NUMPY_DTYPES[field.element_type]
+        return np.frombuffer(self._shards[0].buf, dtype, min(n, field.count), field.value_offset).tolist()
 
     # ---- tensor data -----------------------------------------------------------
     def tensor_bytes(self, name: str) -> np.ndarray:

@@ -10,6 +10,10 @@ replaced by the reader); making control characters visible is the display's
 job (`walkthrough.textsafe`). Non-finite floats become the strings "nan",
 "inf", "-inf" so the result always encodes as strict JSON.
 
+Strings too long to be decoded on open (`gguf.EAGER_STRING_BYTES`) are
+summarised the same way, from a bounded head read: {"type": "string",
+"bytes": 1073741824, "first": "the first 4096 bytes…"}.
+
 Example: a 151,936-token list -> {"type": "array[string]", "count": 151936,
 "first": ["!", "\\"", "#", "$", "%", "&", "'", "("]}; [3, 3, 2, 0] stays [3, 3, 2, 0].
 """
@@ -56,17 +60,20 @@ def _first_strings(f: GGUFFile, field: MetadataField, n: int) -> list[str]:
 
 
 def array_items(f: GGUFFile, key: str, n: int) -> list[Any]:
-    """The first n items of an array key as JSON-safe values."""
+    """The first n items of an array key as JSON-safe values (only those are read)."""
     field = f.fields[key]
     if field.element_type == GGUFValueType.STRING:
         return _first_strings(f, field, n)
-    return [json_scalar(v) for v in f.get(key)[:n]]
+    return [json_scalar(v) for v in f.array_head(key, n)]
 
 
 def summarize_value(f: GGUFFile, key: str, *, short: int = SHORT_ARRAY, first: int = FIRST_ITEMS) -> Any:
     """One key's value, JSON-safe: scalars and strings as they are, short arrays as lists,
     longer arrays as {"type", "count", "first"}."""
     field = f.fields[key]
+    if field.is_lazy:
+        head, _ = f.string_head(key, MAX_ITEM_BYTES)
+        return {"type": field.type_name, "bytes": field.nbytes, "first": head + "…"}
     if not field.is_array:
         return json_scalar(field.scalar)
     if field.count <= short:
@@ -82,9 +89,12 @@ def summarize_metadata(f: GGUFFile, **limits: int) -> dict[str, Any]:
 def describe(value: Any, max_chars: int = 120) -> str:
     """A summarised value as one line of plain text, cut to max_chars (not yet made terminal-safe).
 
-    Example: {"type": "array[int32]", "count": 300, "first": [1, 2]} -> "300 items: [1, 2, …]"
+    Example: {"type": "array[int32]", "count": 300, "first": [1, 2]} -> "300 items: [1, 2, …]";
+    {"type": "string", "bytes": 70000, "first": "abc…"} -> "70,000 bytes: abc…"
     """
-    if isinstance(value, dict):
+    if isinstance(value, dict) and "bytes" in value:
+        text = f"{value['bytes']:,} bytes: {value['first']}"
+    elif isinstance(value, dict):
         items = ", ".join(repr(v) for v in value["first"])
         text = f"{value['count']} items: [{items}, …]"
     elif isinstance(value, list):

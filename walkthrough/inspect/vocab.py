@@ -35,7 +35,7 @@ import numpy as np
 from gguf.constants import GGUFValueType, Keys, TokenType
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.gguf import EAGER_STRING_BYTES, GGUFFile
 from walkthrough.inspect.pretokenizers import PreTokenizerSpec, resolve
 
 T = Keys.Tokenizer
@@ -212,7 +212,7 @@ def _fix_types(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int], eos_t
 
 def _strip_flags(f: GGUFFile, types: np.ndarray, text_to_id: dict[str, int]):
     """The lstrip/rstrip attributes llama.cpp sets by model, pre-tokenizer or architecture name."""
-    name = str(f.get(Keys.General.NAME, "") or "").lower()
+    name = (f.short_text(Keys.General.NAME, EAGER_STRING_BYTES) or "").lower()  # a longer name: its head
     pre = str(f.get(T.PRE, "") or "")
     arch = str(f.get(Keys.General.ARCHITECTURE, "") or "")
     lstrip: set[int] = set()
@@ -246,7 +246,7 @@ def read_vocab(f: GGUFFile) -> Vocab:
         raise VocabError(f"{f.path.name}: no {T.MODEL} key, so the file has no tokenizer")
     if model_field.type != GGUFValueType.STRING:
         raise VocabError(f"{f.path.name}: {T.MODEL} is {model_field.type_name}, not a string")
-    model = model_field.scalar
+    model = f.get(T.MODEL)
     if model not in SUPPORTED_MODELS:
         raise VocabError(
             f"{f.path.name}: tokenizer model {model!r} is not supported "
