@@ -9,7 +9,9 @@ text as plain text (llama.cpp's add_special=false, parse_special=false).
 `--json` prints one object: `ids`, `pieces`, `special` (and `message`, the index
 of the message each token came from, null for template text, when a template
 was used), the counts `characters`, `bytes` and `tokens` of the tokenized text,
-and `text` itself. `--batch F.jsonl` reads one JSON string per line and writes
+`lost` (the character spans `start`, `end` and their `text` that the vocabulary
+cannot encode, which llama.cpp drops; empty when the text round-trips), `warnings`
+when there are any, and `text` itself. `--batch F.jsonl` reads one JSON string per line and writes
 one such object per line (without `text`), for scripts that count tokens over
 many documents; the tokenizer and template are built once.
 
@@ -101,6 +103,7 @@ def result_json(result, *, chat: bool, with_text: bool) -> dict[str, Any]:
     out["characters"] = len(result.text)
     out["bytes"] = len(result.text.encode("utf-8", "surrogatepass"))
     out["tokens"] = len(result.tokens)
+    out["lost"] = [{"start": a, "end": b, "text": result.text[a:b]} for a, b in result.lost]
     if with_text:
         out["text"] = result.text
     if result.warnings:

@@ -51,9 +51,10 @@ def print_tokens(
         title: what was tokenized with what (file name and template), shown literally.
     """
     console = Console(file=out, markup=False, highlight=False, emoji=False)
-    n_bytes = len(result.text.encode("utf-8", "surrogatepass"))
+    counts = result.counts()
+    lost = f" ({counts.lost} lost: no token for them)" if counts.lost else ""
     head = Text(
-        f"{len(result.tokens)} tokens, {len(result.text)} characters, {n_bytes} bytes: ",
+        f"{counts.tokens} tokens, {counts.characters} characters{lost}, {counts.bytes} bytes: ",
         style="bold",
     )
     head.append(visible(title), style="")

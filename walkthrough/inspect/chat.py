@@ -44,8 +44,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from walkthrough.inspect.lost import describe_lost, lost_count, utf8
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 from walkthrough.inspect.template import render
+from walkthrough.inspect.vocab import SPM
 
 C_SPACE = " \t\n\v\f\r"  # what llama.cpp's lstrip/rstrip special tokens eat
 _DATA_KEYS_SKIPPED = frozenset({"role", "type"})  # strings templates branch on, left as they are
@@ -81,6 +83,7 @@ class TextCounts:
     characters: int
     bytes: int
     tokens: int
+    lost: int = 0  # characters the vocabulary cannot encode (dropped; see `lost.py`)
 
     @property
     def chars_per_token(self) -> float | None:
@@ -95,6 +98,7 @@ class ChatTokens:
     tokens: list[ChatToken]
     regions: list[Region]
     warnings: list[str] = field(default_factory=list)
+    lost: list[tuple[int, int]] = field(default_factory=list)  # character spans no token stands for
 
     @property
     def ids(self) -> list[int]:
@@ -103,11 +107,19 @@ class ChatTokens:
     def counts(self, message: int | None = None) -> TextCounts:
         """Counts of the whole prompt, or of the text and tokens that came from one message (by index)."""
         if message is None:
-            text, n_tokens = self.text, len(self.tokens)
+            text, n_tokens, lost = self.text, len(self.tokens), lost_count(self.lost)
         else:
-            text = "".join(self.text[r.start:r.end] for r in self.regions if r.message == message)
+            mine = [r for r in self.regions if r.message == message]
+            text = "".join(self.text[r.start:r.end] for r in mine)
             n_tokens = sum(1 for t in self.tokens if t.message == message)
-        return TextCounts(len(text), len(text.encode("utf-8")), n_tokens)
+            lost = sum(max(0, min(b, r.end) - max(a, r.start)) for r in mine for a, b in self.lost)
+        return TextCounts(len(text), len(utf8(text)), n_tokens, lost)
+
+    def lost_message(self, tokenizer: Any) -> str | None:
+        """The warning naming the text the vocabulary cannot encode; None when nothing was lost."""
+        if not self.lost:
+            return None
+        return describe_lost(self.text, self.lost, stops_llama_cpp=getattr(tokenizer, "model", None) == SPM)
 
 
 # ---- where each message's text landed ----------------------------------------------------
@@ -354,19 +366,25 @@ def _message_at(regions: list[Region], pos: int) -> int | None:
     return None
 
 
-def tokens_for_regions(tokenizer: Any, text: str, regions: list[Region]) -> list[ChatToken]:
-    """Tokens of `text`, special tokens parsed only inside regions that allow them."""
+def tokens_for_regions(
+    tokenizer: Any, text: str, regions: list[Region]
+) -> tuple[list[ChatToken], list[tuple[int, int]]]:
+    """Tokens of `text`, special tokens parsed only inside regions that allow them, and the
+    character spans of `text` that no token stands for (text the vocabulary cannot encode)."""
     out: list[ChatToken] = []
+    lost: list[tuple[int, int]] = []
     for tid, a, b in _fragments(tokenizer, text, regions):
         if tid >= 0:
             out.append(ChatToken(tid, tokenizer.piece(tid), True, a, b, _message_at(regions, a)))
             continue
-        for t in tokenizer.tokenize(text[a:b], parse_special=False):
+        tokens, missing = tokenizer.tokenize_accounted(text[a:b], parse_special=False)
+        lost.extend((a + x, a + y) for x, y in missing)
+        for t in tokens:
             start = a + t.start
             out.append(
                 ChatToken(t.id, t.piece, t.special, start, a + t.end, _message_at(regions, start))
             )
-    return out
+    return out, lost
 
 
 def chat_tokens(
@@ -444,16 +462,22 @@ def chat_tokens(
         for r in regions
         if min(r.end, body_end) > max(r.start, body_start)
     ]
-    tokens = head + tokens_for_regions(tokenizer, rendered, body) + tail
-    return ChatTokens(rendered, tokens, regions, warnings)
+    tokens, lost = tokens_for_regions(tokenizer, rendered, body)
+    return _with_lost(tokenizer, ChatTokens(rendered, head + tokens + tail, regions, warnings, lost))
+
+
+def _with_lost(tokenizer: Any, chat: ChatTokens) -> ChatTokens:
+    """`chat` with the lost-text warning (if any) added to its warnings."""
+    line = chat.lost_message(tokenizer)
+    if line:
+        chat.warnings.append(line)
+    return chat
 
 
 def raw_tokens(tokenizer: Any, text: str) -> ChatTokens:
     """`text` tokenized alone: no template, no BOS/EOS, special-token text as plain text
     (llama.cpp's add_special=false, parse_special=false)."""
-    tokens = [
-        ChatToken(t.id, t.piece, t.special, t.start, t.end, None)
-        for t in tokenizer.tokenize(text, parse_special=False)
-    ]
+    found, lost = tokenizer.tokenize_accounted(text, parse_special=False)
+    tokens = [ChatToken(t.id, t.piece, t.special, t.start, t.end, None) for t in found]
     region = [Region(0, len(text), None, False)] if text else []
-    return ChatTokens(text, tokens, region)
+    return _with_lost(tokenizer, ChatTokens(text, tokens, region, lost=lost))

@@ -59,6 +59,7 @@ from tokenizers import Tokenizer, models
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.lost import lost_spans
 from walkthrough.inspect.pretokenizers import build_pre_tokenizer
 from walkthrough.inspect.vocab import SPECIAL_TYPES, SPM, Vocab, VocabError, read_vocab
 
@@ -352,6 +353,20 @@ class GGUFTokenizer:
         self, text: str, *, parse_special: bool = False, protect: Sequence[tuple[int, int]] = ()
     ) -> list[Token]:
         """Tokens of `text` with pieces and character spans, no BOS/EOS added; see `partition`."""
+        return self._tokenize(text, parse_special, protect, None)
+
+    def tokenize_accounted(
+        self, text: str, *, parse_special: bool = False, protect: Sequence[tuple[int, int]] = ()
+    ) -> tuple[list[Token], list[tuple[int, int]]]:
+        """`tokenize`, plus the character spans of `text` no token stands for (see `lost.py`):
+        text the vocabulary cannot encode, which llama.cpp drops."""
+        lost: list[tuple[int, int]] = []
+        return self._tokenize(text, parse_special, protect, lost), lost
+
+    def _tokenize(
+        self, text: str, parse_special: bool, protect: Sequence[tuple[int, int]],
+        lost: list[tuple[int, int]] | None,
+    ) -> list[Token]:
         units = self._units(text, self.partition(text, parse_special=parse_special, protect=protect))
         encodings = self._run(units, offsets=True)
         piece = self._piece_cached
@@ -361,6 +376,10 @@ class GGUFTokenizer:
                 out.append(Token(unit.id, piece(unit.id), unit.special, unit.start, unit.end))
                 continue
             enc, shift, start = next(encodings), unit.shift, unit.start
+            if lost is not None:
+                data = b"".join(self.token_bytes(i) for i in enc.ids)
+                typed = unit.model_text.replace(SPM_SPACE, " ") if self._escaped else unit.model_text
+                lost.extend((start + a, start + b) for a, b in lost_spans(typed, data, skip=shift))
             if shift:  # the added space prefix belongs to no character of the text
                 spans = [(max(s - shift, 0), max(e - shift, 0)) for s, e in enc.offsets]
             else:

@@ -41,6 +41,11 @@ template's own markers become special tokens.
 Counts: characters, bytes (UTF-8), tokens, and characters per token, over the
 whole prompt and per message.
 
+Text the vocabulary cannot encode (a character with no token and no byte token
+to spell it) is dropped, as llama.cpp drops it: the model never sees it. When
+that happens a yellow "Text lost" line names how many characters, which ones,
+and where the first one is, and the counts gain a "lost" column.
+
 Keys: left / right (or h / l) move the cursor, home / end jump, i shows the ids.
 The selected token's id, stored bytes, whether it is special and which message
 it came from are shown above the strip.
@@ -61,6 +66,7 @@ it came from are shown above the strip.
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="token-counts")
+        yield Static(id="token-lost")
         yield Static(id="token-selected")
         with VerticalScroll(id="token-strip-box"):
             yield Static(id="token-strip")
@@ -75,19 +81,25 @@ it came from are shown above the strip.
             return
         self.cursor = min(max(self.cursor, 0), max(len(chat.tokens) - 1, 0))
         counts.update(self._counts(chat))
+        lost = chat.lost_message(state.tokenizer)
+        warning = self.query_one("#token-lost", Static)
+        warning.display = lost is not None
+        warning.update(Text.assemble(("Text lost: ", "bold"), lost or "", style="yellow"))
         self.query_one("#token-selected", Static).update(self._selected(chat))
         self.query_one("#token-strip", Static).update(self._strip(chat))
 
     def _counts(self, chat) -> Table:
         state = self.state
         table = Table(box=None, padding=(0, 1), show_edge=False)
-        for name in ("", "characters", "bytes", "tokens", "chars/token"):
+        lost = bool(chat.lost)  # the column only when the vocabulary dropped text
+        for name in ("", "characters", "bytes", "tokens", "chars/token", *(("lost",) if lost else ())):
             table.add_column(name, justify="right" if name else "left")
         rows = [("whole prompt", chat.counts())]
         rows += [(f"{i + 1}. {message.get('role', '?')}", chat.counts(i)) for i, message in enumerate(state.messages)]
         for label, c in rows:
             per = "" if c.chars_per_token is None else f"{c.chars_per_token:.2f}"
-            table.add_row(safe_text(label), str(c.characters), str(c.bytes), str(c.tokens), per)
+            cells = [str(c.characters), str(c.bytes), str(c.tokens), per, *((str(c.lost),) if lost else ())]
+            table.add_row(safe_text(label), *cells)
         return table
 
     def _selected(self, chat) -> Text:
