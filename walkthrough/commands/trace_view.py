@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.model import Model
 from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
@@ -198,15 +199,10 @@ def column_widths(headers: list[str], needed: list[int], width: int) -> list[int
     return widths
 
 
-_KIND_LETTERS = {"linear": ("l", "linear attention, fixed state"),
-                 "sliding": ("s", "sliding-window attention, KV cache of the window"),
-                 "full": ("F", "full attention, KV cache")}
-
-
 def _kinds_strip(kinds: tuple[str, ...]) -> str:
     """One letter per layer: l = linear attention (fixed state), s = sliding window, F = full attention."""
-    letters = "".join(_KIND_LETTERS[kind][0] for kind in kinds)
-    legend = "; ".join(f"{letter} = {what}" for kind, (letter, what) in _KIND_LETTERS.items() if kind in kinds)
+    letters = "".join(KIND_LETTERS[kind][0] for kind in kinds)
+    legend = "; ".join(f"{letter} = {what}" for kind, (letter, what) in KIND_LETTERS.items() if kind in kinds)
     return f"layers: {letters}  ({legend})"
 
 

@@ -19,7 +19,8 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import answer_ending, bar
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import activations_line, balance_line, bytes_table, experts_grid, flops_line, kv_table
+from walkthrough.screens.experts_view import ExpertsGrid
+from walkthrough.screens.views import activations_line, balance_line, bytes_table, flops_line, kv_table
 from walkthrough.textsafe import safe_text, token_label
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
@@ -97,7 +98,7 @@ change the head.
         parts = []
         if state.card.is_moe:
             parts.append(Group(Text("experts lit for this token", style="bold"),
-                               experts_grid(step, state.card.n_experts, last_token_only=True)))
+                               ExpertsGrid(step, state.card.n_experts, last_token_only=True)))
         parts.append(Group(Text("bytes read", style="bold"), bytes_table(step, state.cumulative_bytes())))
         parts.append(Group(Text("KV cache", style="bold"), kv_table(step)))
         parts.append(self._attention(step))

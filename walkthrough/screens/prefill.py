@@ -18,7 +18,8 @@ from textual.widgets import Static
 
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.views import activations_line, balance_line, experts_grid, flops_line, token_strip
+from walkthrough.screens.experts_view import ExpertsGrid
+from walkthrough.screens.views import activations_line, balance_line, flops_line, token_strip
 from walkthrough.textsafe import token_label
 
 CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
@@ -96,8 +97,8 @@ change with the chunk size.
         figures.update(Group(*lines))
         if state.card.is_moe:
             self.query_one("#prefill-experts", Static).update(Group(
-                Text("\nexperts woken by this chunk (digits: tokens per expert)", style="bold"),
-                experts_grid(step, state.card.n_experts, last_token_only=False),
+                Text("\nexperts woken by this chunk", style="bold"),
+                ExpertsGrid(step, state.card.n_experts, last_token_only=False),
             ))
         self.query_one("#prefill-prompt", Static).update(self._prompt((step.start, step.end), done))
 

@@ -31,7 +31,7 @@ from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.speculate_view import figures, rounds_table
-from walkthrough.screens.views import experts_grid
+from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.textsafe import safe_text
 
 DRAFTERS = ("lookup", "mtp", "draft")  # the kinds the stage cycles through ("draft" with the app's --draft)
@@ -271,7 +271,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
             parts = [figures(self.rounds, state.card)]
             if state.card.is_moe:
                 parts.append(Group(Text("experts woken by the last verification pass", style="bold"),
-                                   experts_grid(self.rounds[-1], state.card.n_experts, last_token_only=False)))
+                                   ExpertsGrid(self.rounds[-1], state.card.n_experts, last_token_only=False)))
             figures_view.update(Group(*parts))
         answer = [] if self.prefill is None else [self.prefill.chosen]
         for step in self.rounds:

@@ -1,4 +1,4 @@
-"""Rich renderables built from the engine's Step records: expert grids, bytes read, KV cache, candidates, token strips.
+"""Rich renderables built from the engine's Step records: bytes read, KV cache, candidates, token strips.
 
 Shared by the stepping stages and the live panel. Presentation only: every
 figure is a field or method of a `Step`/`LayerTrace` (or the model card), or
@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from walkthrough.engine.layer_groups import KIND_LETTERS, cache_groups, ranges_text
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.format import human_bytes, human_count
 from walkthrough.textsafe import safe_text, token_label, visible
@@ -19,37 +21,12 @@ from walkthrough.textsafe import safe_text, token_label, visible
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
 TOKEN_STYLES = ("on blue", "underline on magenta")
 SPECIAL_STYLE = "bold reverse"
-LIT, DIM = "█", "·"
+KIND_STYLES = {"full": "", "sliding": "cyan", "linear": "magenta"}
+LAYER_RUNS_CHARS = 12  # longest run list ("0-4,6-10") shown before a group is written as a count
 
 
 def token_style(index: int, special: bool) -> str:
     return SPECIAL_STYLE if special else TOKEN_STYLES[index % 2]
-
-
-def experts_grid(step, n_experts: int, *, last_token_only: bool, counts: bool = True) -> Table:
-    """A layer x expert grid: lit cells for experts chosen (digits: how many tokens, when more than one)."""
-    show_counts = counts
-    table = Table.grid(padding=(0, 1))
-    table.add_column(justify="right", style="bold")
-    table.add_column(no_wrap=True)
-    if show_counts:
-        table.add_column(justify="right")
-    for layer in step.layers:
-        counts = layer.tokens_per_expert(n_experts, last_token_only=last_token_only)
-        if counts is None:
-            table.add_row(f"L{layer.index}", Text("dense", style="dim"), *([""] if show_counts else []))
-            continue
-        cells = Text(no_wrap=True)
-        for n in counts:
-            if n == 0:
-                cells.append(DIM, style="dim")
-            elif last_token_only or n == 1:
-                cells.append(LIT, style="bold green")
-            else:
-                cells.append(str(n) if n < 10 else "+", style="bold reverse green")
-        used = [f"{int((counts > 0).sum())}/{n_experts}"] if show_counts else []
-        table.add_row(f"L{layer.index}", cells, *used)
-    return table
 
 
 def bytes_table(step, cumulative: dict[str, int] | None = None) -> Table:
@@ -73,24 +50,38 @@ def bytes_table(step, cumulative: dict[str, int] | None = None) -> Table:
     return table
 
 
-def kv_table(step) -> Table:
-    """KV cache positions and bytes per attention layer after the pass."""
+def kv_table(step) -> Group:
+    """What the layers keep after the pass, a row per group of layers keeping the same (`cache_groups`).
+
+    Columns: the layers (as runs, or a count when the runs are long), their kind, the positions each
+    keeps and the bytes the group keeps. When the kinds differ (sliding-window or linear layers beside
+    full ones), a strip of one letter per layer shows which layer is which, and each row its letter.
+    """
+    groups = cache_groups(step.layers)
+    mixed = len({g.kind for g in groups}) > 1
     table = Table(box=None, padding=(0, 1), show_edge=False)
-    table.add_column("layer")
-    table.add_column("kind")
-    table.add_column("positions", justify="right")
+    table.add_column("layers", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("pos", justify="right")
     table.add_column("bytes", justify="right")
+    for g in groups:
+        runs = ranges_text(g.layers)
+        layers = runs if len(runs) <= LAYER_RUNS_CHARS else f"{len(g.layers)} layers"
+        kind = Text(f"{g.letter} " if mixed else "", style=KIND_STYLES[g.kind]).append(g.kind)
+        pos = "fixed" if g.kind == "linear" else str(g.kv_len)
+        table.add_row(layers, kind, pos, human_bytes(g.total_bytes))
+    if not mixed:
+        return Group(table)
+    strip = Text("layers ", style="bold")
     for layer in step.layers:
-        if layer.mixer in ("full", "sliding"):
-            kind = "attention" if layer.mixer == "full" else "sliding window"
-            table.add_row(f"L{layer.index}", kind, str(layer.kv_len), human_bytes(layer.kv_bytes))
-        else:
-            table.add_row(f"L{layer.index}", layer.mixer, "fixed", human_bytes(layer.state_bytes))
-    return table
+        strip.append(KIND_LETTERS[layer.mixer][0], style=KIND_STYLES[layer.mixer])
+    return Group(strip, table)
 
 
-def candidates_table(state, step, n: int = 5) -> Table:
-    """The model's top candidates after the pass (softmax of the raw logits), the chosen one marked."""
+def candidates_table(state, step, n: int = 5, piece_chars: int | None = None) -> Table:
+    """The model's top candidates after the pass (softmax of the raw logits), the chosen one marked.
+
+    `piece_chars` cuts longer token texts (`textsafe.token_text`'s limit), for narrow places."""
     table = Table(box=None, padding=(0, 1), show_edge=False)
     table.add_column("")
     table.add_column("token")
@@ -98,7 +89,7 @@ def candidates_table(state, step, n: int = 5) -> Table:
     table.add_column("p", justify="right")
     for token_id, p in step.top(n):
         mark = "▶" if token_id == step.chosen else ""
-        table.add_row(mark, token_label(state.piece(token_id)), str(token_id), f"{p:.3f}")
+        table.add_row(mark, token_label(state.piece(token_id), limit=piece_chars), str(token_id), f"{p:.3f}")
     return table
 
 
