@@ -181,7 +181,7 @@ async def test_summary_adds_up_the_passes(fixtures_dir):
         await pilot.pause()
         text = screen_text(app)
         n_prompt = len(app.state.prompt_ids)
-        assert f"1 passes, {n_prompt} prompt tokens" in text
+        assert f"1 pass, {n_prompt} prompt tokens" in text
         assert "2 passes, 2 tokens" in text
         assert f"{app.state.steps[-1].kv_len} positions" in text
 

@@ -203,6 +203,7 @@ async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
 async def test_costs_stage_shows_measured_beside_modelled():
     from app_support import app_for, screen_text, settle
 
+    from walkthrough.engine.measured import measured_here
     from walkthrough.units import fmt
 
     path = next(p for p in _cases() if "qwen2moe" in p.name)
@@ -225,5 +226,5 @@ async def test_costs_stage_shows_measured_beside_modelled():
         await pilot.press(str(stages_number("costs")))
         await pilot.pause()
         text = screen_text(app)
-        assert "measured here (llama.cpp engine)" in text
+        assert measured_here("llama.cpp") in text
         assert fmt(state.measured().decode_tokens_per_s, "tokens/s") in text

@@ -1,14 +1,20 @@
-"""Figures as short text in decimal units, shared by `walkthrough estimate` and the app's Costs and Summary stages.
+"""Figures as short text, in the two conventions the project writes bytes in; one per screen, never both.
 
-Only how a number is written lives here; the numbers come from the cost model
-(`walkthrough.engine.costs`). Decimal prefixes throughout (1 GB = 1e9 bytes).
+Only how a number is written lives here; the numbers come from the file, the run
+or the cost model. `fmt` writes decimal units (1 GB = 1e9 bytes): the cost
+model's figures (the Costs stage, `estimate`, `bench`), as bandwidth is sold in
+GB/s. `binary_bytes` writes binary units (1 MiB = 2^20 bytes): sizes of files,
+tensors and caches everywhere else (File, Prefill, Decode, Summary, the live
+panel, `inspect`, `trace`).
 
-Example: fmt(1.84e9, "B") -> "1.84 GB", fmt(0.0012, "s") -> "1.2 ms", fmt(0.25, "") -> "25%"
+Example: fmt(1.84e9, "B") -> "1.84 GB", fmt(0.0012, "s") -> "1.2 ms", fmt(0.25, "") -> "25%",
+binary_bytes(1536) -> "1.5 KiB"
 """
 
 from __future__ import annotations
 
 _SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB")
 _PREFIXED = ("B", "B/s", "FLOP", "FLOP/s")  # units written with a decimal prefix
 
 
@@ -31,3 +37,15 @@ def fmt(value: float, unit: str) -> str:
                 return f"{value / scale:.3g} {prefix}{unit}"
         return f"{value:.3g} {unit}"
     return f"{value:,.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+
+
+def binary_bytes(n: float | None) -> str:
+    """Bytes in binary units, one decimal above 1 KiB; "?" for unknown."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in _BINARY:
+        if abs(value) < 1024 or unit == _BINARY[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} {_BINARY[-1]}"

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.engine.costs import estimate
     from walkthrough.engine.engines import load_model
     from walkthrough.engine.hardware import load_profiles, pick
-    from walkthrough.engine.measured import compare, time_request
+    from walkthrough.engine.measured import compare, comparison_title, time_request
     from walkthrough.inspect.card import build_card
 
     for name, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens)):
@@ -70,18 +70,19 @@ def run(args: argparse.Namespace) -> int:
     rows = compare(e, measured)
     if args.json:
         record = {"model": {"path": str(f.path), "name": card.name, "architecture": card.architecture},
-                  "engine": args.engine, "load_s": load_seconds, "hardware": hw.id,
+                  "engine": measured.engine, "load_s": load_seconds, "hardware": hw.id,
                   "measured": measured.to_json(),
                   "rows": [row._asdict() for row in rows]}
         json.dump(record, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
-    print_comparison(f"{card.name or f.path.name} on the {args.engine} engine: loaded in {load_seconds:.1f} s; "
-                     f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated", hw, rows)
+    print_comparison(f"{card.name or f.path.name} on the {measured.engine} engine: loaded in {load_seconds:.1f} s; "
+                     f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated",
+                     comparison_title(hw, measured), rows)
     return 0
 
 
-def print_comparison(title: str, hw, rows) -> None:
+def print_comparison(title: str, table_title: str, rows) -> None:
     """The title line and the modelled-beside-measured table (file and profile text shown literally)."""
     from rich.console import Console
 
@@ -89,7 +90,7 @@ def print_comparison(title: str, hw, rows) -> None:
 
     console = Console()
     console.print(safe_text(title))
-    console.print(comparison_table(f"estimate for {hw.name} [{hw.id}] beside this machine's run", rows))
+    console.print(comparison_table(table_title, rows))
 
 
 def comparison_table(title: str, rows):

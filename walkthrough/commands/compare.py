@@ -19,6 +19,8 @@ import json
 import sys
 from typing import Any
 
+from walkthrough.words import count
+
 DEFAULT_STEPS = 32
 
 
@@ -107,7 +109,7 @@ def print_comparison(r: dict[str, Any], *, out) -> None:
     from walkthrough.textsafe import visible
 
     def ppl(x: dict) -> str:
-        return "-" if x["perplexity"] is None else f"{x['perplexity']:.3f} ({x['tokens']} tokens)"
+        return "-" if x["perplexity"] is None else f"{x['perplexity']:.3f} ({count(x['tokens'], 'token')})"
 
     kl = r["kl"]
     lines = [

@@ -227,7 +227,7 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
 
 def _print_measured(console: Any, e: Any, measured: Any) -> None:
     from walkthrough.commands.bench import comparison_table
-    from walkthrough.engine.measured import compare
+    from walkthrough.engine.measured import compare, comparison_title
 
-    console.print(comparison_table(f"modelled beside measured here ({measured.engine} engine)",
+    console.print(comparison_table(comparison_title(e.hardware, measured),
                                    compare(e, measured)))

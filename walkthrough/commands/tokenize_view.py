@@ -19,6 +19,7 @@ from rich.text import Text
 
 from walkthrough.inspect.chat import ChatTokens
 from walkthrough.textsafe import token_text, visible
+from walkthrough.words import count
 
 PIECE_STYLES = ("cyan", "yellow")  # alternate, so neighbouring pieces can be told apart
 SPECIAL_STYLE = "bold magenta"
@@ -54,7 +55,8 @@ def print_tokens(
     counts = result.counts()
     lost = f" ({counts.lost} lost: no token for them)" if counts.lost else ""
     head = Text(
-        f"{counts.tokens} tokens, {counts.characters} characters{lost}, {counts.bytes} bytes: ",
+        f"{count(counts.tokens, 'token')}, {count(counts.characters, 'character')}{lost}, "
+        f"{count(counts.bytes, 'byte')}: ",
         style="bold",
     )
     head.append(visible(title), style="")

@@ -22,6 +22,7 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.template import load_messages, select_template
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import visible
+from walkthrough.words import count
 
 
 def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespace, *, as_json: bool,
@@ -43,7 +44,7 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
             raise WalkthroughError("the rendered prompt has no tokens")
         model.check_ids(chat.ids)
         if several and not as_json:
-            print(f"== {label}: {len(request)} messages, {len(chat.ids)} prompt tokens")
+            print(f"== {label}: {count(len(request), 'message')}, {count(len(chat.ids), 'prompt token')}")
         steps = talk.ask(request, label)
         printer(steps, model, piece, as_json=as_json, logits=args.logits, header=turn_count == 0)
         turn_count += 1

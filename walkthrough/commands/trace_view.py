@@ -42,6 +42,8 @@ from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label
+from walkthrough.words import count
+from walkthrough.words import noun as noun_for
 
 TOP_SHOWN = 3
 PIECE_CHARS = 12  # longest token text shown in a cell
@@ -103,7 +105,7 @@ def print_trace(
     for step in steps:
         totals[step.phase][0] += len(step.generated) if step.phase == "verify" else step.end - step.start
         totals[step.phase][1] += step.seconds + (step.draft.seconds if step.draft else 0.0)
-        fed = Text(f"{len(step.input_ids)} tokens") if step.phase == "prefill" else _piece(piece, step.input_ids[0])
+        fed = Text(count(len(step.input_ids), 'token')) if step.phase == "prefill" else _piece(piece, step.input_ids[0])
         if step.draft is not None:
             fed.append(f" +{len(step.draft.tokens)}", style="dim")
         chosen = Text("") if step.chosen is None else _piece(piece, step.chosen)
@@ -128,7 +130,7 @@ def print_trace(
     for phase, (tokens, seconds) in totals.items():
         if tokens:
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
-            console.print(f"{phase}: {tokens} tokens in {seconds * 1000:.1f} ms{rate}")
+            console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate}")
     if speculative:
         for line in round_lines(steps, card):
             console.print(line)
@@ -209,7 +211,7 @@ def _kinds_strip(kinds: tuple[str, ...]) -> str:
 def _layer_list(indices: list[int], noun: str) -> str:
     """"layer 3", "layers 0, 1, 2", "layers 0, 1, ... 38" (long lists cut in the middle)."""
     shown = ", ".join(map(str, indices)) if len(indices) <= 8 else f"{indices[0]}, {indices[1]}, ... {indices[-1]}"
-    return f"{noun}{'s' if len(indices) != 1 else ''} {shown}"
+    return f"{noun_for(len(indices), noun)} {shown}"
 
 
 def _cache_lines(step: Step) -> list[str]:

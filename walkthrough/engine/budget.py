@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from walkthrough.engine.figure import Figure, derived, given
-from walkthrough.engine.hardware import Profile
+from walkthrough.engine.hardware import GIB, Profile
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import LayerInfo, ModelCard, type_bytes_per_value
 
@@ -164,9 +164,10 @@ class MemoryPlan:
 
 def usable_bytes(hw: Profile) -> Figure:
     """Memory left for the model after the profile's stated allowance."""
-    return derived(hw.usable_bytes, "B", "(memory - reserved allowance) x 2^30",
-                   memory=given(hw.memory_gib, "GiB", hw.sources.get("memory_gib", hw.origin)),
-                   reserved=given(hw.reserved_gib, "GiB", hw.sources.get("reserved_gib", hw.origin)))
+    # The profile gives both in GiB (memory is sold in binary units); written in bytes, the cost model's unit.
+    return derived(hw.usable_bytes, "B", "memory - reserved allowance",
+                   memory=given(hw.memory_bytes, "B", hw.sources.get("memory_gib", hw.origin)),
+                   reserved=given(round(hw.reserved_gib * GIB), "B", hw.sources.get("reserved_gib", hw.origin)))
 
 
 def memory_plan(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16", users: int = 1) -> MemoryPlan:

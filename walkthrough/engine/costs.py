@@ -52,6 +52,7 @@ from walkthrough.engine.figure import Figure, derived, given
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
 from walkthrough.units import fmt
+from walkthrough.words import count
 
 SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
@@ -394,10 +395,10 @@ def rows(e: Estimate) -> list[Row]:
     out += [
         Row("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token"),
         Row(f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
-        Row(f"answer ({e.output_tokens} tokens)", _show(e.answer), _why(e.answer)),
+        Row(f"answer ({count(e.output_tokens, 'token')})", _show(e.answer), _why(e.answer)),
     ]
     for r in e.users_rows:
-        out.append(Row(f"{r.users} user{'s' if r.users > 1 else ''}, {e.context} tokens each",
+        out.append(Row(f"{count(r.users, 'user')}, {e.context} tokens each",
                        f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
     out.append(Row("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.units import binary_bytes
 
 if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
     from walkthrough.inspect.card import ModelCard
@@ -75,5 +76,5 @@ def advice(card: ModelCard, engine: str) -> str | None:
     per_token = card.bytes_per_token or 0
     if engine != "numpy" or per_token < LARGE_READ_PER_TOKEN or not llama_available():
         return None
-    return (f"each token reads {per_token / 1e9:.2f} GB of weights, which the numpy engine dequantizes in Python: "
+    return (f"each token reads {binary_bytes(per_token)} of weights, which the numpy engine dequantizes in Python: "
             "seconds per token; llama.cpp is installed and runs it at full speed (--engine llama.cpp)")

@@ -207,6 +207,7 @@ class LlamaSession(Session):
             kv_len=end, kv_bytes=sum(t.kv_bytes for t in layers), state_bytes=sum(t.state_bytes for t in layers),
             logits=logits[-1], seconds=seconds, all_logits=logits if all_logits else None,
             surprisal=surprisal.of_pass(previous, logits if rows == n else None, ids),
+            engine=self.model.engine,
         )
         if sampler is not None:
             step.sample = self.choose(sampler)

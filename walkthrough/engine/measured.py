@@ -67,14 +67,14 @@ class Measured:
                 "bandwidth_bytes_per_s": self.bandwidth}
 
 
-def measure(steps: Sequence[Any], engine: str) -> Measured | None:
-    """The measured figures of a run's Steps (None before its prefill has finished)."""
+def measure(steps: Sequence[Any]) -> Measured | None:
+    """The measured figures of a run's Steps, on the engine that ran them (None before its prefill has finished)."""
     prefill = [s for s in steps if s.phase == "prefill"]
     if not prefill or prefill[-1].sample is None:
         return None
     decode = [s for s in steps if s.phase == "decode"]
     return Measured(
-        engine=engine,
+        engine=prefill[0].engine,
         prompt_tokens=sum(s.end - s.start for s in prefill),
         prefill_seconds=sum(s.seconds for s in prefill),
         decode_passes=len(decode),
@@ -107,7 +107,22 @@ def time_request(model: Any, prompt_tokens: int, output_tokens: int) -> Measured
     sampler = Sampler.greedy()
     steps = list(session.prefill(ids, chunk=PREFILL_CHUNK, sampler=sampler))
     steps += list(session.decode(sampler, output_tokens - 1, stop_ids=[]))
-    return measure(steps, getattr(model, "engine", "numpy"))
+    return measure(steps)
+
+
+def measured_here(engine: str) -> str:
+    """How a figure this machine measured is labelled, naming the engine that ran the passes."""
+    return f"measured here, {engine} engine"
+
+
+def modelled_for(hw: Any) -> str:
+    """How a figure the roofline predicts for a hardware profile (`hardware.Profile`) is labelled."""
+    return f"modelled for {hw.id}"
+
+
+def comparison_title(hw: Any, m: Measured) -> str:
+    """The title over `compare`'s rows: which machine the model is for, which engine was measured."""
+    return f"{modelled_for(hw)} (ceiling, realistic) beside {measured_here(m.engine)}"
 
 
 class Comparison(NamedTuple):

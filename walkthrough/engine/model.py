@@ -51,6 +51,8 @@ ROPE_FREQS = "rope_freqs.weight"  # per-pair frequency divisors (llama 3 long co
 class Model:
     """Everything needed to run one file; holds no per-request state (that is the Session's)."""
 
+    engine = "numpy"  # the engine's name, carried by every Step it runs (walkthrough.engine.engines.ENGINES)
+
     def __init__(
         self,
         f: GGUFFile,

@@ -17,6 +17,7 @@ from walkthrough.engine.costs import Estimate, estimate
 from walkthrough.engine.curves import CACHE_TYPES
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
+from walkthrough.words import count
 
 MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context a GGUF declares today
 MAX_USERS = 1 << 12
@@ -55,7 +56,7 @@ class RequestSize:
 
     def describe(self) -> str:
         return (f"{self.prompt_tokens:,} prompt + {self.output_tokens:,} answer tokens, context {self.context:,}, "
-                f"{self.cache_type} KV cache, {self.users:,} user{'s' if self.users > 1 else ''}")
+                f"{self.cache_type} KV cache, {count(self.users, 'user')}")
 
 
 def estimate_for(card: ModelCard, hw: Profile, size: RequestSize) -> Estimate:

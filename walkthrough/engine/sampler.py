@@ -66,6 +66,13 @@ class SamplerSettings:
     def with_(self, **changes: Any) -> SamplerSettings:
         return replace(self, **changes)
 
+    def describe(self) -> str:
+        """The knobs in words, e.g. "temperature 0 (greedy), top-k 40, top-p 0.95, min-p 0.05, seed 0"."""
+        greedy = " (greedy)" if self.greedy else ""
+        top_k = "all" if self.top_k <= 0 else str(self.top_k)
+        return (f"temperature {self.temperature:g}{greedy}, top-k {top_k}, top-p {self.top_p:g}, "
+                f"min-p {self.min_p:g}, seed {self.seed}")
+
 
 @dataclass(frozen=True)
 class SampleResult:

@@ -291,6 +291,7 @@ class Session:
             all_logits=logits if all_logits else None,
             hidden=hidden if self.keep_hidden else None,
             surprisal=surprisal.of_pass(previous, rows, ids),
+            engine=self.model.engine,
         )
         if sampler is not None:
             step.sample = self.choose(sampler)

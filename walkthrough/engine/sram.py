@@ -27,6 +27,7 @@ from walkthrough.engine.budget import memory_plan
 from walkthrough.engine.figure import Figure, derived, given
 from walkthrough.engine.hardware import GIB, Profile
 from walkthrough.inspect.card import ModelCard
+from walkthrough.words import count
 
 SRAM = "sram"
 
@@ -47,4 +48,4 @@ def chips_needed(card: ModelCard, hw: Profile, context: int, cache_type: str = "
 def as_machine(hw: Profile, chips: int) -> Profile:
     """The profile as a machine of `chips` chips: their SRAM added up; bandwidth and compute stay one chip's."""
     return replace(hw, memory_gib=hw.memory_gib * chips, reserved_gib=hw.reserved_gib * chips,
-                   name=f"{hw.name}, {chips:,} chip{'s' if chips != 1 else ''}")
+                   name=f"{hw.name}, {count(chips, 'chip')}")

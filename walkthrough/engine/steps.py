@@ -29,7 +29,7 @@ from walkthrough.engine import surprisal as sp
 from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.prefix_break import Break
 from walkthrough.engine.ops import softmax
-from walkthrough.engine.sampler import SampleResult
+from walkthrough.engine.sampler import SampleResult, SamplerSettings
 
 TOP_CANDIDATES = 5  # candidates listed in `Step.top()` and the JSON record
 
@@ -135,6 +135,7 @@ class Step:
     turn: str | None = None  # the request of a conversation this pass belongs to (engine.turns), if any
     hidden: np.ndarray | None = None  # [n_tokens, d] final hidden rows after the output norm, when kept
     draft: Draft | None = None  # speculative decoding: the round this verification pass checked
+    engine: str = ""  # the engine that ran the pass: its model's `engine` ("numpy" or "llama.cpp")
 
     @property
     def reused(self) -> int:
@@ -251,3 +252,31 @@ def totals(steps: Sequence[Step]) -> Totals:
             read[group] = read.get(group, 0) + nbytes
     return Totals(len(steps), sum(s.end - s.start for s in steps), read,
                   sum(s.flops for s in steps), sum(s.seconds for s in steps))
+
+
+@dataclass(frozen=True)
+class DrawnWith:
+    """Answer tokens `first`..`last` (1-based, inclusive) were picked with these sampler settings."""
+
+    first: int
+    last: int
+    settings: SamplerSettings
+
+
+def drawn_with(steps: Sequence[Step]) -> list[DrawnWith]:
+    """The settings each answer token was picked with (each `SampleResult` keeps its own), as runs of tokens.
+
+    Example: 3 greedy tokens, then the temperature turned to 0.8 for 2 more ->
+    [DrawnWith(1, 3, T=0 settings), DrawnWith(4, 5, T=0.8 settings)].
+    """
+    runs: list[DrawnWith] = []
+    n = 0
+    for step in steps:
+        samples = step.draft.samples if step.draft is not None else [step.sample] if step.sample else []
+        for sample in samples:
+            n += 1
+            if runs and runs[-1].settings == sample.settings:
+                runs[-1] = DrawnWith(runs[-1].first, n, sample.settings)
+            else:
+                runs.append(DrawnWith(n, n, sample.settings))
+    return runs

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
+from walkthrough.words import count
+
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,7 @@ class BitsPerWeight:
     def explain(self) -> str:
         """E.g. "d 16 + qs 128 bits = 144 bits / 32 values = 4.5 bits per weight"."""
         parts = " + ".join(f"{name} {round(bits * self.block_size):g}" for name, bits in self.by_field.items())
-        return (f"{parts} bits = {self.type_size * 8} bits / {self.block_size} value"
-                f"{'s' if self.block_size > 1 else ''} = {self.total:g} bits per weight")
+        return (f"{parts} bits = {self.type_size * 8} bits / {count(self.block_size, 'value')} = {self.total:g} bits per weight")
 
 
 def layout(qtype: Q) -> tuple[FieldSpec, ...]:

@@ -23,6 +23,7 @@ from textual.widgets import Footer, Static
 
 from walkthrough.screens.heatmap import heat_map, legend
 from walkthrough.textsafe import safe_text, token_label
+from walkthrough.words import count
 
 TOP_SHOWN = 4
 RESERVED_LINES = 12  # heading, legend, axis lines, the top list and the footer
@@ -79,7 +80,7 @@ class AttentionScreen(ModalScreen):
             view.update(Group(heading, Text(f"{missing}. Layers with a matrix: {attention}; [ and ] move.")))
             return
         heading.append(f"head {self.at_head} of {config.n_head} (reads KV head {amap.kv_head(self.at_layer, self.at_head)} "
-                       f"of {config.n_head_kv[self.at_layer]}); {amap.length} positions")
+                       f"of {config.n_head_kv[self.at_layer]}); {count(amap.length, 'position')}")
         width, height = self.size.width or 80, self.size.height or 24
         drawing, _ = heat_map(amap.matrix(self.at_layer, self.at_head), self.cursor,
                               max(4, height - RESERVED_LINES), max(10, width - LABEL - 2))

@@ -19,6 +19,7 @@ from walkthrough.engine.machines import MachineRow
 from walkthrough.engine.race import Lane, finish_time, tokens_shown
 from walkthrough.textsafe import safe_text
 from walkthrough.units import fmt
+from walkthrough.words import count
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
 Y_TICKS = 5
@@ -112,7 +113,7 @@ def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
 def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Text:
     """One line per lane: name, rate, and the tail of the answer it has written by `t` seconds."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    out.append(f"the answer ({len(pieces)} tokens) at each machine's speed; {t:.1f} s (w again: leave)\n",
+    out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave)\n",
                style="bold")
     for lane in lanes:
         n = tokens_shown(lane, t, len(pieces))

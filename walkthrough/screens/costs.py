@@ -29,8 +29,9 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table, race_lines
-from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text
+from walkthrough.units import fmt
+from walkthrough.words import count
 
 
 RACE_TICK = 0.1  # seconds between redraws of the race
@@ -117,6 +118,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return
         from walkthrough.engine.costs import rows
         from walkthrough.engine.machines import machine_rows, sort_rows
+        from walkthrough.engine.measured import modelled_for
         from walkthrough.engine.race import lanes
         from walkthrough.engine.request_size import estimate_for
 
@@ -132,7 +134,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         head.update(Group(
             Text.assemble(("machine ", "bold"), safe_text(profile.name),
                           (f"  ({state.profile_index % n + 1}/{n}, h)", "dim")),
-            Text(f"{profile.memory_gib:g} GiB {profile.memory_kind}, {profile.bandwidth_gbs:g} GB/s, "
+            Text(f"{fmt(profile.memory_bytes, 'B')} {profile.memory_kind}, {fmt(profile.bandwidth, 'B/s')}, "
                  f"{profile.compute_tflops:g} TFLOPS useful compute"),
             Text.assemble(("request: " if self.size_knobs is None else "knobs (r resets): ", "bold"),
                           size.describe(), (" (1 GB = 1e9 bytes)", "dim")),
@@ -155,7 +157,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-measured", Static).update(Group(self._measured(), self._comparison(result)))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("")
-        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column(modelled_for(profile), justify="right", no_wrap=True)
         table.add_column("why", style="dim")
         for label, value, why in rows(result):
             table.add_row(Text(label), Text(value), Text(why))
@@ -196,19 +198,20 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return Text(f"measured: decode a token (stage {stages.number('decode')}) to compare with the engine's "
                         "own count", style="dim")
         last = decode[-1]
-        return Text.assemble(("measured by the engine: ", "bold"),
-                             f"the last decoded token read {human_bytes(last.bytes_read.get('total', 0))} "
-                             f"({last.bytes_read.get('total', 0):,} bytes) at {last.kv_len} positions")
+        return Text.assemble((f"counted by the {last.engine} engine: ", "bold"),
+                             f"the last decoded token read {fmt(last.bytes_read.get('total', 0), 'B')} "
+                             f"({last.bytes_read.get('total', 0):,} bytes) at {count(last.kv_len, 'position')}")
 
     def _comparison(self, result) -> Text | Table:
         """Modelled (this profile) beside measured (this machine, this run), once the run has a first token."""
-        from walkthrough.engine.measured import compare
+        from walkthrough.engine.measured import compare, comparison_title
 
         measured = self.state.measured()
         if measured is None:
-            return Text("measured here: run the request (stages 4 and 5) to compare speeds", style="dim")
+            return Text(f"measured here: run the request (stages {stages.number('prefill')} and "
+                        f"{stages.number('decode')}) to compare speeds", style="dim")
         table = Table(box=None, padding=(0, 1), show_edge=False,
-                      title=f"modelled beside measured here ({measured.engine} engine)", title_justify="left")
+                      title=comparison_title(result.hardware, measured), title_justify="left")
         table.add_column("")
         for name in ("ceiling", "realistic", "measured"):
             table.add_column(name, justify="right", no_wrap=True)
@@ -265,7 +268,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         t = self.race_clock() - self._race_start
         box = self.query_one("#costs-race", Static)
         if not answer:
-            box.update(Text("race: run the request (stage 5) to replay its answer at each machine's speed",
+            box.update(Text(f"race: run the request (stage {stages.number('decode')}) to replay its answer at each machine's speed",
                             style="dim"))
             return
         box.update(race_lines(self._race_lanes, answer, t, box.size.width or self.size.width))

@@ -8,20 +8,11 @@ Example: human_bytes(1536) -> "1.5 KiB", human_count(294080) -> "294.1 K"
 
 from __future__ import annotations
 
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+from walkthrough.units import binary_bytes as human_bytes  # screens other than Costs write bytes in binary units
+
+__all__ = ["answer_ending", "bar", "human_bytes", "human_count", "show"]
+
 _COUNT_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
-
-
-def human_bytes(n: float | None) -> str:
-    """Bytes in binary units, one decimal above 1 KiB; "?" for unknown."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in _BYTE_UNITS:
-        if abs(value) < 1024 or unit == _BYTE_UNITS[-1]:
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} {_BYTE_UNITS[-1]}"
 
 
 def human_count(n: float | None) -> str:

@@ -32,6 +32,7 @@ from textual.worker import get_current_worker
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import safe_text
+from walkthrough.words import count
 
 if TYPE_CHECKING:  # the engine loads when the calls play, not when the app starts
     from walkthrough.engine.coldstart import StartTimes
@@ -191,7 +192,7 @@ class FourCallsScreen(ModalScreen):
         parts: list[Text] = [Text("The four calls: the request, a follow-up, an edit of its question, a new chat "
                                   "with the same system prompt. Each is also run from an empty cache.", style="bold")]
         for n, turn in enumerate(self.turns, start=1):
-            parts.append(Text(f"\n{n}. {turn.label}: {len(turn.messages)} messages, {len(turn.chat.ids)} prompt tokens",
+            parts.append(Text(f"\n{n}. {turn.label}: {count(len(turn.messages), 'message')}, {count(len(turn.chat.ids), 'prompt token')}",
                               style="bold"))
             parts.extend(safe_text(line) for line in turn_lines(turn, tok.piece))
             answer = turn.answer_text.replace("\n", " ")

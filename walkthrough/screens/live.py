@@ -23,6 +23,7 @@ from textual.widgets import Static
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.format import human_bytes
 from walkthrough.screens.views import candidates_table, kv_table
+from walkthrough.words import count
 
 WIDE_ENOUGH = 60  # columns from which the sections are laid side by side
 CANDIDATES = 3  # next-token candidates listed
@@ -47,7 +48,7 @@ class LivePanel(Static):
             blocker = state.run_blocker()
             self.update(Text(f"Live panel: waiting for the first pass.\n{blocker or 'Press space to run one.'}"))
             return
-        kv = Text.assemble(("KV cache\n", "bold"), f"{step.kv_len} tokens\n{human_bytes(step.kv_bytes)}")
+        kv = Text.assemble(("KV cache\n", "bold"), f"{count(step.kv_len, 'token')}\n{human_bytes(step.kv_bytes)}")
         if step.state_bytes:
             kv.append(f" + state {human_bytes(step.state_bytes)}")
         read = Text.assemble(

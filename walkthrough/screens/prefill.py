@@ -21,6 +21,7 @@ from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.views import activations_line, balance_line, flops_line, token_strip
 from walkthrough.textsafe import token_label
+from walkthrough.words import count
 
 CHUNK_SIZES = (16, 32, 64, 128, 256, 512)  # what `c` cycles through
 
@@ -75,7 +76,7 @@ change with the chunk size.
             return
         n_chunks = -(-total // state.chunk) if total else 0
         if not steps:
-            figures.update(Text(f"{total} prompt tokens in {n_chunks} chunks of up to {state.chunk}. "
+            figures.update(Text(f"{count(total, 'prompt token')} in {count(n_chunks, 'chunk')} of up to {state.chunk}. "
                                 "Press space to run the first chunk."))
             self.query_one("#prefill-experts", Static).update("")
             self.query_one("#prefill-prompt", Static).update(self._prompt(None, 0))
@@ -90,7 +91,7 @@ change with the chunk size.
         verdict = balance_line(step, state)
         if verdict is not None:
             lines.append(verdict)
-        lines.append(Text.assemble(("KV cache ", "bold"), f"{step.kv_len} positions, {human_bytes(step.kv_bytes)}"))
+        lines.append(Text.assemble(("KV cache ", "bold"), f"{count(step.kv_len, 'position')}, {human_bytes(step.kv_bytes)}"))
         lines.append(activations_line(step, state.card))
         if state.prefill_done and step.chosen is not None:
             lines.append(Text.assemble(("first token chosen: ", "bold"), token_label(state.piece(step.chosen))))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import token_text
+from walkthrough.words import count
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
     from walkthrough.screens.state import FirstToken
@@ -51,7 +52,7 @@ def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
     cells = []
     for n, run in list(enumerate(runs, start=1))[-shown:]:
         kind = "cold model" if run.cold else f"{run.reused} reused"
-        cells.append(f"#{n} {_ms(run.seconds)} ({run.prompt} tokens, {kind})")
+        cells.append(f"#{n} {_ms(run.seconds)} ({count(run.prompt, 'token')}, {kind})")
     return ["first token: " + "; ".join(cells) + " (u unloads)"]
 
 
@@ -92,7 +93,7 @@ def summary_lines(s: Summary) -> list[str]:
 def start_lines(n: int, cold: StartTimes, warm: StartTimes, kept: StartTimes) -> list[str]:
     other = cold.first_token - cold.imports - cold.open - cold.passes
     return [
-        f"first token of the first request ({n} tokens):",
+        f"first token of the first request ({count(n, 'token')}):",
         f"  cold, a fresh process: {_ms(cold.first_token)} (Python start {_ms(other)}, imports {_ms(cold.imports)}, "
         f"opening the file {_ms(cold.open)}, passes with first-use dequantization {_ms(cold.passes)})",
         f"  warm, this process, empty KV cache: {_ms(warm.first_token)}",

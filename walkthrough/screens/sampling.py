@@ -128,16 +128,24 @@ token; final is the probability the draw used.
                 *marks,
                 f"{final[token_id]:.3f}" if token_id in final else "",
             )
-        greedy = int(order[0])
         verdict = Text.assemble(
             ("kept: ", "bold"), f"top-k {len(result.after_top_k)}, top-p {len(result.after_top_p)}, ",
             f"min-p {len(result.after_min_p)} of {len(result.logits)}",
-            ("  draw u=", "bold"), f"{result.u:.3f}",
         )
-        choice = Text.assemble(("greedy would pick ", "bold"), token_label(state.piece(greedy)),
-                               ("; this draw picks ", "bold"), token_label(state.piece(result.chosen)))
+        if result.settings.greedy:  # the sampler draws u all the same (to keep the seed's sequence); it is unused
+            verdict.append("  greedy: no draw", style="bold")
+            choice = Text.assemble(("temperature 0 takes the most likely token: ", "bold"),
+                                   token_label(state.piece(result.chosen)))
+        else:
+            verdict.append_text(Text.assemble(("  draw u=", "bold"), f"{result.u:.3f}"))
+            choice = Text.assemble(("greedy would pick ", "bold"), token_label(state.piece(int(order[0]))),
+                                   ("; this draw picks ", "bold"), token_label(state.piece(result.chosen)))
         where = Text(f"after the pass at positions {step.start}-{step.end - 1} ({step.phase})", style="dim")
-        return Group(where, verdict, choice, table)
+        lines = [where, verdict, choice]
+        if result is not step.sample:  # a what-if: the knobs moved since this token was drawn
+            lines.append(Text(f"what-if under the knobs above; the token was drawn with "
+                              f"{step.sample.settings.describe()}", style="italic"))
+        return Group(*lines, table)
 
     def action_knob(self, name: str, delta: int) -> None:
         state = self.state

@@ -33,6 +33,7 @@ from walkthrough.screens.base import StageScreen
 from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.textsafe import safe_text
+from walkthrough.words import count
 
 DRAFTERS = ("lookup", "mtp", "draft")  # the kinds the stage cycles through ("draft" with the app's --draft)
 MAX_DRAFTS = 8
@@ -279,5 +280,5 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         text = state.tokenizer.decode(answer) if state.tokenizer and answer else ""
         ending = " (done)" if self.finished else ""
         self.query_one("#speculate-answer", Static).update(
-            Group(Text(f"the answer so far: {len(answer)} tokens{ending}", style="bold"),
+            Group(Text(f"the answer so far: {count(len(answer), 'token')}{ending}", style="bold"),
                   safe_text(text, keep_newlines=True)))

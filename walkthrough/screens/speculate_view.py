@@ -13,10 +13,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from walkthrough.engine.measured import measured_here
 from walkthrough.engine.rounds import round_stats, weight_bytes
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import bar, human_bytes
 from walkthrough.textsafe import token_label
+from walkthrough.words import count
 
 PIECE_CHARS = 10  # longest token text in a cell
 
@@ -62,7 +64,7 @@ def figures(rounds: Sequence[Step], card) -> Group:
     lines = [Text.assemble(("acceptance ", "bold"), f"alpha = {stats.accepted}/{stats.drafted} drafts = ",
                            (f"{stats.alpha:.2f}", "bold"), "  ", bar(stats.alpha, 10))]
     lines.append(Text.assemble(("tokens per round ", "bold"), (f"{stats.tokens_per_round:.2f}", "bold"),
-                               f" measured ({stats.tokens} in {stats.rounds} passes), "
+                               f" measured ({stats.tokens} in {count(stats.rounds, 'pass', 'passes')}), "
                                f"{stats.expected_per_round:.2f} expected at that alpha: (1 - a^(k+1)) / (1 - a)"))
     plain = card.bytes_per_token
     versus = f" = {stats.bytes_per_token / plain:.2f}x plain decoding's {human_bytes(plain)}" if plain else ""
@@ -74,5 +76,5 @@ def figures(rounds: Sequence[Step], card) -> Group:
             ("experts woken per layer ", "bold"), f"{stats.experts_woken:.1f} of {card.n_experts} by a verification "
             f"pass (one decoded token wakes {card.n_experts_used}): the k + 1 tokens read their union"))
     lines.append(Text.assemble(("time per round ", "bold"), f"{stats.seconds_per_round * 1000:.0f} ms",
-                               (" (drafting and verification, measured)", "dim")))
+                               (f" (drafting and verification, {measured_here(rounds[0].engine)})", "dim")))
     return Group(*lines)

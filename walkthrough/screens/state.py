@@ -280,10 +280,11 @@ class RequestState:
         return None if self.card is None else advice(self.card, self.engine)
 
     def measured(self) -> Any:
-        """What this run's passes measured so far (`engine.measured.Measured`), None before the first token."""
+        """What this run's passes measured so far, on the engine that ran them (`engine.measured.Measured`), None
+        before the first token."""
         from walkthrough.engine.measured import measure
 
-        return measure(self.steps, self.engine)
+        return measure(self.steps)
 
     def piece(self, token_id: int) -> str:
         """A token's display text (its id in angle brackets when there is no tokenizer)."""

@@ -14,6 +14,7 @@ from walkthrough.screens import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.format import answer_ending, human_bytes, human_count
 from walkthrough.textsafe import safe_text
+from walkthrough.words import count
 
 
 class SummaryScreen(StageScreen):
@@ -27,7 +28,9 @@ class SummaryScreen(StageScreen):
 The whole request in one table: the file, the chat, the tokens, the prefill
 passes, the decoded tokens, the sampler, and the reply. Every figure is from
 the file or from the passes this run actually made (wall times are this
-machine's numpy engine, not a production runtime). Surprisal is how unexpected
+machine's, on the engine that ran the passes, labelled "measured here"; the
+costs row is the roofline modelled for the chosen machine, labelled "modelled
+for", not this run). Surprisal is how unexpected
 each token was to the model (-log p, in nats): its mean is the loss, and
 e^loss the perplexity, over the request and over the reply. Go back to any stage with
 its number key; r on a stepping stage restarts the request.
@@ -54,29 +57,28 @@ its number key; r on a stepping stage restarts the request.
         chat = state.chat
         if chat is not None:
             n = len(state.messages)
-            table.add_row(row("template"), f"{n} message{'' if n == 1 else 's'} rendered to {len(chat.text)} characters")
+            table.add_row(row("template"), f"{count(n, 'message')} rendered to {count(len(chat.text), 'character')}")
             counts = chat.counts()
             per = f" ({counts.chars_per_token:.2f} characters per token)" if counts.tokens else ""
-            table.add_row(row("tokens"), f"{counts.tokens} tokens{per}")
+            table.add_row(row("tokens"), f"{count(counts.tokens, 'token')}{per}")
         else:
             reason = state.unavailable.get("tokens") or state.unavailable.get("template") or "not ready"
             table.add_row(f"{row('template')}, {row('tokens')}", safe_text(reason))
         prefill, decode = state.prefill_steps, state.decode_steps
         if prefill:
-            table.add_row(row("prefill"), self._passes(prefill, "chunks"))
+            table.add_row(row("prefill"), self._passes(prefill, "prompt token"))
         if decode:
-            table.add_row(row("decode"), self._passes(decode, "tokens"))
-        if state.settings is not None:
-            s = state.settings
-            table.add_row(row("sampling"), f"temperature {s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}, "
-                                        f"min-p {s.min_p:g}, seed {s.seed}")
+            table.add_row(row("decode"), self._passes(decode, "token"))
+        sampling = self._sampling()
+        if sampling:
+            table.add_row(row("sampling"), sampling)
         costs = self._costs()
         if costs is not None:
             table.add_row(row("costs"), costs)
         if state.steps:
             table.add_row("surprisal", self._surprisal(state.steps))
             last = state.steps[-1]
-            table.add_row("KV cache", f"{last.kv_len} positions, {human_bytes(last.kv_bytes)}")
+            table.add_row("KV cache", f"{count(last.kv_len, 'position')}, {human_bytes(last.kv_bytes)}")
             table.add_row("read in all", human_bytes(state.cumulative_bytes().get("total", 0)))
         if not state.steps:
             blocker = state.run_blocker()
@@ -98,11 +100,29 @@ its number key; r on a stepping stage restarts the request.
             e = self.state.estimate()
         except WalkthroughError:
             return None
-        text = Text.assemble("on ", safe_text(e.hardware.name), ": ")
+        from walkthrough.engine.measured import modelled_for
+
+        text = Text(f"{modelled_for(e.hardware)}: ")
         if not e.fits:
             return text.append(f"does not fit ({e.memory.verdict})")
         return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}, "
                            f"decode {fmt(e.decode.tokens_per_s.value, 'tokens/s')}")
+
+    def _sampling(self) -> str:
+        """The knobs each answer token was drawn with (kept with the token), then the knobs now if they differ."""
+        from walkthrough.engine.steps import drawn_with
+
+        runs = drawn_with(self.state.steps)
+        now = self.state.settings
+        if not runs:
+            return "" if now is None else f"no token drawn yet; knobs now: {now.describe()}"
+        if len(runs) == 1:
+            parts = [f"every token drawn with {runs[0].settings.describe()}"]
+        else:
+            parts = [f"{_tokens(r.first, r.last)}: {r.settings.describe()}" for r in runs]
+        if now is not None and now != runs[-1].settings:
+            parts.append(f"knobs now (for the tokens still to draw): {now.describe()}")
+        return "; ".join(parts)
 
     @staticmethod
     def _surprisal(steps) -> str:
@@ -113,14 +133,20 @@ its number key; r on a stepping stage restarts the request.
         for name, s in run_summary(steps).items():
             if s["tokens"]:
                 parts.append(f"{name}: {s['loss']:.3f} nats per token, perplexity {s['perplexity']:.3f} "
-                             f"({s['tokens']} tokens)")
+                             f"({count(s['tokens'], 'token')})")
         return "; ".join(parts) or "no token measured yet"
 
     @staticmethod
     def _passes(steps, unit: str) -> str:
+        from walkthrough.engine.measured import measured_here
         from walkthrough.engine.steps import totals
 
         t = totals(steps)
-        return (f"{t.passes} passes, {t.tokens} {unit if unit == 'tokens' else 'prompt tokens'}, "
+        return (f"{count(t.passes, 'pass', 'passes')}, {count(t.tokens, unit)}, "
                 f"{human_bytes(t.bytes_read.get('total', 0))} read ({human_bytes(t.bytes_per_pass)} per pass), "
-                f"{human_count(t.flops)} FLOPs, {t.seconds:.2f} s here")
+                f"{human_count(t.flops)} FLOPs, {t.seconds:.2f} s {measured_here(steps[0].engine)}")
+
+
+def _tokens(first: int, last: int) -> str:
+    """ "token 3" or "tokens 1-40" (answer tokens, 1-based)."""
+    return f"token {first}" if first == last else f"tokens {first}-{last}"

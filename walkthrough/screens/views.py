@@ -146,7 +146,7 @@ def balance_line(step, state) -> Text | None:
     if profile is None or not step.bytes_read.get("total"):
         return None
     return Text.assemble(
-        f"on {visible(profile.name)} (balance point {balance_point(profile):.0f} FLOPs/byte) "
+        f"on {visible(profile.id)} (balance point {balance_point(profile):.0f} FLOPs/byte) "
         "this pass is limited by ",
         (limit(step.intensity, profile), "bold"),
         style="dim",
