@@ -1,10 +1,11 @@
 """The base screen every stage shares: stage bar, glossary terms line, common bindings, refresh on new state.
 
-A stage subclasses `StageScreen`, sets `HEADING`, `HELP` (what the stage shows
-and how to read it) and `TERMS` (glossary keys it uses), composes its body in
-`compose_body`, and redraws from `self.state` in `refresh_view`, which runs on
-mount, when the stage comes back into view, and whenever the app's request
-state changes. Its id, label and number come from `walkthrough.screens.stages`,
+A stage subclasses `StageScreen`, sets `HEADING` and `HELP` (what the stage
+shows and how to read it), composes its body in `compose_body`, and redraws
+from `self.state` in `refresh_view`, which runs on mount, when the stage comes
+back into view, and whenever the app's request state changes. After each redraw
+the terms line lists the glossary terms the stage's text uses (`stage_text`,
+`term_words`), so a term is listed only when the screen shows it. Its id, label and number come from `walkthrough.screens.stages`,
 where it is listed once.
 """
 
@@ -21,6 +22,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from walkthrough.screens import stages
+from walkthrough.screens.stage_text import cursor_row_text, stage_text
+from walkthrough.screens.term_words import terms_in
 
 STAGE_KEYS = Binding.Group("Stage", compact=True)
 WIDE_FOOTER = 100  # columns from which the footer also shows the command palette key
@@ -52,16 +55,18 @@ class StageBar(Static):
 
 
 class TermsLine(Static):
-    """One line naming the glossary terms the stage uses (press g to read them)."""
+    """The glossary terms the stage shows now, wrapped over as many lines as they need (g opens them)."""
 
-    def __init__(self, terms: tuple[str, ...]) -> None:
+    def __init__(self) -> None:
         super().__init__(id="terms-line")
-        self.terms = terms
+        self.terms: tuple[str, ...] = ()
 
-    def on_mount(self) -> None:
-        line = Text("Terms (g): ", style="bold", no_wrap=True, overflow="ellipsis")
-        line.append(" · ".join(self.terms))
+    def show(self, terms: tuple[str, ...]) -> None:
+        self.terms = terms
+        line = Text("Terms (g): ", style="bold")
+        line.append(" · ".join(terms))
         self.update(line)
+        self.display = bool(terms)
 
 
 class StageScreen(Screen):
@@ -73,7 +78,6 @@ class StageScreen(Screen):
 
     HEADING: ClassVar[str] = ""
     HELP: ClassVar[str] = ""
-    TERMS: ClassVar[tuple[str, ...]] = ()
     CAPTION: ClassVar[str] = ""  # what happens here, in plain words: shown under the stage bar during autoplay
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -99,6 +103,7 @@ class StageScreen(Screen):
         super().__init__(id=f"stage-{self.stage.id}")
         self.TITLE = f"Stage {self.stage.number}: {self.HEADING}"
         self._stale = True
+        self._terms_pending = False
 
     @property
     def STAGE(self) -> str:  # noqa: N802 - read like the class constant it replaced
@@ -115,8 +120,7 @@ class StageScreen(Screen):
         if self.CAPTION and getattr(self.app, "walk", None) is not None:
             yield Static(self.CAPTION, id="caption", markup=False)
         yield from self.compose_body()
-        if self.TERMS:
-            yield TermsLine(self.TERMS)
+        yield TermsLine()
         yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:
@@ -149,6 +153,26 @@ class StageScreen(Screen):
     def _redraw(self) -> None:
         self._stale = False
         self.refresh_view()
+        self.refresh_terms()
+
+    def refresh_terms(self) -> None:
+        """List on the terms line the terms the stage shows, once the widgets have drawn their new content."""
+        if not self._terms_pending:
+            self._terms_pending = True
+            self.call_after_refresh(self._show_terms)
+
+    def _show_terms(self) -> None:
+        self._terms_pending = False
+        self.query_one(TermsLine).show(terms_in(stage_text(self, self.stage.label)))
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The glossary keys on the terms line now, in the order the screen shows them."""
+        return self.query_one(TermsLine).terms
+
+    def cursor_text(self) -> str:
+        """The text under the cursor (the focused table's row; stages with their own cursor override)."""
+        return cursor_row_text(self.focused)
 
     def refresh_view(self) -> None:
         """Redraw the stage from `self.state` (override)."""
@@ -172,4 +196,5 @@ class StageScreen(Screen):
     def action_glossary(self) -> None:
         from walkthrough.screens.glossary import GlossaryScreen
 
-        self.app.push_screen(GlossaryScreen(self.TERMS))
+        under = terms_in(self.cursor_text())
+        self.app.push_screen(GlossaryScreen(self.terms, select=under[0] if under else None, under=under))

@@ -44,8 +44,6 @@ class CostsScreen(StageScreen):
     HEADING = "costs"
     CAPTION = ("Costs: what this file needs on a real machine: memory, time to the "
                "first token, tokens per second.")
-    TERMS = ("memory bandwidth", "bytes read", "roofline", "arithmetic intensity", "time to first token",
-             "KV cache", "active parameters", "context length")
     HELP = """
 What this request would cost with this model file on a real machine. Decode
 reads every active weight and the whole KV cache for each token, so its speed

@@ -18,12 +18,14 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from walkthrough.screens.format import answer_ending, bar
+from walkthrough.screens.stage_text import plain
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.views import activations_line, balance_line, bytes_table, flops_line, kv_table
 from walkthrough.textsafe import safe_text, token_label
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
+ATTENTION_BELOW = Text("↓ the attention view is below: j jumps to it (or scroll)", style="italic")
 
 
 class DecodeScreen(SteppingScreen):
@@ -32,8 +34,6 @@ class DecodeScreen(SteppingScreen):
     HEADING = "decode"
     CAPTION = ("Decode: one pass per new token, and every pass reads the weights "
                "again to write one token.")
-    TERMS = ("decode", "step", "token", "expert", "active parameters", "bytes read", "memory bandwidth",
-             "KV cache", "attention", "head", "GQA")
     HELP = """
 Decode writes the answer one token per pass: the token chosen by the previous
 pass goes in, every layer runs on that one position, and the sampler picks the
@@ -46,7 +46,8 @@ The KV cache grows by one position per token and is read in full every pass.
 
 The attention view lists, for one layer and head, the earlier tokens the new
 token attended to most, with their weights. [ and ] change the layer, , and .
-change the head.
+change the head. On a small terminal it sits below the fold: a line under the
+token says so, and j jumps to it (j again: back to the top).
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -54,6 +55,7 @@ change the head.
         Binding("right_square_bracket", "layer(1)", "Next layer", group=Binding.Group("Layer", compact=True)),
         Binding("comma", "head(-1)", "Previous head", group=Binding.Group("Head", compact=True)),
         Binding("full_stop", "head(1)", "Next head", group=Binding.Group("Head", compact=True)),
+        Binding("j", "jump_attention", "Attention view", id="decode.jump", show=False),
     ]
 
     def __init__(self) -> None:
@@ -63,8 +65,35 @@ change the head.
 
     def compose_main(self) -> ComposeResult:
         yield Static(id="decode-token")
+        yield Static(ATTENTION_BELOW, id="decode-hint")
         yield Static(id="decode-reply")
         yield Static(id="decode-detail")
+        yield Static(id="decode-attention")
+
+    def on_mount(self) -> None:  # (Textual runs StageScreen.on_mount too)
+        self.watch(self.query_one("#stage-main"), "scroll_y", lambda _y: self._show_hint(), init=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._show_hint)
+
+    def _attention_below(self) -> bool:
+        """True when the attention view has content and starts below what the stage's scroll area shows."""
+        main, view = self.query_one("#stage-main"), self.query_one("#decode-attention", Static)
+        if not plain(view.content).strip():
+            return False
+        return view.virtual_region.y >= main.scroll_y + main.scrollable_content_region.height
+
+    def _show_hint(self) -> None:
+        """The hint keeps its line while the stage scrolls (so the view does not jump), shown only when needed."""
+        hint, main = self.query_one("#decode-hint"), self.query_one("#stage-main")
+        hint.display = main.max_scroll_y > 0 or self._attention_below()
+        hint.visible = self._attention_below()
+
+    def action_jump_attention(self) -> None:
+        """Scroll the attention view to the top of the stage (or, when it is there already, back to the top)."""
+        main, view = self.query_one("#stage-main"), self.query_one("#decode-attention")
+        at_view = main.scroll_y >= min(view.virtual_region.y, main.max_scroll_y) > 0
+        main.scroll_to(y=0 if at_view else view.virtual_region.y, animate=False)
 
     def refresh_view(self) -> None:
         state = self.state
@@ -82,6 +111,8 @@ change the head.
                     "enter plays on into the answer." if not state.prefill_done else "Press space to decode a token.")
             token_view.update(Text(note))
             self.query_one("#decode-detail", Static).update("")
+            self.query_one("#decode-attention", Static).update("")
+            self.call_after_refresh(self._show_hint)
             return
         step = steps[-1]
         fed = step.input_ids[0]
@@ -101,8 +132,9 @@ change the head.
                                ExpertsGrid(step, state.card.n_experts, last_token_only=True)))
         parts.append(Group(Text("bytes read", style="bold"), bytes_table(step, state.cumulative_bytes())))
         parts.append(Group(Text("KV cache", style="bold"), kv_table(step)))
-        parts.append(self._attention(step))
         self.query_one("#decode-detail", Static).update(Group(*parts))
+        self.query_one("#decode-attention", Static).update(self._attention(step))
+        self.call_after_refresh(self._show_hint)
 
     def _attention(self, step) -> Group:
         state = self.state

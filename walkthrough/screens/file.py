@@ -40,8 +40,6 @@ class FileScreen(StageScreen):
     HEADING = "the file"
     CAPTION = ("The model file on disk: its header says what the network is and how "
                "each weight is stored.")
-    TERMS = ("GGUF", "metadata", "tensor", "parameter", "quantization", "bits per weight",
-             "quant mix", "MoE", "active parameters", "GQA", "KV cache")
     HELP = """
 What is on disk before anything runs. A GGUF file is a fixed header, typed
 metadata (hyperparameters, tokenizer, chat template), a table of tensors (name,
@@ -61,7 +59,9 @@ decoded fields (scale, min, sub-block scales), every value with its code, the
 bits-per-weight arithmetic of its type, and the same values rounded to other
 types with their errors and the size the tensor and the file would have.
 
-Metadata: every key with its type and value, shown literally.
+Metadata: every key with its type and value, shown literally. A long value is
+cut with …: enter on its row opens the whole value (a template, every item of
+an array), scrollable, escape to close.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -84,6 +84,7 @@ Metadata: every key with its type and value, shown literally.
                 yield Input(placeholder="filter: name, group or type (press / )", id="tensor-filter")
                 yield DataTable(id="tensor-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Metadata", id="metadata"):
+                yield Static(Text("enter: the selected key's whole value", style="dim"), id="metadata-hint")
                 yield DataTable(id="metadata-table", cursor_type="row", zebra_stripes=True)
 
     def refresh_view(self) -> None:
@@ -150,7 +151,7 @@ Metadata: every key with its type and value, shown literally.
         table.add_columns("key", "type", "value", "bytes")
         for key, field in f.fields.items():
             table.add_row(safe_text(key), field.type_name, metadata_value(f, key),
-                          Text(human_bytes(field.end - field.offset), justify="right"))
+                          Text(human_bytes(field.end - field.offset), justify="right"), key=key)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if self.state.file is not None:
@@ -205,6 +206,10 @@ Metadata: every key with its type and value, shown literally.
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "tensor-table":
             self.action_block()
+        elif event.data_table.id == "metadata-table" and self.state.file is not None:
+            from walkthrough.screens.metadata_value import MetadataValueScreen
+
+            self.app.push_screen(MetadataValueScreen(self.state.file, event.row_key.value))
 
     def action_leave_filter(self) -> None:
         if self.query_one(TabbedContent).active == "tensors":

@@ -1,7 +1,10 @@
 """The glossary: the terms the stages use, from `glossary.json`, in a list beside the selected definition.
 
-Opened with `g` (or the command palette) from any stage; the stage's own terms
-are listed first. Related terms ("see also") are shown under each definition.
+Opened with `g` (or the command palette) from any stage. The list starts with
+the terms under the cursor (the focused table's row, the selected token), then
+the terms the stage shows now (its terms line), then every term; the first term
+under the cursor is selected, so `g` on a row opens that row's term. Related
+terms ("see also") are shown under each definition; enter follows the first.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Term:
     title: str
     text: str
     see: tuple[str, ...]
+    words: tuple[str, ...]  # what names the term on screen (`term_words`)
 
 
 @lru_cache(maxsize=1)
@@ -36,9 +40,15 @@ def load_terms() -> dict[str, Term]:
     """Every glossary term by key, in file order."""
     data = json.loads(GLOSSARY_FILE.read_text(encoding="utf-8"))
     return {
-        t["key"]: Term(t["key"], t["title"], t["text"], tuple(t.get("see", ())))
+        t["key"]: Term(t["key"], t["title"], t["text"], tuple(t.get("see", ())), tuple(t.get("words", (t["key"],))))
         for t in data["terms"]
     }
+
+
+@lru_cache(maxsize=1)
+def not_terms() -> tuple[str, ...]:
+    """Phrases holding a term's word that name no term ("output tokens" is not the output head)."""
+    return tuple(json.loads(GLOSSARY_FILE.read_text(encoding="utf-8")).get("not_terms", ()))
 
 
 def term_title(key: str) -> str:
@@ -56,18 +66,21 @@ class GlossaryScreen(ModalScreen):
         Binding("enter", "follow", "Next related", id="glossary.follow"),
     ]
 
-    def __init__(self, first: tuple[str, ...] = (), select: str | None = None) -> None:
+    def __init__(self, first: tuple[str, ...] = (), select: str | None = None, under: tuple[str, ...] = ()) -> None:
         super().__init__()
         terms = load_terms()
+        self.under = tuple(k for k in under if k in terms)
         self.first = tuple(k for k in first if k in terms)
-        self.select = select if select in terms else (self.first[0] if self.first else None)
+        self.select = select if select in terms else next(iter(self.under + self.first), None)
 
     def compose(self) -> ComposeResult:
         terms = load_terms()
         options: list[Option | None] = []
-        if self.first:
-            options.append(Option(Text("On this screen", style="bold"), disabled=True))
-            options += [Option(terms[k].title, id=f"here:{k}") for k in self.first]
+        for heading, prefix, keys in (("Under the cursor", "under:", self.under), ("On this screen", "here:", self.first)):
+            if keys:
+                options.append(Option(Text(heading, style="bold"), disabled=True))
+                options += [Option(terms[k].title, id=prefix + k) for k in keys]
+        if options:
             options.append(Option(Text("All terms", style="bold"), disabled=True))
         options += [Option(t.title, id=f"all:{t.key}") for t in sorted(terms.values(), key=lambda t: t.title.lower())]
         with Horizontal(id="glossary-box"):
@@ -85,7 +98,7 @@ class GlossaryScreen(ModalScreen):
 
     def _highlight(self, key: str) -> None:
         option_list = self.query_one(OptionList)
-        for prefix in ("here:", "all:"):
+        for prefix in ("under:", "here:", "all:"):
             try:
                 option_list.highlighted = option_list.get_option_index(prefix + key)
                 return

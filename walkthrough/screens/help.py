@@ -1,4 +1,4 @@
-"""Help for the current stage: what it shows, how to read it, and every key it answers to."""
+"""Help for the current stage: what it shows and how to read it first, then every key it answers to."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
+
+
+GLOSSARY_NOTE = (
+    "The terms line above the footer lists the glossary terms this screen shows. g opens the glossary at the "
+    "term under the cursor (the selected row of a table, the selected token), then lists the terms on this "
+    "screen, then all of them: up / down choose, enter follows a related term, escape closes."
+)
 
 
 def _key_label(key: str) -> str:
@@ -55,6 +62,8 @@ class HelpScreen(ModalScreen):
         keys.add_row("ctrl+p", "command palette: every action by name")
         box = Table.grid()
         box.add_row(Text(f"{title}", style="bold"))
+        box.add_row(text)  # what the stage shows first: the keys are what a reader looks up after
+        box.add_row(Text("\nKeys", style="bold"))
         box.add_row(keys)
-        box.add_row(text)
+        box.add_row(Text("\n" + GLOSSARY_NOTE))
         self.query_one("#help-text", Static).update(box)

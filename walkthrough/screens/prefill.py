@@ -32,8 +32,6 @@ class PrefillScreen(SteppingScreen):
     HEADING = "prefill"
     CAPTION = ("Prefill: the whole prompt goes through the model in a few large "
                "passes that fill the KV cache.")
-    TERMS = ("prefill", "chunk", "step", "KV cache", "MoE", "router", "expert", "FLOPs",
-             "bytes read", "arithmetic intensity", "roofline")
     HELP = """
 Prefill runs the whole prompt through the model before the first new token can
 be chosen. The prompt is cut into chunks; each chunk is one pass through every

@@ -41,7 +41,6 @@ class SamplingScreen(SteppingScreen):
     HEADING = "sampling"
     CAPTION = ("Sampling: the scores for the next token become probabilities, and a "
                "seeded draw picks one.")
-    TERMS = ("logits", "sampling", "temperature", "greedy", "top-k", "top-p", "min-p", "seed")
     HELP = """
 The last pass ends with one score (logit) per vocabulary token. The sampler
 turns them into a choice, in llama.cpp's order: top-k keeps the k best, top-p

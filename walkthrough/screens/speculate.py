@@ -104,7 +104,6 @@ class SpeculateScreen(StageScreen):
     HEADING = "speculative decoding"
     CAPTION = ("Speculative decoding: cheap guesses are checked in one pass, so one "
                "read of the weights can give several tokens.")
-    TERMS = ("speculative decoding", "draft", "acceptance rate", "decode", "bytes read", "expert")
     HELP = """
 Decoding reads every weight it uses to write one token. Speculative decoding
 guesses several tokens cheaply and checks them all in one pass, so one read of

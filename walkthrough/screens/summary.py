@@ -23,7 +23,6 @@ class SummaryScreen(StageScreen):
     HEADING = "summary"
     CAPTION = ("Summary: the whole request, from the file on disk to the last token, "
                "and what each stage cost.")
-    TERMS = ("GGUF", "chat template", "token", "prefill", "decode", "sampling", "bytes read", "KV cache", "perplexity")
     HELP = """
 The whole request in one table: the file, the chat, the tokens, the prefill
 passes, the decoded tokens, the sampler, and the reply. Every figure is from

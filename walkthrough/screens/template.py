@@ -62,7 +62,6 @@ class TemplateScreen(StageScreen):
     HEADING = "the chat template"
     CAPTION = ("The chat becomes one text, written by the model's own template with "
                "its special markers.")
-    TERMS = ("message", "chat template", "special token", "token", "GGUF")
     HELP = """
 A chat model is trained on conversations written in one exact format. The chat
 template, a small Jinja program stored in the GGUF file, writes the list of

@@ -7,6 +7,7 @@ id, stored bytes, specialness and message are shown under the counts.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from rich.table import Table
@@ -21,6 +22,7 @@ from walkthrough.screens.views import token_style
 from walkthrough.textsafe import safe_text, token_label
 
 CURSOR_STYLE = "bold reverse yellow"
+BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # a byte-fallback token's piece
 TOKEN_KEYS = Binding.Group("Token", compact=True)  # the cursor keys, one footer entry
 
 
@@ -30,7 +32,6 @@ class TokensScreen(StageScreen):
     HEADING = "tokens"
     CAPTION = ("That text is cut into tokens by the model's own vocabulary; the model "
                "only ever sees these ids.")
-    TERMS = ("token", "tokenizer", "vocabulary", "BPE", "special token", "chat template")
     HELP = """
 The model never sees characters: the tokenizer from the file cuts the rendered
 prompt into tokens, each a number (its id) in the vocabulary. Pieces alternate
@@ -70,6 +71,15 @@ it came from are shown above the strip.
         yield Static(id="token-selected")
         with VerticalScroll(id="token-strip-box"):
             yield Static(id="token-strip")
+
+    def cursor_text(self) -> str:
+        """What the selected token is, in glossary words: a byte token, a special token or a token."""
+        chat = self.state.chat
+        if chat is None or not chat.tokens:
+            return ""
+        token = chat.tokens[self.cursor]
+        kind = "special token" if token.special else "token"
+        return f"byte token {kind}" if BYTE_PIECE.fullmatch(token.piece) else kind
 
     def refresh_view(self) -> None:
         state = self.state

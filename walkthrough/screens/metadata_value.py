@@ -1,0 +1,69 @@
+"""One metadata value in full, over the File stage: the text the metadata table cuts with "…".
+
+Opened with enter on a row of File -> Metadata; escape closes, the arrow and
+page keys scroll. A string is shown whole (up to `MAX_CHARS`), line breaks kept;
+an array one item per line, numbered (up to `MAX_ITEMS`, saying how many more
+there are). Values are data from the file: shown through `textsafe.visible`,
+never as markup.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.metadata import array_items, json_scalar
+from walkthrough.textsafe import safe_text, visible
+
+MAX_CHARS = 200_000  # a string longer than this is shown up to here (a chat template is a few KiB)
+MAX_ITEMS = 2_000  # array items listed
+
+
+def value_text(f: GGUFFile, key: str) -> Text:
+    """The key's heading and its whole value as literal text."""
+    field = f.fields[key]
+    text = Text.assemble(safe_text(key, "bold"), f"  {field.type_name}")
+    if field.is_array:
+        shown = min(field.count, MAX_ITEMS)
+        text.append(f", {field.count:,} items" + (f" (the first {shown:,} listed)" if shown < field.count else "")
+                    + "\n\n")
+        width = len(str(shown - 1))
+        for i, item in enumerate(array_items(f, key, shown)):
+            text.append(f"{i:>{width}}  ", style="dim")
+            text.append(visible(item if isinstance(item, str) else repr(item)) + "\n")
+        return text
+    value = json_scalar(field.scalar)
+    if not isinstance(value, str):
+        return text.append(f"\n\n{value!r}")
+    cut = len(value) > MAX_CHARS
+    text.append(f", {len(value):,} characters" + (f" (the first {MAX_CHARS:,} shown)" if cut else "") + "\n\n")
+    text.append(visible(value[:MAX_CHARS], keep_newlines=True))
+    return text
+
+
+class MetadataValueScreen(ModalScreen):
+    """A metadata key's whole value, scrollable."""
+
+    CSS_PATH = "help.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,enter", "dismiss", "Close", id="metadata.close"),
+    ]
+
+    def __init__(self, f: GGUFFile, key: str) -> None:
+        super().__init__()
+        self.file, self.key = f, key
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(value_text(self.file, self.key), id="metadata-value")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#help-box").focus()
