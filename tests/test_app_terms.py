@@ -15,7 +15,7 @@ from walkthrough.screens import stages
 from walkthrough.screens.base import TermsLine
 from walkthrough.screens.glossary import GlossaryScreen, load_terms
 from walkthrough.screens.help import HelpScreen, unwrap
-from walkthrough.screens.metadata_value import MetadataValueScreen
+from walkthrough.screens.metadata_value import MAX_BYTES, MetadataValueScreen
 from walkthrough.textsafe import visible
 
 DENSE = "ref-qwen2-f32.gguf"
@@ -159,8 +159,11 @@ async def test_help_opens_on_the_explanation(fixtures_dir, size):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_enter_opens_a_long_metadata_value_whole(fixtures_dir, tmp_path, size):
-    hostile = "line one\n\x1b]0;pwned\x07 [bold]not markup[/bold] " + "long value " * 200 + "THE END"
-    path = copy_gguf(fixtures_dir / "reference" / DENSE, tmp_path / "long.gguf", {"general.description": hostile})
+    # 77 KB: over the reader's eager limit (read on demand), under the view's 256 KiB: shown whole
+    hostile = "line one\n\x1b]0;pwned\x07 [bold]not markup[/bold] " + "long value " * 7000 + "THE END"
+    huge = "y" * (MAX_BYTES + 1000) + "TAIL"
+    path = copy_gguf(fixtures_dir / "reference" / DENSE, tmp_path / "long.gguf",
+                     {"general.description": hostile, "general.notes": huge})
     app = app_for(path)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
@@ -179,6 +182,13 @@ async def test_enter_opens_a_long_metadata_value_whole(fixtures_dir, tmp_path, s
         await pilot.press("end")
         await pilot.press("escape")
         assert app.screen.query_one("#metadata-table") is table
+        table.move_cursor(row=keys.index("general.notes"))
+        await pilot.press("enter")
+        await pilot.pause()
+        shown = app.screen.query_one("#metadata-value", Static).content.plain
+        assert f"{len(huge):,} bytes (the first {MAX_BYTES:,} shown)" in shown and "TAIL" not in shown
+        assert shown.endswith("y" * 100)
+        await pilot.press("escape")
         vocab = keys.index("tokenizer.ggml.tokens")
         table.move_cursor(row=vocab)
         await pilot.press("enter")

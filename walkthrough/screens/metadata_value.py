@@ -1,7 +1,8 @@
 """One metadata value in full, over the File stage: the text the metadata table cuts with "…".
 
 Opened with enter on a row of File -> Metadata; escape closes, the arrow and
-page keys scroll. A string is shown whole (up to `MAX_CHARS`), line breaks kept;
+page keys scroll. A string is shown whole (up to `MAX_BYTES`: a longer one, which
+the reader leaves unread on open, is shown from a bounded head), line breaks kept;
 an array one item per line, numbered (up to `MAX_ITEMS`, saying how many more
 there are). Values are data from the file: shown through `textsafe.visible`,
 never as markup.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
+from gguf.constants import GGUFValueType
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -22,7 +24,7 @@ from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.metadata import array_items, json_scalar
 from walkthrough.textsafe import safe_text, visible
 
-MAX_CHARS = 200_000  # a string longer than this is shown up to here (a chat template is a few KiB)
+MAX_BYTES = 256 * 1024  # a string longer than this is shown up to here (a chat template is a few KiB)
 MAX_ITEMS = 2_000  # array items listed
 
 
@@ -39,12 +41,11 @@ def value_text(f: GGUFFile, key: str) -> Text:
             text.append(f"{i:>{width}}  ", style="dim")
             text.append(visible(item if isinstance(item, str) else repr(item)) + "\n")
         return text
-    value = json_scalar(field.scalar)
-    if not isinstance(value, str):
-        return text.append(f"\n\n{value!r}")
-    cut = len(value) > MAX_CHARS
-    text.append(f", {len(value):,} characters" + (f" (the first {MAX_CHARS:,} shown)" if cut else "") + "\n\n")
-    text.append(visible(value[:MAX_CHARS], keep_newlines=True))
+    if field.type != GGUFValueType.STRING:
+        return text.append(f"\n\n{json_scalar(field.scalar)!r}")
+    value, cut = f.string_head(key, MAX_BYTES)
+    text.append(f", {field.nbytes:,} bytes" + (f" (the first {MAX_BYTES:,} shown)" if cut else "") + "\n\n")
+    text.append(visible(value, keep_newlines=True))
     return text
 
 
