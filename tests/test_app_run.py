@@ -71,7 +71,7 @@ async def test_decode_shows_the_pass_intensity_and_strongest_attention(fixtures_
         assert f"intensity {step.flops / step.bytes_read['total']:.1f} FLOPs/byte" in figures
         row = next(layer for layer in step.layers if layer.attention is not None).attention[0]  # layer 0, head 1
         strongest = max(range(len(row)), key=lambda pos: (row[pos], -pos))
-        detail = widget_text(app.screen.query_one("#decode-detail")).splitlines()
+        detail = widget_text(app.screen.query_one("#decode-attention")).splitlines()
         title = next(i for i, line in enumerate(detail) if line.startswith("attention layer"))
         first_row = detail[title + 2].split()  # under the column headers
         assert first_row[0] == str(strongest) and f"{row[strongest]:.3f}" in first_row

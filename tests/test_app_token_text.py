@@ -73,7 +73,7 @@ async def test_whitespace_tokens_are_signed_on_every_stage(size):
         step = app.state.last_step
         layer = next(t for t in step.layers if t.attention is not None)  # the view opens on its first layer, head 1
         tokens = app.state.session_tokens(layer.attention.shape[1])
-        detail = widget_text(app.screen.query_one("#decode-detail")).splitlines()
+        detail = widget_text(app.screen.query_one("#decode-attention")).splitlines()
         title = next(i for i, text in enumerate(detail) if text.startswith("attention layer"))
         for row, (pos, _) in zip(detail[title + 2:], layer.most_attended(0, 8)):
             cells = row.split()
