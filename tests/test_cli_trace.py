@@ -183,3 +183,14 @@ def test_speculative_options_fail_in_one_line(capsys, args, message):
     assert main(["trace", str(QWEN2), "--ids", "1,2,3", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_timings_say_which_engine_ran_the_passes(capsys):
+    from walkthrough.engine.measured import measured_here
+    from walkthrough.engine.model import Model
+
+    assert main(["trace", str(QWEN2), "--prompt", "hi", "--steps", "2", "--chunk", "4"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith(("prefill:", "decode:"))]
+    assert lines[0].startswith("prefill: ") and lines[1].startswith("decode: 1 token in ")  # --steps 2: one decode
+    assert all(line.endswith(f"({measured_here(Model.engine)})") for line in lines) and len(lines) == 2

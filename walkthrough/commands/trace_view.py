@@ -38,6 +38,7 @@ from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.model import Model
+from walkthrough.engine.measured import measured_here
 from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
@@ -130,7 +131,8 @@ def print_trace(
     for phase, (tokens, seconds) in totals.items():
         if tokens:
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
-            console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate}")
+            console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate} "
+                          f"({measured_here(steps[0].engine)})")
     if speculative:
         for line in round_lines(steps, card):
             console.print(line)
@@ -176,7 +178,8 @@ def round_lines(steps: list[Step], card) -> list[str]:
     if stats.experts_woken is not None:
         lines.append(f"experts woken per MoE layer by a verification pass: {stats.experts_woken:.1f} of "
                      f"{card.n_experts} (one decoded token wakes {card.n_experts_used})")
-    lines.append(f"time per round: {stats.seconds_per_round * 1000:.1f} ms (drafting and verification)")
+    lines.append(f"time per round: {stats.seconds_per_round * 1000:.1f} ms (drafting and verification, "
+                 f"{measured_here(steps[0].engine)})")
     return lines
 
 

@@ -17,6 +17,11 @@ KV entries touched). From them:
 realistic figures, row by row, for the Costs stage and `walkthrough estimate` /
 `walkthrough bench`. Example: 3 decode passes of 0.5 s reading 1 GB each ->
 2 tokens/s and 2 GB/s, 25% of an 8 GB/s profile.
+
+Where measured and modelled figures meet they say whose they are, in the words of
+`measured_here` (the engine that ran the passes, from the Steps) and
+`modelled_for` (the hardware profile): "measured here, numpy engine",
+"modelled for cpu-here".
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def curve_table(curve: Curve) -> Table:
 
 def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
     """Every profile: memory, bandwidth, verdict, decode ceiling and realistic, first token, chips."""
-    table = Table(box=None, padding=(0, 1), show_edge=False, title=f"every machine, by {sort_key} (s sorts)",
+    table = Table(box=None, padding=(0, 1), show_edge=False, title=f"every machine, modelled, by {sort_key} (s sorts)",
                   title_justify="left")
     table.add_column("machine", overflow="fold")
     for name in ("memory", "GB/s", "fits", "ceiling", "decode", "1st token"):
