@@ -53,7 +53,11 @@ class WalkthroughApp(App):
     """One request, stage by stage."""
 
     TITLE = "walkthrough"
-    CSS_PATH = "screens/app.tcss"
+    # Every stylesheet at start, the global one first: a screen's own sheet loaded on its first visit would reparse
+    # all CSS and restyle every screen already made (then again on each return to them), about 0.3 s a stage.
+    CSS_PATH: ClassVar[list[str | Path]] = ["screens/app.tcss", *sorted(
+        f"screens/{sheet.name}" for sheet in (Path(__file__).parent / "screens").glob("*.tcss")
+        if sheet.name != "app.tcss")]
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (110, "-wide")]
     # Reached only when the stage's own key for the action is disabled (check_action): say what to do instead.
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -19,8 +19,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.heatmap import heat_map, legend
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
@@ -55,7 +56,7 @@ class AttentionScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="attention-view")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.show()

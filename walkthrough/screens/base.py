@@ -19,9 +19,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from walkthrough.screens import stages
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.stage_text import cursor_row_text, stage_text
 from walkthrough.screens.term_words import terms_in
 
@@ -104,6 +105,10 @@ class StageScreen(Screen):
         self.TITLE = f"Stage {self.stage.number}: {self.HEADING}"
         self._stale = True
         self._terms_pending = False
+        # The app reads every stylesheet at start (WalkthroughApp.CSS_PATH), so a new stage is styled when it
+        # mounts. Textual's switch_mode reparses all CSS and restyles every screen, twice, on a screen's first
+        # visit unless the screen is marked as having seen the app's current CSS (Textual 8's private counter).
+        self._css_update_count = self.app._css_update_count
 
     @property
     def STAGE(self) -> str:  # noqa: N802 - read like the class constant it replaced
@@ -121,7 +126,7 @@ class StageScreen(Screen):
             yield Static(self.CAPTION, id="caption", markup=False)
         yield from self.compose_body()
         yield TermsLine()
-        yield Footer(compact=True)
+        yield KeysFooter(compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()
@@ -144,7 +149,7 @@ class StageScreen(Screen):
 
     def on_resize(self) -> None:
         # At 80 columns the stage's keys need the footer's room; ctrl+p is listed in the help.
-        self.query_one(Footer).show_command_palette = self.size.width >= WIDE_FOOTER
+        self.query_one(KeysFooter).show_command_palette = self.size.width >= WIDE_FOOTER
 
     def _status_changed(self, _status: str) -> None:
         status = " · ".join(s for s in (self.app.pass_status, self.app.status) if s)

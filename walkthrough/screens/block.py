@@ -16,13 +16,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import round_block
 from walkthrough.screens.block_view import block_heading, block_tables
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.textsafe import safe_text
 
 
@@ -45,7 +46,7 @@ class BlockScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(id="block-view")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.show()

@@ -12,9 +12,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Label, TextArea
+from textual.widgets import Input, Label, TextArea
 
 from walkthrough.inspect.template import content_text
+from walkthrough.screens.footer import KeysFooter
 
 ROLES = ("system", "user", "assistant")
 
@@ -39,7 +40,7 @@ class MessageEditor(ModalScreen[dict | None]):
             yield Input(self.message.get("role", "user"), placeholder="role: system, user or assistant",
                         id="editor-role")
             yield TextArea(content_text(self.message.get("content")), id="editor-content", soft_wrap=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(TextArea).focus()

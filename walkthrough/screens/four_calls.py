@@ -26,10 +26,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
@@ -110,7 +111,7 @@ class FourCallsScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="calls-box"):
             yield Static(id="calls-text")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.action_replay()

@@ -20,8 +20,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
+
+from walkthrough.screens.footer import KeysFooter
 
 GLOSSARY_FILE = Path(__file__).with_name("glossary.json")
 
@@ -87,7 +89,7 @@ class GlossaryScreen(ModalScreen):
             yield OptionList(*options, id="glossary-list")
             with VerticalScroll(id="glossary-text-box"):
                 yield Static(id="glossary-text")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         option_list = self.query_one(OptionList)

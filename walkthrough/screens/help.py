@@ -11,7 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
+
+from walkthrough.screens.footer import KeysFooter
 
 
 GLOSSARY_NOTE = (
@@ -43,7 +45,7 @@ class HelpScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(id="help-text")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         title = getattr(self.stage, "TITLE", "") or type(self.stage).__name__
