@@ -25,6 +25,7 @@ from walkthrough.inspect.tensors import tensor_layer
 from walkthrough.screens.file_view import params_table, quant_mix_table
 from walkthrough.screens.format import human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
+from walkthrough.words import count
 
 MAX_VALUE_CHARS = 120  # metadata values are cut to this in the table (chat templates are printed whole)
 MAX_KEY_WIDTH = 36  # metadata keys and tensor names up to this long stay on one line
@@ -81,7 +82,7 @@ def summary_table(f: GGUFFile, card: ModelCard) -> Table:
     shards = f" in {len(f.paths)} shards" if len(f.paths) > 1 else ""
     table.add_row("file", safe_text(str(f.path)))
     table.add_row("size", f"{human_bytes(f.file_size)} ({f.file_size:,} bytes){shards}, GGUF v{f.version}, "
-                          f"{len(f.fields)} metadata keys, {card.n_tensors} tensors")
+                          f"{count(len(f.fields), 'metadata key')}, {count(card.n_tensors, 'tensor')}")
     table.add_row("architecture", safe_text(card.architecture))
     table.add_row("name", safe_text(card.name) if card.name is not None else "?")
     share = f" ({card.active_share:.1%})" if card.active_share is not None else ""

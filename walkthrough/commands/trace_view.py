@@ -90,7 +90,7 @@ def print_trace(
     card = model.card
     hybrid = "linear" in model.config.mixers
     if header:
-        console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {card.n_layers} layers, "
+        console.print(safe_text(f"{card.name or model.file.path.name}: {card.architecture}, {count(card.n_layers or 0, 'layer')}, "
                                 f"{card.n_experts or 'no'} experts"
                                 f"{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
         if set(model.config.mixers) != {"full"}:
@@ -166,7 +166,8 @@ def round_lines(steps: list[Step], card) -> list[str]:
     stats = round_stats(steps)
     first = next(s.draft for s in steps if s.draft is not None)
     lines = [
-        f"speculative ({first.drafter}, up to {first.k} drafts): {stats.rounds} rounds, {stats.drafted} drafted, "
+        f"speculative ({first.drafter}, up to {count(first.k, 'draft')}): {count(stats.rounds, 'round')}, "
+        f"{stats.drafted} drafted, "
         f"{stats.accepted} accepted: alpha {stats.alpha:.2f}",
         f"tokens per round: {stats.tokens_per_round:.2f} measured, {stats.expected_per_round:.2f} expected at "
         f"alpha {stats.alpha:.2f}",
@@ -221,7 +222,7 @@ def _cache_lines(step: Step) -> list[str]:
     """What each kind of layer keeps after the last pass, from its layer records."""
     full = [t for t in step.layers if t.mixer != "linear"]
     linear = [t for t in step.layers if t.mixer == "linear"]
-    kv = f"KV cache: full attention ({_layer_list([t.index for t in full], 'layer')}): {step.kv_len} rows"
+    kv = f"KV cache: full attention ({_layer_list([t.index for t in full], 'layer')}): {count(step.kv_len, 'row')}"
     state = f"fixed state: linear attention ({_layer_list([t.index for t in linear], 'layer')})"
     return [f"{kv}, {human_bytes(step.kv_bytes)}, a row more per token",
             f"{state}: {human_bytes(step.state_bytes)}, the same every pass"]

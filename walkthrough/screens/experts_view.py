@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.engine.layer_groups import lit_per_cell, per_cell, ranges_text
+from walkthrough.words import count
 
 LIT, DIM, MANY = "\u2588", "\u00b7", "+"
 CELL_STYLE = {LIT: "bold green", DIM: "dim", MANY: "bold reverse green"}
@@ -69,7 +70,7 @@ class ExpertsGrid:
             room = self.max_height - self._lines(console, options, legend)
             for shown in range(max(room - 1, 1), 0, -1):  # the note on the layers left out may wrap
                 hidden = [int(label[1:]) for label, _, _ in rows[shown:]]
-                more = Text(f"L{ranges_text(hidden)} not shown ({len(hidden)} layers)", style="dim")
+                more = Text(f"L{ranges_text(hidden)} not shown ({count(len(hidden), 'layer')})", style="dim")
                 if shown + self._lines(console, options, more) <= room:
                     break
             rows = rows[:shown]

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from walkthrough.screens.format import bar, human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
+from walkthrough.words import count
 
 LAYOUT_LABELS = {
     "header": "fixed header",
@@ -137,7 +138,7 @@ def overview(f, card, engine_note: Text) -> Group:
     shards = f" in {len(f.paths)} shards" if len(f.paths) > 1 else ""
     head.append(
         f"  {human_bytes(f.file_size)}{shards}, GGUF v{f.version}, "
-        f"{len(f.fields)} metadata keys, {len(f.tensors)} tensors, alignment {f.alignment}"
+        f"{count(len(f.fields), 'metadata key')}, {count(len(f.tensors), 'tensor')}, alignment {f.alignment}"
     )
     share = f" ({card.active_share:.0%})" if card.active_share is not None else ""
     params = Text()

@@ -9,6 +9,7 @@ Example: human_bytes(1536) -> "1.5 KiB", human_count(294080) -> "294.1 K"
 from __future__ import annotations
 
 from walkthrough.units import binary_bytes as human_bytes  # screens other than Costs write bytes in binary units
+from walkthrough.words import count
 
 __all__ = ["answer_ending", "bar", "human_bytes", "human_count", "show"]
 
@@ -46,5 +47,5 @@ def answer_ending(state) -> str:
     if not state.finished:
         return ""
     if state.capped:
-        return f"token cap reached: {state.max_new_tokens} tokens, --max-tokens"
+        return f"token cap reached: {count(state.max_new_tokens, 'token')}, --max-tokens"
     return "the model ended its turn"

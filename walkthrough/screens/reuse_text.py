@@ -67,7 +67,7 @@ def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:
                      f"new {_token(piece, c.new_id)} ({c.new_origin}): {c.words}")
     if r.checkpoint is not None or turn.checkpoints:
         used = f"restored the checkpoint at {r.checkpoint}; " if r.checkpoint is not None else ""
-        lines.append(f"  recurrent state: {used}{turn.checkpoints} checkpoints kept, "
+        lines.append(f"  recurrent state: {used}{count(turn.checkpoints, 'checkpoint')} kept, "
                      f"{human_bytes(turn.checkpoint_bytes)}")
     cost = turn.cost
     line = (f"  first token in {_ms(cost.seconds)}: {cost.flops / 1e6:,.0f} MFLOP, "
@@ -82,7 +82,7 @@ def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:
 
 
 def summary_lines(s: Summary) -> list[str]:
-    line = (f"{s.turns} requests: {s.prompt_tokens} prompt tokens, {s.reused} reused, {s.computed} computed; "
+    line = (f"{count(s.turns, 'request')}: {count(s.prompt_tokens, 'prompt token')}, {s.reused} reused, {s.computed} computed; "
             f"first tokens in {_ms(s.seconds)} in all")
     if s.seconds_without_reuse is not None:
         line += (f" ({_ms(s.seconds_without_reuse)} without reuse; "

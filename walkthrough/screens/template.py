@@ -29,6 +29,7 @@ from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
 from walkthrough.screens.reuse_text import first_token_lines, reuse_lines
 from walkthrough.screens.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
+from walkthrough.words import count
 
 VIEWS = ("messages", "source", "rendered")
 MESSAGE_STYLES = ("cyan", "green", "yellow", "magenta")  # text of message i, cycling
@@ -127,7 +128,7 @@ own text dimmed. v switches between the three views.
         )
         rendered = self.query_one("#template-rendered", Static)
         if state.chat is not None:
-            header = Text(f"{len(state.chat.text)} characters; special tokens reversed, messages in colour",
+            header = Text(f"{count(len(state.chat.text), 'character')}; special tokens reversed, messages in colour",
                           style="italic")
             warnings = [Text(f"note: {visible(w)}", style="yellow") for w in state.chat.warnings]
             rendered.update(Group(header, *warnings, rendered_text(state.chat)))
