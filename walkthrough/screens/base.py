@@ -135,15 +135,15 @@ class StageScreen(Screen):
         self.watch(self.app, "state_changed", self._state_changed, init=False)
         self.watch(self.app, "status", self._status_changed)
         self.watch(self.app, "pass_status", self._status_changed)
-        self._redraw()
+        self.redraw()
 
     def on_screen_resume(self) -> None:
         if self._stale:
-            self._redraw()
+            self.redraw()
 
     def _state_changed(self, _fields: frozenset[str]) -> None:
         if self.app.screen is self:
-            self._redraw()
+            self.redraw()
         else:
             self._stale = True
 
@@ -155,7 +155,8 @@ class StageScreen(Screen):
         status = " · ".join(s for s in (self.app.pass_status, self.app.status) if s)
         self.query_one(StageBar).show(status)
 
-    def _redraw(self) -> None:
+    def redraw(self) -> None:
+        """Redraw the stage and then its terms line (call this, not `refresh_view`, after changing a view)."""
         self._stale = False
         self.refresh_view()
         self.refresh_terms()

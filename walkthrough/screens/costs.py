@@ -291,5 +291,5 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def _changed(self) -> None:
         """Redraw this stage (the knobs and views are this screen's own, not the request's)."""
-        self.refresh_view()
+        self.redraw()
         self.refresh_bindings()

@@ -161,11 +161,11 @@ token says so, and j jumps to it (j again: back to the top).
 
     def action_layer(self, delta: int) -> None:
         self.attn_layer += delta
-        self.refresh_view()
+        self.redraw()
 
     def action_head(self, delta: int) -> None:
         self.attn_head += delta
-        self.refresh_view()
+        self.redraw()
 
     def autoplay_step(self) -> bool:
         return self.step_until(self.state.finished)

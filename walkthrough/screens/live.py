@@ -42,6 +42,12 @@ class LivePanel(Static):
         self.redraw()
 
     def redraw(self) -> None:
+        self._draw()
+        refresh_terms = getattr(self.screen, "refresh_terms", None)
+        if refresh_terms is not None:  # the panel is part of the stage's text: its terms line follows it
+            refresh_terms()
+
+    def _draw(self) -> None:
         state = self.app.state
         step = state.last_step
         if step is None:

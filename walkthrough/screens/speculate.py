@@ -207,7 +207,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         else:
             self.rounds.append(message.step)
             self.finished = message.step.stopped
-        self.refresh_view()
+        self.redraw()
         if self.playing and not self.finished and not self.error:
             self._next_round()
         else:
@@ -224,7 +224,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
 
     def action_restart(self) -> None:
         self._restart()
-        self.refresh_view()
+        self.redraw()
 
     def action_drafts(self, delta: int) -> None:
         self.k = min(MAX_DRAFTS, max(1, self.k + delta))

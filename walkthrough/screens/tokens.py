@@ -138,7 +138,7 @@ it came from are shown above the strip.
 
     def action_move(self, delta: int) -> None:
         self.cursor += delta
-        self.refresh_view()
+        self.redraw()
         self._follow_cursor()
 
     def _follow_cursor(self) -> None:
@@ -153,9 +153,9 @@ it came from are shown above the strip.
 
     def action_jump(self, where: int) -> None:
         self.cursor = where if where >= 0 else len(self.state.chat.tokens) - 1 if self.state.chat else 0
-        self.refresh_view()
+        self.redraw()
         self._follow_cursor()
 
     def action_toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
-        self.refresh_view()
+        self.redraw()
