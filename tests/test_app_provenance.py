@@ -64,6 +64,7 @@ async def test_measured_and_modelled_figures_say_whose_they_are(fixtures_dir, si
         assert comparison_title(state.profile, state.measured()) in costs
         assert f"counted by the {engine} engine" in costs
         assert modelled_for(state.profile) in text_of(app, "#costs-table")
+        assert text_of(app, "#costs-curves").count(modelled_for(state.profile)) >= 3  # first token, decode, users
 
 
 @PARAMS

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from walkthrough.engine.budget import NO_FIT, compute_buffer_bytes, memory_plan
 from walkthrough.engine.costs import decode, prefill, users_table
 from walkthrough.engine.hardware import Profile
+from walkthrough.engine.measured import modelled_for
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0")
@@ -95,7 +96,7 @@ def ttft_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: st
     for x in xs:
         plan = memory_plan(card, hw, x, cache_type)
         ys.append(0.0 if plan.verdict == NO_FIT else prefill(card, hw, x, plan.placement).seconds.value)
-    return Curve("time to first token vs prompt", "prompt (tokens)", "s", xs,
+    return Curve(f"time to first token vs prompt, {modelled_for(hw)}", "prompt (tokens)", "s", xs,
                  (Series(f"first token on {hw.id}", "s", tuple(ys)),))
 
 
@@ -111,7 +112,7 @@ def decode_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: 
         d = decode(card, hw, x, cache_type, plan.placement)
         ceiling.append(d.ceiling.value)
         real.append(d.tokens_per_s.value)
-    return Curve(f"decode vs context ({cache_type} cache)", "context (tokens)", "tokens/s", xs,
+    return Curve(f"decode vs context ({cache_type} cache), {modelled_for(hw)}", "context (tokens)", "tokens/s", xs,
                  (Series("ceiling", "tokens/s", tuple(ceiling)), Series("realistic", "tokens/s", tuple(real))))
 
 
@@ -122,5 +123,5 @@ def users_curve(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
     xs = tuple(r.users for r in rows) or (1,)
     each = tuple(r.per_user.value for r in rows) or (0.0,)
     total = tuple(r.total.value for r in rows) or (0.0,)
-    return Curve(f"users at {context:,} tokens each", "users", "tokens/s", xs,
+    return Curve(f"users at {context:,} tokens each, {modelled_for(hw)}", "users", "tokens/s", xs,
                  (Series("each", "tokens/s", each), Series("in all", "tokens/s", total)))
