@@ -87,7 +87,7 @@ class ExpertsGrid:
 
     @staticmethod
     def _lines(console: Console, options: ConsoleOptions, text: Text) -> int:
-        return len(console.render_lines(text, options, pad=False))
+        return len(text.wrap(console, options.max_width))
 
     def legend(self, k: int, used: set[str]) -> str:
         """Each glyph in `used` (and only those) with what it means here.

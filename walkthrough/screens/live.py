@@ -5,8 +5,8 @@ wide screen it is a column on the right, its sections one under another; on a
 narrow one (80 columns) it sits under the stage in a short strip whose
 sections stand side by side.
 
-The next-token candidates are never pushed out: the panel measures each
-section at its width and keeps, in this order, the candidates, the KV cache
+The next-token candidates are never pushed out: the panel counts each
+section's lines at its width and keeps, in this order, the candidates, the KV cache
 and bytes read figures, the KV cache by layer (layers that keep the same
 grouped, `views.kv_table`) and, in the lines left, the experts grid (fitted
 to its width by `experts_view.ExpertsGrid`, layers beyond its height named
@@ -22,7 +22,7 @@ from textual.widgets import Static
 
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.format import human_bytes
-from walkthrough.screens.views import candidates_table, kv_table
+from walkthrough.screens.views import candidates_table, kv_table, kv_table_height
 from walkthrough.words import count
 
 WIDE_ENOUGH = 60  # columns from which the sections are laid side by side
@@ -61,17 +61,19 @@ class LivePanel(Static):
             ("bytes read\n", "bold"), f"{human_bytes(step.bytes_read.get('total', 0))} this pass\n",
             f"{human_bytes(state.cumulative_bytes().get('total', 0))} in all",
         )
-        candidates = Group(Text("next token", style="bold"), candidates_table(state, step, CANDIDATES, PIECE_CHARS))
-        layers = Group(Text("KV cache by layer", style="bold"), kv_table(step))
         width, height = self.size.width, self.size.height
+        candidates = Group(Text("next token", style="bold"), candidates_table(state, step, CANDIDATES, PIECE_CHARS))
+        candidates_lines = 2 + min(CANDIDATES, len(step.logits))  # title, header, rows: short cells do not wrap
+        figures = Group(kv, read)
+        figures_lines = sum(len(t.wrap(self.app.console, max(width, 1))) for t in (kv, read))
+        layers = Group(Text("KV cache by layer", style="bold"), kv_table(step))
+        layers_lines = 1 + kv_table_height(step, width)
         if width >= WIDE_ENOUGH:
-            self.update(self._side_by_side(Group(kv, read), layers, candidates, width, height))
+            column = figures if figures_lines + layers_lines > height else Group(figures, layers)
+            self.update(self._side_by_side(column, candidates, height))
         else:
-            self.update(self._stacked([Group(kv, read), layers], candidates, width, height))
-
-    def _lines(self, renderable: RenderableType, width: int) -> int:
-        console = self.app.console
-        return len(console.render_lines(renderable, console.options.update_width(max(width, 1)), pad=False))
+            self.update(self._stacked([(figures, figures_lines), (layers, layers_lines)], candidates,
+                                      height - candidates_lines))
 
     def _experts(self, max_height: int) -> Group | None:
         """The experts grid in `max_height` lines (title included); None for a dense model or too few lines."""
@@ -84,25 +86,19 @@ class LivePanel(Static):
         return Group(Text(title, style="bold"), ExpertsGrid(step, state.card.n_experts, last_token_only=one_token,
                                                             counts=False, max_height=max_height - 1))
 
-    def _stacked(self, sections: list[RenderableType], candidates: RenderableType, width: int,
-                 height: int) -> Group:
-        """One under another: the candidates kept, then the figures that fit, the experts in the lines left."""
-        left = height - self._lines(candidates, width)
+    def _stacked(self, sections: list[tuple[RenderableType, int]], candidates: RenderableType, left: int) -> Group:
+        """One under another, in `left` lines above the candidates: the sections (with their heights) that fit,
+        then the experts in the lines left."""
         kept = []
-        for section in sections:
-            need = self._lines(section, width)
-            if need <= left:
+        for section, lines in sections:
+            if lines <= left:
                 kept.append(section)
-                left -= need
+                left -= lines
         experts = self._experts(left)
         return Group(*kept, *([experts] if experts is not None else []), candidates)
 
-    def _side_by_side(self, figures: RenderableType, layers: RenderableType, candidates: RenderableType,
-                      width: int, height: int) -> Table:
+    def _side_by_side(self, column: RenderableType, candidates: RenderableType, height: int) -> Table:
         """Columns: the figures (and the KV cache by layer when it fits under them), the experts, the candidates."""
-        column = figures
-        if self._lines(figures, width) + self._lines(layers, width) <= height:
-            column = Group(figures, layers)
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         cells = [column]

@@ -17,6 +17,7 @@ from walkthrough.engine.layer_groups import KIND_LETTERS, cache_groups, ranges_t
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.format import human_bytes, human_count
 from walkthrough.textsafe import safe_text, token_label, visible
+from walkthrough.words import count
 
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
 TOKEN_STYLES = ("on blue", "underline on magenta")
@@ -66,7 +67,7 @@ def kv_table(step) -> Group:
     table.add_column("bytes", justify="right")
     for g in groups:
         runs = ranges_text(g.layers)
-        layers = runs if len(runs) <= LAYER_RUNS_CHARS else f"{len(g.layers)} layers"
+        layers = runs if len(runs) <= LAYER_RUNS_CHARS else count(len(g.layers), "layer")
         kind = Text(f"{g.letter} " if mixed else "", style=KIND_STYLES[g.kind]).append(g.kind)
         pos = "fixed" if g.kind == "linear" else str(g.kv_len)
         table.add_row(layers, kind, pos, human_bytes(g.total_bytes))
@@ -76,6 +77,13 @@ def kv_table(step) -> Group:
     for layer in step.layers:
         strip.append(KIND_LETTERS[layer.mixer][0], style=KIND_STYLES[layer.mixer])
     return Group(strip, table)
+
+
+def kv_table_height(step, width: int) -> int:
+    """Lines `kv_table(step)` takes at `width`: its cells are short and do not wrap, its letter strip does."""
+    groups = cache_groups(step.layers)
+    strip = -(-(len("layers ") + len(step.layers)) // max(width, 1)) if len({g.kind for g in groups}) > 1 else 0
+    return strip + 1 + len(groups)
 
 
 def candidates_table(state, step, n: int = 5, piece_chars: int | None = None) -> Table:
