@@ -48,8 +48,8 @@ class ExpertsGrid:
 
     def _fixed_width(self) -> int:
         """Cells the label and count columns take, with the padding between columns."""
-        count = len(f"{self.n_experts}/{self.n_experts}") + 1 if self.counts else 0
-        return self._label_width() + 1 + count
+        used = len(f"{self.n_experts}/{self.n_experts}") + 1 if self.counts else 0
+        return self._label_width() + 1 + used
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(self._fixed_width() + 4, self._fixed_width() + self.n_experts)
@@ -80,8 +80,8 @@ class ExpertsGrid:
         table.add_column(no_wrap=True)
         if self.counts:
             table.add_column(justify="right", no_wrap=True)
-        for label, cells, count in rows:
-            table.add_row(label, cells, *([count] if self.counts else []))
+        for label, cells, lit in rows:
+            table.add_row(label, cells, *([lit] if self.counts else []))
         yield table
         yield legend
 
