@@ -511,3 +511,18 @@ def test_sparse_header_only_file_from_the_builder(tmp_path):
     f = open_gguf(path)
     assert f.tensors["w"].nbytes == tensor_nbytes((4096, 4096), Q.Q8_0)
     assert f.tensors["w"].offset + f.tensors["w"].nbytes <= f.file_size
+
+
+def test_the_fast_tensor_table_reader_agrees_with_the_checked_one(fixtures_dir):
+    """The bulk path `open_gguf` takes for the tensor table gives exactly the rows the checked reader gives."""
+    from walkthrough.inspect import gguf
+
+    for path in sorted((fixtures_dir / "reference").glob("*.gguf")):
+        f = open_gguf(path)
+        first = min(t.info_offset for t in f.tensors.values())
+        cursor = gguf._Cursor(f._shards[0].buf, f._shards[0].size, path, first)
+        checked = [gguf._read_tensor_info(cursor, i) for i in range(len(f.tensors))]
+        fast = gguf._fast_tensor_table(f._shards[0].buf, first, f._shards[0].size, len(f.tensors))
+        assert fast is not None and fast.pop() == cursor.pos
+        assert fast == checked, path.name
+        f.close()

@@ -78,6 +78,9 @@ _NUMPY_DTYPES: dict[GGUFValueType, np.dtype] = {
 }
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_DIMS = [struct.Struct(f"<{n}Q") for n in range(MAX_DIMS + 1)]  # a shape of n dimensions
+_TYPE_OFFSET = struct.Struct("<IQ")  # a tensor's type, then its data offset
+_BLOCKS = {int(t): (t, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 
 
 class GGUFError(WalkthroughError):
@@ -119,7 +122,7 @@ class MetadataField:
         return self.type.name.lower()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """One row of the tensor table."""
 
@@ -376,6 +379,59 @@ def _read_tensor_info(
     return name, shape, ggml_type, offset, nbytes, start
 
 
+def _read_tensor_table(cursor: _Cursor, n_tensors: int) -> list[tuple]:
+    """Every row of the tensor table, as `_read_tensor_info` gives them.
+
+    The hot path (300,000 tensors take well under a second) reads each row with a few bulk
+    unpacks and checks it in place; at the first row it cannot accept, it hands over to the
+    row-by-row reader, which raises the error naming what is wrong and where.
+    """
+    start = cursor.pos
+    rows = _fast_tensor_table(cursor.buf, start, cursor.size, n_tensors)
+    if rows is None:
+        return [_read_tensor_info(cursor, i) for i in range(n_tensors)]
+    cursor.pos = rows.pop()
+    return rows
+
+
+def _fast_tensor_table(buf, pos: int, size: int, n_tensors: int) -> list | None:
+    """The rows and, last, the position after the table; None if any row needs the checked reader."""
+    unpack_len, unpack_dims, unpack_tail, blocks = _U64.unpack_from, _DIMS, _TYPE_OFFSET.unpack_from, _BLOCKS
+    rows: list = []
+    append = rows.append
+    try:
+        for _ in range(n_tensors):
+            start = pos
+            (n,) = unpack_len(buf, pos)
+            if not 0 < n < MAX_NAME_BYTES:
+                return None
+            name = buf[pos + 8 : pos + 8 + n].decode("utf-8")
+            pos += 8 + n
+            (n_dims,) = _U32.unpack_from(buf, pos)
+            if n_dims > MAX_DIMS:
+                return None
+            shape = unpack_dims[n_dims].unpack_from(buf, pos + 4)
+            pos += 4 + 8 * n_dims
+            raw_type, offset = unpack_tail(buf, pos)
+            pos += 12
+            ggml_type, block, type_size = blocks[raw_type]
+            count = 1
+            for d in shape:
+                count *= d
+            if count > INT64_MAX or (shape[0] if shape else 1) % block or any(d > INT64_MAX for d in shape):
+                return None
+            nbytes = count // block * type_size
+            if nbytes > INT64_MAX:
+                return None
+            append((name, shape, ggml_type, offset, nbytes, start))
+    except (struct.error, UnicodeDecodeError, KeyError):
+        return None
+    if pos > size:
+        return None
+    append(pos)
+    return rows
+
+
 def _open_buffer(path: Path):
     size = path.stat().st_size
     if size < HEADER_BYTES:
@@ -463,7 +519,7 @@ def _parse_shard(path: Path) -> _Shard:
         fields[field.key] = field
     alignment = _alignment(fields, cursor)
 
-    raw_infos = [_read_tensor_info(cursor, i) for i in range(n_tensors)]
+    raw_infos = _read_tensor_table(cursor, n_tensors)
     header_end = cursor.pos
     data_offset = -(-header_end // alignment) * alignment
     tensors = _place_tensors(raw_infos, cursor, alignment, data_offset)
@@ -667,7 +723,7 @@ class GGUFFile:
                         f"split model {self.path.name}: tensor {t.name!r} appears in two shards "
                         f"({self.paths[self.tensors[t.name].shard].name} and {shard.path.name}); {CORRUPT}"
                     )
-                self.tensors[t.name] = TensorInfo(
+                self.tensors[t.name] = t if index == 0 else TensorInfo(
                     t.name, t.shape, t.ggml_type, t.offset, t.nbytes, index, t.info_offset
                 )
         self._decoded: dict[str, Any] = {}
