@@ -141,3 +141,21 @@ async def test_summary_shows_the_knobs_each_token_was_drawn_with(fixtures_dir, s
     assert f"tokens 1-2: {first.describe()}" in summary
     assert f"token 3: {second.describe()}" in summary
     assert f"knobs now (for the tokens still to draw): {now.describe()}" in summary
+
+
+@PARAMS
+async def test_no_stage_mixes_binary_and_decimal_units(fixtures_dir, size):
+    from app_support import screen_text
+
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    mixed = {}
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await step(pilot, 3, DECODE)
+        for stage in stages.STAGES:
+            await pilot.press(str(stage.number))
+            await settle(pilot)
+            shown = screen_text(app).replace(app.state.profile.name, "")  # the maker's text, not our figures
+            if BINARY.search(shown) and DECIMAL.search(shown):
+                mixed[stage.id] = (BINARY.search(shown).group(), DECIMAL.search(shown).group())
+    assert not mixed
