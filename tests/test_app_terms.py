@@ -44,6 +44,8 @@ def test_every_listed_term_has_an_entry():
         assert terms_in(name) == (key,), name
     for term in terms.values():
         assert term.text and term.words, term.key
+        for word in term.words:  # no word is claimed by two terms, or swallowed by a longer one
+            assert word.startswith("re:") or terms_in(word) == (term.key,), (term.key, word)
         assert all(s in terms for s in term.see), f"{term.key} points to a missing term"
         assert term.key not in term.see
 
@@ -119,6 +121,11 @@ async def test_g_opens_the_term_under_the_cursor(fixtures_dir, size):
         assert isinstance(app.screen, GlossaryScreen)
         assert app.screen.current.key == "context length"
         assert app.screen.under[0] == "context length"
+        await pilot.press("escape")
+        table.move_cursor(row=keys.index("qwen3moe.attention.head_count_kv"))
+        await pilot.press("g")
+        await pilot.pause()
+        assert app.screen.under[:2] == ("GQA", "attention")  # the most specific word first
         await pilot.press("escape")
         await pilot.press("v")  # Overview: no cursor, the screen's terms first
         await pilot.press("v")  # Tensors

@@ -24,7 +24,7 @@ from textual.widgets import Static
 from walkthrough.screens import stages
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.stage_text import cursor_row_text, stage_text
-from walkthrough.screens.term_words import terms_in
+from walkthrough.screens.term_words import most_specific, terms_in
 
 STAGE_KEYS = Binding.Group("Stage", compact=True)
 WIDE_FOOTER = 100  # columns from which the footer also shows the command palette key
@@ -202,5 +202,5 @@ class StageScreen(Screen):
     def action_glossary(self) -> None:
         from walkthrough.screens.glossary import GlossaryScreen
 
-        under = terms_in(self.cursor_text())
+        under = most_specific(self.cursor_text())
         self.app.push_screen(GlossaryScreen(self.terms, select=under[0] if under else None, under=under))

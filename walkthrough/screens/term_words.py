@@ -86,3 +86,12 @@ def find_terms(text: str) -> list[tuple[int, int, str]]:
 def terms_in(text: str) -> tuple[str, ...]:
     """The term keys `text` uses, each once, in the order they first occur."""
     return tuple(dict.fromkeys(key for _, _, key in find_terms(text)))
+
+
+def most_specific(text: str) -> tuple[str, ...]:
+    """The term keys `text` uses, the one named by the longest words first ("head_count_kv" before "attention").
+
+    Example: most_specific("qwen3.attention.head_count_kv | uint32") -> ("GQA", "attention")
+    """
+    hits = sorted(find_terms(text), key=lambda hit: (hit[0] - hit[1], hit[0]))
+    return tuple(dict.fromkeys(key for _, _, key in hits))
