@@ -1,7 +1,8 @@
 """The Decode stage: one token per pass; what each pass chose, lit, read and attended to.
 
 Per pass: the token fed and the token chosen, the experts lit per layer for it,
-bytes read this pass by group and over the run, the KV cache per layer, one
+bytes read this pass by group and over the run, the KV cache by groups of layers
+that keep the same (`views.kv_table`), one
 attention head's weights over the earlier tokens (layer and head selectable),
 and the reply so far.
 """
@@ -42,7 +43,9 @@ next token. Press space for one token, enter to play.
 Each pass reads all the weights it uses (for a mixture of experts, only the
 experts this token was routed to) but does little arithmetic with them, so its
 speed is set by memory bandwidth: bytes read per token is the number to watch.
-The KV cache grows by one position per token and is read in full every pass.
+The KV cache grows by one position per token and is read in full every pass;
+its table groups the layers that keep the same (a sliding-window or linear layer
+keeps less, and a strip of one letter per layer shows which is which).
 
 The attention view lists, for one layer and head, the earlier tokens the new
 token attended to most, with their weights. [ and ] change the layer, , and .

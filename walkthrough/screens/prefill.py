@@ -1,7 +1,7 @@
 """The Prefill stage: the prompt goes through the model in chunks, filling the KV cache.
 
 For the current chunk: which experts each layer woke (a layer x expert grid,
-digits counting the tokens that chose an expert), FLOPs, bytes read and their
+`experts_view.ExpertsGrid`, its legend naming each glyph), FLOPs, bytes read and their
 ratio against the chosen machine's balance point; the prompt with the chunk
 highlighted; progress through the chunks.
 """
@@ -38,7 +38,9 @@ be chosen. The prompt is cut into chunks; each chunk is one pass through every
 layer. Press space for the next chunk, enter to play.
 
 The grid shows, per layer, which experts the chunk's tokens were routed to (a
-digit counts the tokens that chose that expert). FLOPs over bytes read is the
+digit counts the tokens that chose that expert). When the experts outnumber the
+columns, a cell stands for a run of experts and its digit counts how many of
+them were chosen; the line under the grid says which. FLOPs over bytes read is the
 pass's arithmetic intensity: a chunk of many tokens reuses every weight it
 reads, so its intensity is high; compare it with the machine's balance point
 (compute / bandwidth, from the hardware profile): above it, the pass is limited
