@@ -50,6 +50,20 @@ def test_every_listed_term_has_an_entry():
         assert term.key not in term.see
 
 
+def _app(fixtures_dir, model: str):
+    """The app on a reference model, its answer capped at three tokens."""
+    app = app_for(fixtures_dir / "reference" / model)
+    app.state.max_new_tokens = 3
+    return app
+
+
+def _select(table: DataTable, key: str) -> int:
+    """Put the table's cursor on the row with this key; its index."""
+    row = [r.key.value for r in table.ordered_rows].index(key)
+    table.move_cursor(row=row)
+    return row
+
+
 def _stage_text(app, screen) -> str:
     """What the stage shows, read independently of the terms line's own reader: every Static but the
     stage bar and the terms line, table headings, the stage's label."""
@@ -87,8 +101,7 @@ async def _walk_stages(pilot) -> dict[str, tuple[tuple[str, ...], str]]:
 
 @pytest.mark.parametrize("model", [DENSE, MOE])
 async def test_terms_line_lists_only_what_the_stage_shows(fixtures_dir, model):
-    app = app_for(fixtures_dir / "reference" / model)
-    app.state.max_new_tokens = 3
+    app = _app(fixtures_dir, model)
     async with app.run_test(size=SIZES["small"]) as pilot:
         await settle(pilot)
         seen = await _walk_stages(pilot)
@@ -109,29 +122,26 @@ async def test_terms_line_lists_only_what_the_stage_shows(fixtures_dir, model):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_g_opens_the_term_under_the_cursor(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MOE)
+    app = _app(fixtures_dir, MOE)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await pilot.press("v", "v")  # File -> Metadata
         table = app.screen.query_one("#metadata-table", DataTable)
-        keys = [row.key.value for row in table.ordered_rows]
-        table.move_cursor(row=keys.index("qwen3moe.context_length"))
+        _select(table, "qwen3moe.context_length")
         await pilot.press("g")
         await pilot.pause()
         assert isinstance(app.screen, GlossaryScreen)
         assert app.screen.current.key == "context length"
         assert app.screen.under[0] == "context length"
         await pilot.press("escape")
-        table.move_cursor(row=keys.index("qwen3moe.attention.head_count_kv"))
+        _select(table, "qwen3moe.attention.head_count_kv")
         await pilot.press("g")
         await pilot.pause()
         assert app.screen.under[:2] == ("GQA", "attention")  # the most specific word first
         await pilot.press("escape")
         await pilot.press("v")  # Overview: no cursor, the screen's terms first
         await pilot.press("v")  # Tensors
-        tensors = app.screen.query_one("#tensor-table", DataTable)
-        rows = [row.key.value for row in tensors.ordered_rows]
-        tensors.move_cursor(row=rows.index("blk.0.ffn_gate_exps.weight"))
+        _select(app.screen.query_one("#tensor-table", DataTable), "blk.0.ffn_gate_exps.weight")
         await pilot.press("g")
         await pilot.pause()
         assert app.screen.current.key == "expert"
@@ -150,7 +160,7 @@ async def test_g_opens_the_term_under_the_cursor(fixtures_dir, size):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_help_opens_on_the_explanation(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / DENSE)
+    app = _app(fixtures_dir, DENSE)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         for stage_id in ("file", "decode"):
@@ -176,9 +186,7 @@ async def test_enter_opens_a_long_metadata_value_whole(fixtures_dir, tmp_path, s
         await settle(pilot)
         await pilot.press("v", "v")
         table = app.screen.query_one("#metadata-table", DataTable)
-        keys = [row.key.value for row in table.ordered_rows]
-        table.move_cursor(row=keys.index("general.description"))
-        cut = widget_text_of_cell(table, keys.index("general.description"))
+        cut = table.get_row_at(_select(table, "general.description"))[2].plain
         assert cut.endswith("…") and "THE END" not in cut
         await pilot.press("enter")
         await pilot.pause()
@@ -189,15 +197,14 @@ async def test_enter_opens_a_long_metadata_value_whole(fixtures_dir, tmp_path, s
         await pilot.press("end")
         await pilot.press("escape")
         assert app.screen.query_one("#metadata-table") is table
-        table.move_cursor(row=keys.index("general.notes"))
+        _select(table, "general.notes")
         await pilot.press("enter")
         await pilot.pause()
         shown = app.screen.query_one("#metadata-value", Static).content.plain
         assert f"{len(huge):,} bytes (the first {MAX_BYTES:,} shown)" in shown and "TAIL" not in shown
         assert shown.endswith("y" * 100)
         await pilot.press("escape")
-        vocab = keys.index("tokenizer.ggml.tokens")
-        table.move_cursor(row=vocab)
+        _select(table, "tokenizer.ggml.tokens")
         await pilot.press("enter")
         await pilot.pause()
         shown = app.screen.query_one("#metadata-value", Static).content.plain
@@ -205,14 +212,9 @@ async def test_enter_opens_a_long_metadata_value_whole(fixtures_dir, tmp_path, s
         assert f"{n:,} items" in shown and shown.rstrip().splitlines()[-1].split()[0] == str(min(n, 2000) - 1)
 
 
-def widget_text_of_cell(table: DataTable, row: int) -> str:
-    return table.get_row_at(row)[2].plain
-
-
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_decode_says_the_attention_view_is_below(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / DENSE)
-    app.state.max_new_tokens = 3
+    app = _app(fixtures_dir, DENSE)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await pilot.press(str(stages.number("decode")), "space", "space")
@@ -234,3 +236,26 @@ async def test_decode_says_the_attention_view_is_below(fixtures_dir, size):
             await pilot.press("j")
             await pilot.pause()
             assert main.scroll_y == 0
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_g_over_a_block_or_the_attention_map_lists_their_terms(fixtures_dir, size):
+    app = _app(fixtures_dir, MOE)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("v")  # File -> Tensors
+        _select(app.screen.query_one("#tensor-table", DataTable), "blk.0.attn_q.weight")  # Q8_0: one scale per 32
+        await pilot.press("enter")
+        await settle(pilot)
+        block = app.screen
+        await pilot.press("g")
+        await pilot.pause()
+        assert isinstance(app.screen, GlossaryScreen) and app.screen.first == block.terms
+        assert {"scale", "quantization"} <= set(block.terms)
+        await pilot.press("escape", "escape", str(stages.number("decode")), "space", "a")
+        await settle(pilot)
+        attention = app.screen
+        await pilot.press("g")
+        await pilot.pause()
+        assert isinstance(app.screen, GlossaryScreen) and "attention" in app.screen.first
+        assert app.screen.first == attention.terms

@@ -18,11 +18,11 @@ from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.heatmap import heat_map, legend
+from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
 
@@ -31,7 +31,7 @@ RESERVED_LINES = 12  # heading, legend, axis lines, the top list and the footer
 LABEL = 6  # row label cells before the map
 
 
-class AttentionScreen(ModalScreen):
+class AttentionScreen(OverlayScreen):
     """One layer and head of the causal attention matrix, with a cursor over the tokens."""
 
     CSS_PATH = "help.tcss"

@@ -15,7 +15,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
@@ -24,10 +23,11 @@ from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import round_block
 from walkthrough.screens.block_view import block_heading, block_tables
 from walkthrough.screens.footer import KeysFooter
+from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text
 
 
-class BlockScreen(ModalScreen):
+class BlockScreen(OverlayScreen):
     """One block of one tensor."""
 
     CSS_PATH = "help.tcss"

@@ -1,7 +1,7 @@
 """One metadata value in full, over the File stage: the text the metadata table cuts with "…".
 
 Opened with enter on a row of File -> Metadata; escape closes, the arrow and
-page keys scroll. A string is shown whole (up to `MAX_BYTES`: a longer one, which
+page keys scroll, g opens the glossary. A string is shown whole (up to `MAX_BYTES`: a longer one, which
 the reader leaves unread on open, is shown from a bounded head), line breaks kept;
 an array one item per line, numbered (up to `MAX_ITEMS`, saying how many more
 there are). Values are data from the file: shown through `textsafe.visible`,
@@ -17,11 +17,12 @@ from gguf.constants import GGUFValueType
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.metadata import array_items, json_scalar
+from walkthrough.screens.footer import KeysFooter
+from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text, visible
 
 MAX_BYTES = 256 * 1024  # a string longer than this is shown up to here (a chat template is a few KiB)
@@ -49,7 +50,7 @@ def value_text(f: GGUFFile, key: str) -> Text:
     return text
 
 
-class MetadataValueScreen(ModalScreen):
+class MetadataValueScreen(OverlayScreen):
     """A metadata key's whole value, scrollable."""
 
     CSS_PATH = "help.tcss"
@@ -64,7 +65,7 @@ class MetadataValueScreen(ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(value_text(self.file, self.key), id="metadata-value")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#help-box").focus()
