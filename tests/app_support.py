@@ -35,6 +35,16 @@ async def settle(pilot) -> None:
     await pilot.pause()
 
 
+async def open_tensor_table(pilot):
+    """Settle, switch the File stage to its tensors view (v) and return the tensor table."""
+    from textual.widgets import DataTable
+
+    await settle(pilot)
+    await pilot.press("v")
+    await pilot.pause()
+    return pilot.app.screen.query_one("#tensor-table", DataTable)
+
+
 async def play_the_answer(pilot, polls: int = 200) -> None:
     """Stage 5, enter (play), then wait until the run has finished (or `polls` x 0.05 s passed)."""
     await pilot.press("5", "enter")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle
+import pytest
+from app_support import SIZES, app_for, open_tensor_table, screen_text, settle
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
@@ -126,3 +127,49 @@ async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
         await pilot.press("end")
         await pilot.pause()
         assert "Quant mix" in screen_text(app) and "Q8_0" in screen_text(app)
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypatch, size):
+    from walkthrough.screens import tensor_pages
+
+    monkeypatch.setattr(tensor_pages, "PAGE_ROWS", 4)  # the fixture's 37 tensors make 10 pages, its 6 experts 2
+    path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
+    with open_gguf(path) as f:
+        in_order = [r.tensor.name for r in tensor_pages.ordered_rows(f)]
+        experts = [n for n in in_order if "exps" in n or "exps" in tensor_group(n)]
+    app = app_for(path)
+    async with app.run_test(size=size) as pilot:
+        table = await open_tensor_table(pilot)
+
+        def shown() -> list[str]:
+            return [row.key.value for row in table.ordered_rows]
+
+        assert shown() == in_order[:4]
+        assert f"tensors 1-4 of {len(in_order)} ([ and ] for the other pages)" in screen_text(app)
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert shown() == in_order[4:8]
+        assert f"tensors 5-8 of {len(in_order)}" in screen_text(app)
+        await pilot.press("left_square_bracket", "left_square_bracket")  # back past the first page: the last
+        await pilot.pause()
+        last = (len(in_order) - 1) // 4 * 4
+        assert shown() == in_order[last:]
+        await pilot.press("slash", *"exps", "enter")  # a filter starts again at its first page
+        await pilot.pause()
+        assert shown() == experts[:4]
+        assert f"tensors 1-4 of {len(experts)} matching (of {len(in_order)})" in screen_text(app)
+        await pilot.press("enter")  # the block view works on a paged row
+        await pilot.pause()
+        assert type(app.screen).__name__ == "BlockScreen"
+
+
+async def test_a_short_tensor_table_has_no_pages(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / "ref-llama-f32.gguf")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        await pilot.pause()
+        assert not app.screen.query_one("#tensor-page").display
+        assert app.screen.check_action("page", (1,)) is False  # no page keys in the footer
+        assert "Next page" not in screen_text(app)

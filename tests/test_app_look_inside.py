@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_support import SIZES, app_for, screen_text, settle
-from textual.widgets import DataTable
+from app_support import SIZES, app_for, open_tensor_table, screen_text, settle
 
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import open_gguf
@@ -18,10 +17,7 @@ from walkthrough.screens.block import BlockScreen
 async def test_block_view_from_the_tensor_table(size):
     app = app_for(BUNDLED_MODEL)
     async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press("v")  # the tensors view
-        await pilot.pause()
-        table = app.screen.query_one("#tensor-table", DataTable)
+        table = await open_tensor_table(pilot)
         name = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         await pilot.press("enter")
         await pilot.pause()

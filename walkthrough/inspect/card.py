@@ -49,6 +49,7 @@ from walkthrough.inspect.tensors import (
     layer_parts,
     tensor_group,
     tensor_layer,
+    tensor_place,
 )
 
 __all__ = ["GROUPS", "KV_CACHE_TYPES", "GroupRow", "LayerInfo", "ModelCard", "build_card", "tensor_group", "tensor_layer",
@@ -294,17 +295,16 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
     return tuple(layers)
 
 
-def _group_of(t: TensorInfo, layers: tuple[LayerInfo, ...]) -> str:
-    group = tensor_group(t.name)
-    layer = tensor_layer(t.name)
+def _group_of(group: str, layer: int | None, layers: tuple[LayerInfo, ...]) -> str:
+    """The group a tensor is counted in: attention in a linear-attention layer is linear attention."""
     if group == "attention" and layer is not None and layer < len(layers) and layers[layer].attention == "linear":
         return "linear_attention"
     return group
 
 
-def _active_share(t: TensorInfo, group: str, layers, n_experts: int, n_used: int | None, tied: bool):
+def _active_share(t: TensorInfo, layer: int | None, group: str, layers, n_experts: int, n_used: int | None,
+                  tied: bool):
     """Share of a tensor's weights read to decode one token; None when it cannot be known."""
-    layer = tensor_layer(t.name)
     if layer is not None and layer < len(layers) and layers[layer].mtp:
         return 0.0
     if group == "experts":
@@ -372,14 +372,16 @@ def build_card(f: GGUFFile) -> ModelCard:
     n_params = 0
     active: float | None = 0.0
     for t in f.tensors.values():
-        group = _group_of(t, layers)
+        layer, group = tensor_place(t.name)
+        group = _group_of(group, layer, layers)
         n = t.n_elements
         n_params += n
         params_by_group[group] += n
         bytes_by_group[group] += t.nbytes
-        bytes_by_type[t.type_name] = bytes_by_type.get(t.type_name, 0) + t.nbytes
-        params_by_type[t.type_name] = params_by_type.get(t.type_name, 0) + n
-        share = _active_share(t, group, layers, n_experts, n_used, tied)
+        type_name = t.type_name
+        bytes_by_type[type_name] = bytes_by_type.get(type_name, 0) + t.nbytes
+        params_by_type[type_name] = params_by_type.get(type_name, 0) + n
+        share = _active_share(t, layer, group, layers, n_experts, n_used, tied)
         if share is None:
             active = None
             continue

@@ -40,17 +40,29 @@ def tensor_group(name: str) -> str:
 
     Example: `blk.3.ffn_up_exps.weight` -> "experts", `blk.0.ssm_a` -> "linear_attention".
     """
+    return tensor_place(name)[1]
+
+
+def tensor_place(name: str) -> tuple[int | None, str]:
+    """(layer, group) of a tensor: `tensor_layer` and `tensor_group` from one reading of the name.
+
+    Example: `blk.3.ffn_up_exps.weight` -> (3, "experts"), `output_norm.weight` -> (None, "norm").
+    """
     m = _LAYER_NAME.match(name)
     if m is None:
         stem = name.rsplit(".", 1)[0]
         if stem in _LOOKUPS:
-            return "embedding"
+            return None, "embedding"
         if "norm" in stem:
-            return "norm"
+            return None, "norm"
         if stem == "output":
-            return "output"
-        return "other"
-    part = m.group(2)
+            return None, "output"
+        return None, "other"
+    return int(m.group(1)), _layer_group(m.group(2))
+
+
+def _layer_group(part: str) -> str:
+    """The group of a `blk.N.` tensor from the part of its name after `blk.N.`."""
     if part.startswith(("ffn_gate_inp", "exp_probs_b")):
         return "router"
     if "norm" in part:

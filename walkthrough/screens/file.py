@@ -16,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
-from walkthrough.screens import stages
+from walkthrough.screens import stages, tensor_pages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
@@ -54,6 +54,7 @@ type holds). It also says whether the engine can run this file, and if not, why.
 Tensors: every tensor by layer, with its group (attention, experts, norm...),
 storage type, shape (GGUF order: row length first), parameters and bytes.
 Press / to filter (by name, group or type), escape to leave the filter.
+The table shows 1,000 tensors at a time: with more, ] and [ turn the pages.
 Enter (or b) on a tensor opens its first block as stored: the bytes, the
 decoded fields (scale, min, sub-block scales), every value with its code, the
 bits-per-weight arithmetic of its type, and the same values rounded to other
@@ -69,12 +70,19 @@ an array), scrollable, escape to close.
         Binding("slash", "filter", "Filter", id="file.filter"),
         Binding("escape", "leave_filter", "Leave filter", show=False),
         Binding("b", "block", "Block", id="file.block"),
+        Binding("left_square_bracket", "page(-1)", "Previous page", id="file.prev_page",
+                group=Binding.Group("Page", compact=True)),
+        Binding("right_square_bracket", "page(1)", "Next page", id="file.next_page",
+                group=Binding.Group("Page", compact=True)),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self._shown = None  # the GGUFFile on display
         self._filtering = False  # `/` pressed from another view: focus the filter when the view is shown
+        self._rows: list[tensor_pages.Row] = []  # every tensor, in table order
+        self._matches: list[tensor_pages.Row] = []  # those the filter keeps
+        self._page = 0
 
     def compose_body(self) -> ComposeResult:
         with TabbedContent(id="file-views"):
@@ -82,6 +90,7 @@ an array), scrollable, escape to close.
                 yield Static(Text("Opening the file…"), id="overview-text")
             with TabPane("Tensors", id="tensors"):
                 yield Input(placeholder="filter: name, group or type (press / )", id="tensor-filter")
+                yield Static("", id="tensor-page")
                 yield DataTable(id="tensor-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Metadata", id="metadata"):
                 yield Static(Text("enter: the selected key's whole value", style="dim"), id="metadata-hint")
@@ -94,6 +103,7 @@ an array), scrollable, escape to close.
         self.query_one("#overview-text", Static).update(overview(f, card, self._engine_note()))
         if self._shown is not f:
             self._shown = f
+            self._rows = tensor_pages.ordered_rows(f)
             self._fill_tensors("")
             self._fill_metadata()
 
@@ -118,31 +128,37 @@ an array), scrollable, escape to close.
         return Text("Checking whether the engine can run this file…", style="italic")
 
     def _fill_tensors(self, needle: str) -> None:
-        from walkthrough.inspect.card import tensor_group, tensor_layer
+        """Filter the tensors and show the first page of those kept."""
+        self._matches = tensor_pages.matching(self._rows, needle)
+        self._show_page(0)
 
+    def _show_page(self, number: int) -> None:
+        """Put page `number` of the kept tensors in the table (it holds one page: see `tensor_pages`)."""
+        self._page = number
         table = self.query_one("#tensor-table", DataTable)
         table.clear(columns=True)
         table.add_columns("layer", "name", "group", "type", "shape", "params", "bytes")
-        needle = needle.lower().strip()
-        rows = []
-        for t in self.state.file.tensors.values():
-            layer, group = tensor_layer(t.name), tensor_group(t.name)
-            if needle and not any(needle in s.lower() for s in (t.name, group, t.type_name)):
-                continue
-            rows.append((
-                -1 if layer is None else layer,
-                t.name,
-                "" if layer is None else str(layer),
-                safe_text(t.name if layer is None else t.name.split(".", 2)[2]),
-                group,
+        for row in tensor_pages.page(self._matches, number):
+            t = row.tensor
+            table.add_row(
+                "" if row.layer is None else str(row.layer),
+                safe_text(t.name if row.layer is None else t.name.split(".", 2)[2]),
+                row.group,
                 t.type_name,
                 " x ".join(str(d) for d in t.shape),
                 Text(human_count(t.n_elements), justify="right"),
                 Text(human_bytes(t.nbytes), justify="right"),
-            ))
-        rows.sort(key=lambda r: r[0])
-        for row in rows:
-            table.add_row(*row[2:], key=row[1])
+                key=t.name,
+            )
+        label = tensor_pages.page_label(number, len(self._matches), len(self._rows))
+        line = self.query_one("#tensor-page", Static)
+        line.update(Text(label, style="dim"))
+        line.display = bool(label)
+        self.refresh_bindings()
+
+    def action_page(self, step: int) -> None:
+        pages = tensor_pages.page_count(len(self._matches))
+        self._show_page((self._page + step) % pages)
 
     def _fill_metadata(self) -> None:
         f = self.state.file
@@ -192,6 +208,9 @@ an array), scrollable, escape to close.
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "block":  # a tensor row must be in view
             return None if self.query_one(TabbedContent).active != "tensors" else True
+        if action == "page":  # only for a table longer than one page, in its view
+            return (self.query_one(TabbedContent).active == "tensors"
+                    and tensor_pages.page_count(len(self._matches)) > 1)
         return super().check_action(action, parameters)
 
     def action_block(self) -> None:
