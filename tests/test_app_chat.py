@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle
+from app_support import app_for, screen_text, settle, widget_text
 
 from walkthrough.inspect.chat import chat_tokens
 from walkthrough.screens.editor import MessageEditor
@@ -89,9 +89,14 @@ async def test_special_looking_message_text_stays_ordinary(fixtures_dir):
         from_user = [t for t in chat.tokens if t.message == 1]
         assert from_user and not any(t.special for t in from_user)
         assert any(t.special for t in chat.tokens if t.message is None)
-        await pilot.press("3", "end")
+        await pilot.press("3", "home")
         await pilot.pause()
-        assert "special" in screen_text(app)
+        selected = app.screen.query_one("#token-selected")
+        assert chat.tokens[0].special and " special " in widget_text(selected)  # the template's marker
+        looks_special = next(i for i, t in enumerate(chat.tokens) if t.message == 1 and "|" in t.piece)
+        await pilot.press(*["right"] * looks_special)
+        await pilot.pause()
+        assert " ordinary " in widget_text(selected) and "message 2" in widget_text(selected)
 
 
 async def test_t_switches_to_a_named_chat_template(fixtures_dir, tmp_path):

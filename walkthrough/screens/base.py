@@ -5,8 +5,8 @@ shows and how to read it), composes its body in `compose_body`, and redraws
 from `self.state` in `refresh_view`, which runs on mount, when the stage comes
 back into view, and whenever the app's request state changes. After each redraw
 the terms line lists the glossary terms the stage's text uses (`stage_text`,
-`term_words`), so a term is listed only when the screen shows it. Its id, label and number come from `walkthrough.screens.stages`,
-where it is listed once.
+`term_words`), so a term is listed only when the screen shows it. Its id, label
+and number come from `walkthrough.screens.stages`, where it is listed once.
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ class TermsLine(Static):
 
     def __init__(self) -> None:
         super().__init__(id="terms-line")
-        self.terms: tuple[str, ...] = ()
+        self.terms: tuple[str, ...] | None = None  # None until first shown
 
     def show(self, terms: tuple[str, ...]) -> None:
+        if terms == self.terms:
+            return  # most redraws change figures, not words: no relayout
         self.terms = terms
         line = Text("Terms (g): ", style="bold")
         line.append(" · ".join(terms))
@@ -174,7 +176,7 @@ class StageScreen(Screen):
     @property
     def terms(self) -> tuple[str, ...]:
         """The glossary keys on the terms line now, in the order the screen shows them."""
-        return self.query_one(TermsLine).terms
+        return self.query_one(TermsLine).terms or ()
 
     def cursor_text(self) -> str:
         """The text under the cursor (the focused table's row; stages with their own cursor override)."""
