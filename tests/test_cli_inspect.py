@@ -18,6 +18,7 @@ from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
 
 from walkthrough.cli import main
+from walkthrough.commands.inspect_view import MAX_KEY_WIDTH
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.screens.format import human_bytes, human_count
@@ -211,3 +212,19 @@ def test_no_file_means_the_bundled_model(monkeypatch, tmp_path: Path, capsys, fi
     monkeypatch.setattr(locate, "BUNDLED_MODEL", fixtures_dir / "reference/ref-qwen2moe-f32.gguf")
     code, out, err = inspect(capsys, "--json")
     assert code == 0 and json.loads(out)["name"] == "ref-qwen2moe"
+
+
+def test_a_long_tensor_name_folds_and_no_figure_is_cut(tmp_path: Path, capsys, monkeypatch) -> None:
+    name = "ffn_" + "x" * 48 + ".w"  # blk.0.<name> is 60 bytes, under ggml's 64
+    path = write_gguf(tmp_path / "long.gguf", {"general.architecture": (V.STRING, "llama")},
+                      [Tensor("token_embd.weight", (32, 40), Q.F32), Tensor("blk.0." + name, (32, 1000), Q.F32)])
+    offset = open_gguf(path).tensors["blk.0." + name].offset
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = inspect(capsys, path, "--tensors")
+    assert code == 0
+    table = out[out.index("Tensors"):].splitlines()
+    row = next(i for i, line in enumerate(table) if line.startswith("  " + name[:20]))
+    for figure in (human_count(32_000), human_bytes(32_000 * 4), f"{offset:,}"):
+        assert f" {figure} " in table[row]
+    assert table[row].split()[0] + table[row + 1].strip() == name  # folded onto the next line, nothing lost
+    assert len(table[row].split()[0]) == MAX_KEY_WIDTH  # 80 columns: the name gives way down to this width

@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from walkthrough.commands.tensor_listing import print_tensor_table
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.metadata import describe, summarize_value
-from walkthrough.inspect.tensors import tensor_layer
 from walkthrough.screens.file_view import params_table, quant_mix_table
 from walkthrough.screens.format import human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
@@ -45,7 +45,7 @@ def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: 
     console.print(params_table(card))
     console.print(layers_table(card))
     if tensors:
-        console.print(tensors_table(f))
+        print_tensor_table(f, console, MAX_KEY_WIDTH)
     if metadata:
         console.print(metadata_table(f))
         for key, text in chat_templates(f):
@@ -133,26 +133,6 @@ def layers_table(card: ModelCard) -> Table:
             human_bytes(x.state_bytes) if x.attention == "linear" else "-",
             human_bytes(x.nbytes),
         )
-    return table
-
-
-def tensors_table(f: GGUFFile) -> Table:
-    """Every tensor, model-wide ones first, then layer by layer (ggml shape order: row length first)."""
-    table = Table(title="\nTensors", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    rows = sorted(((tensor_layer(t.name), t) for t in f.tensors.values()), key=lambda r: -1 if r[0] is None else r[0])
-    shorts = [t.name if layer is None else t.name.split(".", 2)[2] for layer, t in rows]  # "blk.3." is the section
-    longest = max(map(len, shorts), default=4)
-    table.add_column("name", overflow="fold", min_width=min(longest, MAX_KEY_WIDTH))
-    for name in ("shape", "type", "params", "bytes", "offset"):
-        table.add_column(name, justify="left" if name in ("shape", "type") else "right", no_wrap=True)
-    previous = object()
-    for (layer, t), short in zip(rows, shorts):
-        if layer != previous:
-            table.add_section()
-            table.add_row(Text("model-wide" if layer is None else f"layer {layer}", style="bold"))
-            previous = layer
-        table.add_row(safe_text(short), " x ".join(map(str, t.shape)), t.type_name, human_count(t.n_elements),
-                      human_bytes(t.nbytes), f"{t.offset:,}")
     return table
 
 
