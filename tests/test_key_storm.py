@@ -2,9 +2,11 @@
 
 Keys and resizes reach the app through `asyncio.run_coroutine_threadsafe(app._post_message(...))`
 from another thread, as Textual's driver does, without waiting for the app to
-follow (Pilot's `press` waits after every key, which no storm does). The test
-asserts that `q` ends the app (a hang guard, not a speed target: the timing is
-tests/bench/key_storm.py's job, in a real terminal, with many seeds).
+follow (Pilot's `press` waits after every key, which no storm does). Then escape
+and q: the app must have ended, its shutdown done, within `QUIT_SECONDS` of the
+q (the check issue 20 asks for, with a fixed seed; many seeds in a real
+terminal are tests/bench/key_storm.py's job). No key is dropped on the way:
+`vv` on the Chat stage moves two views.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from textual.geometry import Size
 
 from walkthrough.app import make_app
 from walkthrough.screens import stages
-from walkthrough.screens.typeahead import KEEP_STALE, STALE_SECONDS, Typeahead
+from walkthrough.screens.typeahead import Typeahead
 
 SEED = 20
-N_KEYS = 500
+N_KEYS = 1000
 RESIZE_EVERY = 25
+QUIT_SECONDS = 2.0  # issue 20: q ends the app within 2 s of a 1,000-key storm
 # The README's key table: stage keys, passes, restart, chunk, sampling knobs, Decode view keys.
 KEYS = [("space", " "), ("enter", "\r"), ("r", "r"), ("c", "c"), ("n", "n"), ("p", "p"),
-        *((d, d) for d in "12345678"), *((k, k) for k in "tTkKoOmMs"),
-        ("left_square_bracket", "["), ("right_square_bracket", "]"), ("comma", ","), ("full_stop", ".")]
-SIZES = [(80, 24), (120, 40), (60, 20), (100, 30)]
+        *((d, d) for d in "12345678"), *((k, k) for k in "tTkKoOmMsvih"),
+        ("left_square_bracket", "["), ("right_square_bracket", "]"), ("comma", ","), ("full_stop", "."),
+        ("left", None), ("right", None)]
+SIZES = [(80, 24), (120, 40), (60, 20), (100, 30), (200, 50), (81, 25)]
 HANG_GUARD_SECONDS = 120
 
 
@@ -47,37 +51,44 @@ def _storm(app, loop, rng: random.Random) -> None:
         time.sleep(rng.uniform(0, 0.004))
 
 
-async def test_q_ends_the_app_after_a_key_storm():
+async def test_q_ends_the_app_within_2_s_after_a_key_storm():
     app = make_app(None, None)
+    loop = asyncio.get_running_loop()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        loop = asyncio.get_running_loop()
         storm = threading.Thread(target=_storm, args=(app, loop, random.Random(SEED)))
         storm.start()
         while storm.is_alive():
             await asyncio.sleep(0.05)
-        asyncio.run_coroutine_threadsafe(app._post_message(events.Key("escape", "\x1b")), loop)
-        asyncio.run_coroutine_threadsafe(app._post_message(events.Key("q", "q")), loop)
+        await app._post_message(events.Key("escape", "\x1b"))
+        await asyncio.sleep(0.3)
+        quit_at = time.monotonic()
+        await app._post_message(events.Key("q", "q"))
         waited = 0.0
         while app.return_code is None and waited < HANG_GUARD_SECONDS:
-            await asyncio.sleep(0.1)
-            waited += 0.1
-        assert app.return_code == 0, "q did not end the app after the storm"
+            await asyncio.sleep(0.05)
+            waited += 0.05
+    ended = time.monotonic() - quit_at
+    print(f"q -> app ended in {ended:.2f} s (keys still waiting skipped: {app.typeahead.quitting})")
+    assert app.return_code == 0, "q did not end the app after the storm"
+    assert ended < QUIT_SECONDS, f"q ended the app {ended:.2f} s after it was typed"
 
 
-def test_only_a_long_run_of_stale_keys_is_dropped():
-    def key(name: str, age: float) -> events.Key:
-        event = events.Key(name, name)
-        event.time -= age
-        return event
-
+def test_only_a_quit_key_goes_ahead_of_waiting_keys():
     typeahead = Typeahead()
-    stale = [typeahead.drop(key("space", STALE_SECONDS)) for _ in range(KEEP_STALE + 3)]
-    assert stale == [False] * KEEP_STALE + [True] * 3
-    assert not typeahead.drop(key("q", 10 * STALE_SECONDS))  # a quit key is never dropped
-    assert not typeahead.drop(key("space", 0.0))  # a fresh key is handled and ends the run
-    assert not typeahead.drop(key("space", STALE_SECONDS))
-    assert not typeahead.drop(events.Resize(Size(80, 24), Size(80, 24)))
+    key = events.Key("space", " ")
+    quit_key = events.Key("q", "q")
+    assert not typeahead.posted(quit_key, lambda: False, lambda: False)  # nothing waits: q is the stage's key
+    assert typeahead.handled(quit_key)
+    assert not typeahead.posted(key, lambda: False, lambda: False)
+    assert not typeahead.posted(quit_key, lambda: True, lambda: False)  # a letter in a text field
+    assert typeahead.handled(key) and typeahead.handled(quit_key)  # both handled, in order
+    assert not typeahead.posted(key, lambda: False, lambda: False)
+    assert typeahead.posted(quit_key, lambda: False, lambda: False)  # a key waits, q quits: it goes first
+    assert not typeahead.handled(key)  # the key that waited is not handled: the app is ending
+    assert not typeahead.handled(events.Resize(Size(80, 24), Size(80, 24)))
+    calm = Typeahead()
+    assert calm.posted(quit_key, lambda: False, lambda: True)  # keys passed on to the screen still wait there
 
 
 @pytest.mark.parametrize("size", PILOT_SIZES.values())

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import reactive, var
 from textual.screen import Screen
+from textual.widgets import Input, TextArea
 from textual.worker import get_current_worker
 
 from walkthrough.engine.session import Cancelled
@@ -96,9 +97,19 @@ class WalkthroughApp(App):
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
-        if self.typeahead.drop(message):  # typed far ahead of a busy app (screens/typeahead.py)
-            return False
+        # q typed ahead of a busy app goes first (screens/typeahead.py)
+        if self.typeahead.posted(message, self._typing, lambda: not self.screen._message_queue.empty()):
+            self.exit()
+            return True
         return super().post_message(message)
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.typeahead.handled(event):  # keys still waiting when q went ahead are not handled
+            await super().on_event(event)
+
+    def _typing(self) -> bool:
+        """Keys go to a text field now (a message's text, the tensor filter)."""
+        return isinstance(self.focused, (Input, TextArea))
 
     # ---- the state's one writer ---------------------------------------------------
     def _state_written(self, name: str) -> None:
@@ -110,11 +121,15 @@ class WalkthroughApp(App):
 
     def _publish(self) -> None:
         changed, self._dirty = frozenset(self._dirty), set()
+        if self.return_code is not None:
+            return  # the app is ending (its screens may be gone already): nothing to redraw
         self.state_changed = changed
         self._sync_bindings()
 
     def _sync_bindings(self) -> None:
         """Let the footer grey or restore the run keys when their state changed (a footer rebuild is not free)."""
+        if self.return_code is not None:
+            return  # the app is ending: its screens (and their footers) may be gone already
         now = (self.check_action("step", ()), self.check_action("play", ()))
         if now != self._keys_shown:
             self._keys_shown = now

@@ -44,7 +44,10 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
     tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
     tmux("set-option", "-t", session, "remain-on-exit", "on")
     try:
-        time.sleep(4)  # let the app open the file
+        shown = time.monotonic()  # let the app open the file and draw its first stage
+        while "File" not in tmux("capture-pane", "-p", "-t", session) and time.monotonic() - shown < 60:
+            time.sleep(0.2)
+        time.sleep(1)
         sent = 0
         while sent < n_keys:
             burst = [rng.choice(KEYS) for _ in range(min(rng.randint(1, 8), n_keys - sent))]
@@ -64,6 +67,8 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                             lambda: subprocess.run(["kill", "-USR1", pid], check=False, capture_output=True)).start()
         while time.monotonic() - start < give_up:
             if tmux("display-message", "-p", "-t", session, "#{pane_dead}") == "1":
+                if os.environ.get("STORM_VERBOSE"):
+                    print(f"  q sent at {start:.3f}, pane dead seen at {time.monotonic():.3f}", flush=True)
                 results.append((seed, time.monotonic() - start))
                 return
             time.sleep(0.05)

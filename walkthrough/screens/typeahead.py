@@ -1,45 +1,59 @@
-"""Keys typed faster than the app can follow are dropped, so a storm of keys cannot wedge it.
+"""Keys typed ahead of a busy app: every key is handled, in order, except that a quit key goes first.
 
-Textual's terminal driver reads keys on its own thread and hands each one to the
-event loop; a key becomes a message only when the loop gets to it. When every key
-costs real work on the loop (a stage switch lays out a screen, a resize restyles
-it), a storm of keys queues more work than the loop can do: measured with
-tests/bench/key_storm.py (300-500 keys with resizes, tiny model, loaded 2-core
-machine), keys waited about 20 s before becoming messages, and `q` took 20-57 s to
-end the app.
+Textual's terminal driver reads keys on its own thread and hands each one to
+the event loop, which handles them one after another. A key that switches the
+stage or a window resize costs real layout work, so a storm of keys (measured
+with tests/bench/key_storm.py: 1,000 keys with resizes on a loaded 2-core
+machine) leaves seconds of keys waiting. No key is dropped: a user typing ahead
+gets every key they typed, in order (`vv` moves two views).
 
-So keys that reach the app more than `STALE_SECONDS` after they were typed are
-counted, and once more than `KEEP_STALE` of them have come in a row, the rest of
-the run is dropped, except a quit key: a user who types far ahead of a busy app
-loses the keys it could not follow, and `q` is never kept waiting behind them. A
-few keys typed during one slow moment (5 then enter while stage 5 is first laid
-out) are all kept; keys the app keeps up with reset the count.
+A quit key is the exception. Typed while other keys still wait (at the app, or
+passed on to the screen shown and not yet handled there), it ends the app
+at once and the keys still waiting are not handled: `q` never waits behind a
+storm. While the app is behind, what a key will meet when its turn comes (which
+stage, which dialog) is not what the user saw when they typed it, so q is read
+as what it says on every stage, quit, also where it would close a dialog (help,
+the glossary, the four calls: nothing is lost by quitting there). Only a text
+field keeps it as a letter. When the app keeps up, no key waits and q does what
+the screen it meets binds it to.
 
-Example: 200 keys queued behind 20 s of layout work -> the first 8 are handled, the rest dropped; q is handled.
+Example: 200 keys queued behind 20 s of layout work, then q -> the app ends
+within a second; the 200 keys are not handled.
 """
 
 from __future__ import annotations
 
-from textual import events
-from textual._time import get_time  # the clock Textual stamps each message with (`Message.time`)
+from collections.abc import Callable
 
-QUIT_KEYS = frozenset({"q", "ctrl+q", "ctrl+c"})
-STALE_SECONDS = 0.5  # a key older than this when it reaches the app is stale
-KEEP_STALE = 8  # stale keys in a row that are still handled
+from textual import events
+
+QUIT_KEYS = frozenset({"q", "ctrl+q"})
 
 
 class Typeahead:
-    """Counts stale keys in a row (see the module docstring); `drop` is called for every message posted."""
+    """Counts the keys posted to the app and not yet handled; says when a quit key should go first."""
 
     def __init__(self) -> None:
-        self.stale_run = 0
+        self.waiting = 0  # keys posted, not yet handled
+        self.quitting = False  # a quit key went ahead: the keys still waiting are not handled
 
-    def drop(self, message: object) -> bool:
-        """True for a key, not a quit key, beyond the first `KEEP_STALE` stale keys in a row."""
-        if not isinstance(message, events.Key) or message.key in QUIT_KEYS:
+    def posted(self, message: object, typing: Callable[[], bool], screen_busy: Callable[[], bool]) -> bool:
+        """Note a message posted to the app; True when it is a quit key that should end the app now.
+
+        Args:
+            typing: whether keys go to a text field now (where q is a letter).
+            screen_busy: whether the screen shown has messages still to handle (keys the app passed on to it).
+        """
+        if not isinstance(message, events.Key) or message.is_forwarded:
             return False
-        if get_time() - message.time < STALE_SECONDS:
-            self.stale_run = 0
-            return False
-        self.stale_run += 1
-        return self.stale_run > KEEP_STALE
+        if message.key in QUIT_KEYS and (self.waiting or screen_busy()) and not typing():
+            self.quitting = True
+            return True
+        self.waiting += 1
+        return False
+
+    def handled(self, message: object) -> bool:
+        """Note a message reaching the app's handler; False when the app is quitting and it is a key or resize."""
+        if isinstance(message, events.Key) and not message.is_forwarded:
+            self.waiting = max(self.waiting - 1, 0)
+        return not (self.quitting and isinstance(message, (events.Key, events.Resize)))
