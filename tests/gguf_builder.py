@@ -223,9 +223,11 @@ def rewrite_gguf(
     target: Path,
     metadata: Mapping[str, MetadataValue | None] | None = None,
     tensor_data: Mapping[str, np.ndarray] | None = None,
+    extra_tensors: Sequence[Tensor] = (),
 ) -> Path:
-    """Write a copy of a GGUF file with some metadata keys replaced, added or dropped (value None)
-    and some tensors' data replaced (arrays of the stored type and size, e.g. float32 for F32).
+    """Write a copy of a GGUF file with some metadata keys replaced, added or dropped (value None),
+    some tensors' data replaced (arrays of the stored type and size, e.g. float32 for F32)
+    and `extra_tensors` appended to the tensor table.
 
     Every other key and tensor is read with the gguf package's own reader and written again as it was.
     """
@@ -247,4 +249,4 @@ def rewrite_gguf(
                np.ascontiguousarray(replaced[t.name]).tobytes() if t.name in replaced else t.data.tobytes())
         for t in reader.tensors
     ]
-    return write_gguf(target, keys, tensors)
+    return write_gguf(target, keys, [*tensors, *extra_tensors])

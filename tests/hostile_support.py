@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from conftest import FIXTURES_DIR
 from gguf.constants import GGUFValueType as V
-from gguf_builder import rewrite_gguf
+from gguf_builder import Tensor, rewrite_gguf
 
 from walkthrough.cli import main
 
@@ -28,6 +28,29 @@ ARCH = "llama"
 # and isolate, tag characters, zero-width space and joiner, word joiner, BOM, line separator, and markup.
 HOSTILE_TEXT = ("\x1b]0;pwned\x07\x1b]52;c;aGk=\x07\x1b[31mred\x9b31m\u202eevil\u2066"
                 "\U000e0041\U000e0042\u200b\u200d\u2060\ufeff\u2028[bold]x[/]")
+
+BIG = "{% set a=[0]*16000000 %}{% set b=[0]*16000000 %}"
+
+# Templates by the class of attack issue 20 found: work inside one C-level operation, list multiplication
+# growing memory, constant folding of a huge format, expandtabs/format_map spikes, too deeply nested blocks.
+# Each was seen to hang or to grow memory without bound in-process; each must end in a TemplateError.
+HOSTILE_TEMPLATES = {
+    "one endless comparison": BIG + "{{ ([a]*16000000)==([b]*16000000) }}",
+    "string of a huge list": BIG + "{{ ([a]*1000)|string|length }}",
+    "tojson of a huge list": BIG + "{{ ([a]*1000)|tojson|length }}",
+    "sum of huge lists": BIG + "{{ ([a]*1000)|sum(start=[])|length }}",
+    "folded format precision": "{{ '%.50000000f'|format(1.0)|length }}",
+    "folded format width then wordwrap": "{{ '%16000000d'|format(1)|wordwrap(3) }}",
+    "huge precision": "{{ '%.2000000000f'|format(1.0) }}",
+    "expandtabs": "{{ ('\\t'*500).expandtabs(16000000) }}",
+    "format_map width": "{{ '{a:>{w}}'.format_map({'a':1,'w':6000000000}) }}",
+    "21 nested for": "{% for a in messages %}" * 21 + "x" + "{% endfor %}" * 21,
+    "200 nested if": "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
+}
+# One template of each class, for the slower paths (every command, the app): all of them go through
+# the renderer itself in test_template_isolation.py.
+TEMPLATE_CLASSES = ("one endless comparison", "sum of huge lists", "folded format precision", "expandtabs",
+                    "21 nested for")
 
 # (key suffix, bad value) pairs for the float hyperparameters the engine reads.
 BAD_FLOATS = [
@@ -91,6 +114,11 @@ def assert_one_clear_line(code: int, err: str, *needles: str) -> None:
         assert needle in lines[-1], lines[-1][:300]
 
 
+def with_many_tensors(tmp_path: Path, name: str, n: int, source: Path = LLAMA) -> Path:
+    """A copy of `source` with n more tensors of 8 F32 values each (`extra.I.weight`): 300,000 make 25 MB."""
+    return rewrite_gguf(source, tmp_path / name, extra_tensors=[Tensor(f"extra.{i}.weight", (8,)) for i in range(n)])
+
+
 def with_sparse_strings(tmp_path: Path, name: str, strings: dict[str, int], source: Path = LLAMA) -> Path:
     """A copy of `source` where each key in `strings` is a string value of that many bytes, left as a hole.
 
@@ -133,34 +161,40 @@ print(json.dumps(results))
 """
 
 
+# Prepended to a measured script: at exit, report the process's own peak resident memory (VmHWM, Linux) and
+# that of the helpers it waited for (ru_maxrss of its children), on the last line of stderr.
+_PEAK_REPORT = """
+import atexit as _atexit, resource as _resource, sys as _sys
+def _report_peak():
+    own = _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss * (1 if _sys.platform == "darwin" else 1024)
+    try:
+        with open("/proc/self/status") as fh:
+            own = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        pass
+    kids = _resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss * (1 if _sys.platform == "darwin" else 1024)
+    _sys.stderr.write(f"\\npeak-bytes {max(own, kids)}\\n")
+_atexit.register(_report_peak)
+"""
+
+
 def run_script_measured(script: str, args: list[str], timeout: float = 300.0) -> tuple[str, int]:
     """Run `python -c script *args` in a fresh process: (its stdout, its peak resident memory in bytes).
 
-    The peak comes from `os.wait4` for that one process (and the helpers it waited for), so nothing
-    the test process itself allocated counts. A process still running after `timeout` is killed and
-    the test fails: the bound on time is there so a hang cannot stall the suite, not as a target.
+    The process reports its own peak when it exits (VmHWM on Linux, which starts afresh at exec;
+    `ru_maxrss` from `wait4` would not: it counts the memory of the test process that started it),
+    and that of the helpers it waited for (a template render's). A process still running after
+    `timeout` is killed and the test fails: the bound on time is there so a hang cannot stall the
+    suite, not as a target.
     """
-    import os
     import subprocess
     import sys
-    import tempfile
-    import threading
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=out, stderr=err)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stderr = err.read().decode(errors="replace")
-        assert proc.returncode == 0, f"exit {proc.returncode} (killed after {timeout} s?): {stderr[-2000:]}"
-        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
-        return out.read().decode(), usage.ru_maxrss * scale
+    done = subprocess.run([sys.executable, "-c", _PEAK_REPORT + script, *args], capture_output=True,
+                          timeout=timeout, check=False)
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, f"exit {done.returncode}: {stderr[-2000:]}"
+    return done.stdout.decode(), int(stderr.rsplit("peak-bytes ", 1)[1])
 
 
 def run_cli_measured(argvs: list[list], timeout: float = 300.0) -> tuple[list[dict], int]:

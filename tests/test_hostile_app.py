@@ -12,7 +12,15 @@ import math
 import pytest
 from app_support import app_for, screen_text, settle
 from gguf.constants import GGUFValueType as V
-from hostile_support import ARCH, HOSTILE_TEXT, raw_controls, with_metadata, with_weight
+from hostile_support import (
+    ARCH,
+    HOSTILE_TEMPLATES,
+    HOSTILE_TEXT,
+    TEMPLATE_CLASSES,
+    raw_controls,
+    with_metadata,
+    with_weight,
+)
 
 STAGE_KEYS = "12345678"
 
@@ -35,14 +43,12 @@ def _variants(tmp_path):
         "inf norm weight": with_weight(tmp_path, "inf.gguf", "output_norm.weight", math.inf),
         "hostile text": with_metadata(tmp_path, "text.gguf", {"general.name": (V.STRING, HOSTILE_TEXT),
                                                               "general.author": (V.STRING, HOSTILE_TEXT)}),
-        "hostile template": with_metadata(tmp_path, "tpl.gguf", {"tokenizer.chat_template": (
-            V.STRING, "{% set a=[0]*16000000 %}{{ ([a]*16000000)==([a[:]]*16000000) }}")}),
     }
 
 
 # Every stage for two files; the stages that show the refusal (File, Chat, Prefill) for the others.
 VISITS = [("nan rope base", STAGE_KEYS), ("hostile text", STAGE_KEYS), ("scaling factor text", "124"),
-          ("inf norm weight", "124"), ("hostile template", "124")]
+          ("inf norm weight", "124")]  # hostile templates: test_a_hostile_template_in_the_file_...
 
 
 @pytest.mark.parametrize(("variant", "keys"), VISITS, ids=[v for v, _ in VISITS])
@@ -72,3 +78,23 @@ async def test_unusual_message_content_on_the_chat_stage(fixtures_dir, content):
         await settle(pilot)
         assert app.error is None
         assert all(not raw_controls(t) for t in texts)
+
+
+@pytest.mark.parametrize("name", TEMPLATE_CLASSES)
+async def test_a_hostile_template_in_the_file_is_a_chat_stage_message(tmp_path, name):
+    """One template of each class issue 20 found, stored in the file: the render is stopped, the Chat stage
+    says why in one line, and the app stays up (the stages that need the prompt say they cannot run)."""
+    path = with_metadata(tmp_path, "tpl.gguf", {"tokenizer.chat_template": (V.STRING, HOSTILE_TEMPLATES[name])})
+    app = app_for(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        problem = app.state.unavailable.get("template", "")
+        assert problem.startswith("chat template of tpl.gguf") and "\n" not in problem, problem
+        await pilot.press("2", "v", "v")  # the Chat stage's Rendered view
+        await settle(pilot)
+        text = " ".join(screen_text(app).split())
+        assert f"Cannot render: {problem[:40]}" in text
+        await pilot.press("4")
+        await settle(pilot)
+        assert app.error is None
+        assert not raw_controls(screen_text(app))

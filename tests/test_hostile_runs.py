@@ -18,11 +18,14 @@ from hostile_support import (
     ARCH,
     BAD_FLOATS,
     BAD_WEIGHTS,
+    HOSTILE_TEMPLATES,
     HOSTILE_TEXT,
     LLAMA,
+    TEMPLATE_CLASSES,
     assert_one_clear_line,
     raw_controls,
     run_cli,
+    run_cli_measured,
     with_metadata,
     with_weight,
 )
@@ -255,3 +258,30 @@ def test_a_hostile_refs_main_never_leaves_the_cache(tmp_path, capsys, monkeypatc
     code, out, err = run_cli(["inspect", "hf:org/Repo/m.gguf", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["file"].startswith(str(snapshot))
+
+
+# ---- templates that slip the sandbox, through every command -----------------------------------------------
+TEMPLATE_PEAK = 1536 << 20  # bytes: the render helper is capped at 1 GiB of address space; the spikes were 4-8 GB
+
+
+def test_hostile_templates_end_every_command_with_one_line(tmp_path):
+    """A template of each hostile class, stored in a file, through `template`, `tokenize` and `trace`: exit 2,
+    one line naming the template, no traceback, in one process whose peak memory (render helpers included)
+    stays bounded."""
+    messages = tmp_path / "m.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "hi"}]), encoding="utf-8")
+    argvs = []
+    for i, name in enumerate(TEMPLATE_CLASSES):
+        source = HOSTILE_TEMPLATES[name]
+        path = with_metadata(tmp_path, f"t{i}.gguf", {"tokenizer.chat_template": (V.STRING, source)})
+        argvs += [["template", path, "--messages", messages], ["tokenize", path, "--messages", messages],
+                  ["trace", path, "--messages", messages, "--steps", "1"]]
+    results, peak = run_cli_measured(argvs, timeout=600)  # a hang fails the test instead of stalling the suite
+    assert peak < TEMPLATE_PEAK, f"peak {peak / 2**20:.0f} MiB"
+    for name, (template, tokenize, trace) in zip(TEMPLATE_CLASSES, zip(*[iter(results)] * 3)):
+        for command, result in (("template", template), ("tokenize", tokenize), ("trace", trace)):
+            err = result["err"]
+            assert result["code"] == 2 and result["out"] == "", (name, command, err[-300:])
+            assert "Traceback" not in err and err.count("\n") == 1, (name, command, err[-300:])
+            assert err.startswith("walkthrough: error: ") and "template" in err, (name, command, err)
+            assert not raw_controls(err), (name, command)

@@ -1,9 +1,10 @@
 """Hostile sizes (issue 20): memory follows what a file really holds, not what its length prefixes claim.
 
 A sparse file can claim four 1 GiB metadata strings in a few hundred KB of disk; reading
-them whole took 9.5 GB. Each command runs in a fresh process whose peak resident memory
-is measured (`hostile_support.run_cli_measured`); it must stay far below one such string.
-Timings are not asserted here: tests/bench/bench_hostile_sizes.py prints them.
+them whole took 9.5 GB. A file of many tiny tensors must cost memory in proportion to them.
+Each command runs in a fresh process whose peak resident memory is measured
+(`hostile_support.run_cli_measured`). Timings are not asserted here:
+tests/bench/bench_hostile_sizes.py prints them.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_support import LLAMA, raw_controls, run_cli_measured, with_sparse_strings
+from hostile_support import LLAMA, raw_controls, run_cli_measured, with_many_tensors, with_sparse_strings
 
 GIB = 1 << 30
 PEAK_BOUND = 400 << 20  # bytes: the commands need about 60 MB here; one 1 GiB string read whole would pass this
+MANY_TENSORS_PEAK = 200 << 20  # bytes: about 55 MB measured for 30,000 tensors
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +71,29 @@ def test_huge_strings_are_shown_by_size_and_head_and_refused_where_needed(sparse
     # Keys nobody reads cost nothing: the template renders as from the plain file.
     assert template_unread["code"] == 0, template_unread["err"]
     assert template_unread["out"] == template_plain["out"] != ""
+
+
+def test_many_tiny_tensors_are_listed_in_memory_linear_in_them(tmp_path):
+    """30,000 tensors of 32 bytes: every one listed, by text and JSON, in bounded memory (the
+    300,000 of issue 20, and the time per tensor, are in tests/bench/bench_hostile_sizes.py)."""
+    n = 30_000
+    path = with_many_tensors(tmp_path, "many.gguf", n)
+    (listing, as_json), peak = run_cli_measured([["inspect", path, "--tensors"], ["inspect", path, "--json"]])
+    assert peak < MANY_TENSORS_PEAK, f"peak {peak / 2**20:.0f} MiB"
+    assert listing["code"] == as_json["code"] == 0, listing["err"] + as_json["err"]
+    names = [line.split()[0] for line in listing["out"].splitlines() if line.startswith("  extra.")]
+    assert names == [f"extra.{i}.weight" for i in range(n)]
+    assert len(json.loads(as_json["out"])["tensors"]) == n + 21  # and the reference model's own 21
+
+
+async def test_the_app_shows_huge_strings_by_their_head_and_names_the_template_it_cannot_read(sparse_files):
+    from app_support import app_for, screen_text, settle
+
+    needed, _, _ = sparse_files
+    app = app_for(needed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert "\\x00\\x00\\x00" in screen_text(app)  # the name's head, made visible
+        problem = app.state.unavailable.get("template", "")
+        assert "tokenizer.chat_template holds 1,073,741,824 bytes" in problem, problem
+        assert app.error is None

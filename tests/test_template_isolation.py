@@ -7,27 +7,12 @@ import threading
 
 import pytest
 from conftest import FIXTURES_DIR
+from hostile_support import HOSTILE_TEMPLATES as HOSTILE
 
 from walkthrough.inspect import render_process
 from walkthrough.inspect.template import Limits, TemplateError, load_template_file, render
 
 HI = [{"role": "user", "content": "hi"}]
-BIG = "{% set a=[0]*16000000 %}{% set b=[0]*16000000 %}"
-
-# Each was seen to hang or to grow memory without bound in-process (issue 20); each must end in a TemplateError.
-HOSTILE = {
-    "one endless comparison": BIG + "{{ ([a]*16000000)==([b]*16000000) }}",
-    "string of a huge list": BIG + "{{ ([a]*1000)|string|length }}",
-    "tojson of a huge list": BIG + "{{ ([a]*1000)|tojson|length }}",
-    "sum of huge lists": BIG + "{{ ([a]*1000)|sum(start=[])|length }}",
-    "folded format precision": "{{ '%.50000000f'|format(1.0)|length }}",
-    "folded format width then wordwrap": "{{ '%16000000d'|format(1)|wordwrap(3) }}",
-    "huge precision": "{{ '%.2000000000f'|format(1.0) }}",
-    "expandtabs": "{{ ('\\t'*500).expandtabs(16000000) }}",
-    "format_map width": "{{ '{a:>{w}}'.format_map({'a':1,'w':6000000000}) }}",
-    "21 nested for": "{% for a in messages %}" * 21 + "x" + "{% endfor %}" * 21,
-    "200 nested if": "{% if true %}" * 200 + "x" + "{% endif %}" * 200,
-}
 
 
 @pytest.mark.parametrize("source", list(HOSTILE.values()), ids=list(HOSTILE))
