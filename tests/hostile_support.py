@@ -162,7 +162,7 @@ print(json.dumps(results))
 
 
 # Prepended to a measured script: at exit, report the process's own peak resident memory (VmHWM, Linux) and
-# that of the helpers it waited for (ru_maxrss of its children), on the last line of stderr.
+# that of the helpers it waited for (ru_maxrss of its children), and its CPU seconds, on the last line of stderr.
 _PEAK_REPORT = """
 import atexit as _atexit, resource as _resource, sys as _sys
 def _report_peak():
@@ -173,13 +173,15 @@ def _report_peak():
     except (OSError, StopIteration):
         pass
     kids = _resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss * (1 if _sys.platform == "darwin" else 1024)
-    _sys.stderr.write(f"\\npeak-bytes {max(own, kids)}\\n")
+    usage = _resource.getrusage(_resource.RUSAGE_SELF)
+    _sys.stderr.write(f"\\npeak-bytes {max(own, kids)} {usage.ru_utime + usage.ru_stime}\\n")
 _atexit.register(_report_peak)
 """
 
 
-def run_script_measured(script: str, args: list[str], timeout: float = 300.0) -> tuple[str, int]:
-    """Run `python -c script *args` in a fresh process: (its stdout, its peak resident memory in bytes).
+def run_script_measured(script: str, args: list[str], timeout: float = 300.0) -> tuple[str, int, float]:
+    """Run `python -c script *args` in a fresh process: (its stdout, its peak resident memory in bytes,
+    its CPU seconds, which unlike wall time hardly depend on what else the machine runs).
 
     The process reports its own peak when it exits (VmHWM on Linux, which starts afresh at exec;
     `ru_maxrss` from `wait4` would not: it counts the memory of the test process that started it),
@@ -194,7 +196,8 @@ def run_script_measured(script: str, args: list[str], timeout: float = 300.0) ->
                           timeout=timeout, check=False)
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 0, f"exit {done.returncode}: {stderr[-2000:]}"
-    return done.stdout.decode(), int(stderr.rsplit("peak-bytes ", 1)[1])
+    peak, cpu = stderr.rsplit("peak-bytes ", 1)[1].split()
+    return done.stdout.decode(), int(peak), float(cpu)
 
 
 def run_cli_measured(argvs: list[list], timeout: float = 300.0) -> tuple[list[dict], int]:
@@ -205,5 +208,5 @@ def run_cli_measured(argvs: list[list], timeout: float = 300.0) -> tuple[list[di
     """
     import json
 
-    stdout, peak = run_script_measured(_MEASURED, [json.dumps([[str(a) for a in argv] for argv in argvs])], timeout)
+    stdout, peak, _ = run_script_measured(_MEASURED, [json.dumps([[str(a) for a in argv] for argv in argvs])], timeout)
     return json.loads(stdout), peak

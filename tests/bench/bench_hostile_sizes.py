@@ -11,12 +11,12 @@ Each measurement runs in a fresh process (`hostile_support.run_script_measured`)
 - `open`: `open_gguf` plus `build_card` (what every command does first);
 - `inspect`: `walkthrough inspect FILE`, and `--tensors` (output to a temporary file);
 - `app`: the app under Pilot at 80x24, until the File stage has settled.
-For each it prints wall seconds and peak resident MiB, then, against the smallest
-count measured in the same run, the extra time and memory per extra tensor (µs and
-bytes): equal figures down the column mean time and memory are linear in the tensors.
-The first row (the reference model itself) is the fixed cost: imports and start-up.
-The machine's load average is printed first: on a shared machine, compare only
-figures from one run.
+For each it prints wall seconds, CPU seconds and peak resident MiB, then, against
+the smallest count measured in the same run, the extra CPU time and memory per extra
+tensor (µs and bytes): equal figures down the column mean time and memory are linear
+in the tensors. CPU time is the figure to compare: wall time on a shared machine
+swings with its load (printed first). The first row (the reference model itself) is
+the fixed cost: imports and start-up.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ print(time.perf_counter() - start)
 """
 
 
-def measure(script: str, *args: str) -> tuple[float, int]:
-    """(wall seconds the script reports, peak resident bytes of its process)."""
-    out, peak = run_script_measured(script, list(args), timeout=1800)
-    return float(out.strip().splitlines()[-1]), peak
+def measure(script: str, *args: str) -> tuple[float, float, int]:
+    """(wall seconds the script reports, CPU seconds of its process, its peak resident bytes)."""
+    out, peak, cpu = run_script_measured(script, list(args), timeout=1800)
+    return float(out.strip().splitlines()[-1]), cpu, peak
 
 
-def runs(path: Path, scratch: Path, app: bool) -> dict[str, tuple[float, int]]:
+def runs(path: Path, scratch: Path, app: bool) -> dict[str, tuple[float, float, int]]:
     listing = str(scratch / "listing.txt")
     results = {
         "open": measure(OPEN, str(path)),
@@ -97,32 +97,31 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        measured: dict[int, dict[str, tuple[float, int]]] = {0: runs(LLAMA, scratch, not args.no_app)}
+        measured: dict[int, dict[str, tuple[float, float, int]]] = {0: runs(LLAMA, scratch, not args.no_app)}
         for n in counts:
             path = with_many_tensors(scratch, f"many-{n}.gguf", n)
             measured[n] = runs(path, scratch, not args.no_app)
             path.unlink()
         names = list(measured[0])
-        print(f"\n{'tensors added':>14}  " + "  ".join(f"{name:>26}" for name in names))
         base = counts[0]
-        for n, results in measured.items():
-            cells = []
-            for name in names:
-                seconds, peak = results[name]
-                cell = f"{seconds:6.2f} s {peak / 2**20:5.0f} MiB"
+        for name in names:
+            print(f"\n{name}\n{'tensors added':>14}  {'wall':>8}  {'CPU':>8}  {'peak':>8}  "
+                  f"{'CPU/tensor':>10}  {'memory/tensor':>13}")
+            for n, results in measured.items():
+                seconds, cpu, peak = results[name]
+                line = f"{n:>14,}  {seconds:6.2f} s  {cpu:6.2f} s  {peak / 2**20:4.0f} MiB"
                 if n > base:
-                    (s0, p0) = measured[base][name]
-                    cell += f" {(seconds - s0) / (n - base) * 1e6:4.0f}µs {(peak - p0) / (n - base):4.0f}B"
-                cells.append(f"{cell:>26}")
-            print(f"{n:>14,}  " + "  ".join(cells))
+                    _, cpu0, peak0 = measured[base][name]
+                    line += f"  {(cpu - cpu0) / (n - base) * 1e6:7.1f} µs  {(peak - peak0) / (n - base):11.0f} B"
+                print(line)
         print(f"(per extra tensor: against the {base:,}-tensor file)")
 
         sparse = with_sparse_strings(scratch, "sparse.gguf", {"general.name": GIB, "tokenizer.chat_template": GIB,
                                                               "hostile.a": GIB, "hostile.b": GIB})
         print(f"\nfour 1 GiB strings: {sparse.stat().st_size / GIB:.1f} GiB apparent, "
               f"{sparse.stat().st_blocks * 512 / 2**20:.1f} MiB on disk")
-        for name, (seconds, peak) in runs(sparse, scratch, not args.no_app).items():
-            print(f"  {name:18} {seconds:6.2f} s {peak / 2**20:5.0f} MiB")
+        for name, (seconds, cpu, peak) in runs(sparse, scratch, not args.no_app).items():
+            print(f"  {name:18} {seconds:6.2f} s wall  {cpu:6.2f} s CPU  {peak / 2**20:4.0f} MiB")
 
 
 if __name__ == "__main__":
