@@ -73,6 +73,8 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 return
             time.sleep(0.05)
         results.append((seed, None))
+        if os.environ.get("STORM_VERBOSE"):  # what the wedged app shows
+            print(tmux("capture-pane", "-p", "-t", session), flush=True)
     finally:
         tmux("kill-session", "-t", session)
 

@@ -24,12 +24,14 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from walkthrough.errors import WalkthroughError
 
 COLD_TIMEOUT = 600.0  # seconds a cold start may take before it is given up
+CHECK_EVERY = 0.1  # seconds between checks whether the cold start was stopped
 
 
 @dataclass(frozen=True)
@@ -73,27 +75,43 @@ def kept_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str 
     return StartTimes(first_token=seconds, passes=seconds)
 
 
-def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
+def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16",
+               cancelled: Callable[[], bool] = lambda: False) -> StartTimes:
     """First token of `ids` in a fresh process that opens `path`.
 
+    Args:
+        cancelled: checked every `CHECK_EVERY` seconds; when it says so, the child is killed (an app that
+            quits does not wait for a cold start to finish).
+
     Raises:
-        WalkthroughError: the child failed or took longer than COLD_TIMEOUT.
+        WalkthroughError: the child failed, took longer than COLD_TIMEOUT, or was stopped.
     """
     argv = [sys.executable, "-m", "walkthrough.engine.coldstart", str(path), "--kv-type", kv_type]
     if chunk:
         argv += ["--chunk", str(chunk)]
     began = time.perf_counter()
-    try:
-        done = subprocess.run(argv, input=json.dumps(ids), capture_output=True, text=True, timeout=COLD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt") from None
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as child:
+        given: str | None = json.dumps(ids)
+        while True:
+            try:
+                stdout, stderr = child.communicate(given, timeout=CHECK_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                given = None  # sent with the first call; a retry carries on where it stopped
+                late = time.perf_counter() - began > COLD_TIMEOUT
+                if late or cancelled():
+                    child.kill()
+                    child.communicate()
+                    raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt"
+                                           if late else "the cold start was stopped") from None
     wall = time.perf_counter() - began
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    lines = stdout.strip().splitlines()
+    if child.returncode != 0 or not lines:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise WalkthroughError(f"the cold-start process failed: {last}")
-    child = json.loads(lines[-1])
-    return StartTimes(first_token=wall, imports=child["imports"], open=child["open"], passes=child["passes"])
+    times = json.loads(lines[-1])
+    return StartTimes(first_token=wall, imports=times["imports"], open=times["open"], passes=times["passes"])
 
 
 def main(argv: list[str] | None = None) -> int:

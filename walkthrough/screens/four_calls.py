@@ -127,6 +127,8 @@ class FourCallsScreen(ModalScreen):
         return True
 
     def action_starts(self) -> None:
+        if any(w.name == "measure cold and warm starts" and not w.is_finished for w in self.workers):
+            return  # one cold start at a time: a second `c` does not start another process
         self.status = "cold start: a fresh process opens the file"
         self._redraw()
         self._measure_starts(self.model, self.turns[0].chat.ids)
@@ -159,8 +161,9 @@ class FourCallsScreen(ModalScreen):
         from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
 
         c = self.calls
+        worker = get_current_worker()
         try:
-            cold = cold_start(c.path, first, chunk=c.chunk)
+            cold = cold_start(c.path, first, chunk=c.chunk, cancelled=lambda: worker.is_cancelled)
             starts = (cold, warm_start(model, first, chunk=c.chunk), kept_start(model, first, chunk=c.chunk))
         except WalkthroughError as err:
             self.post_message(self.Failed(str(err)))
