@@ -33,12 +33,13 @@ from walkthrough.inspect.render_process import stop_all as stop_renders
 from walkthrough.screens import messages as msg
 from walkthrough.screens import parts, stages
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
+from walkthrough.screens.base import StageScreen
 from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.run import PromptSource, RunController, RunPlan
 from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.typeahead import Typeahead
+from walkthrough.screens.typeahead import QUIT_KEYS, Typeahead
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
@@ -104,8 +105,13 @@ class WalkthroughApp(App):
         return super().post_message(message)
 
     async def on_event(self, event: events.Event) -> None:
-        if self.typeahead.handled(event):  # keys still waiting when q went ahead are not handled
-            await super().on_event(event)
+        if not self.typeahead.handled(event):  # keys still waiting when q went ahead are not handled
+            return
+        if (isinstance(event, events.Key) and event.key in QUIT_KEYS and not event.is_forwarded
+                and isinstance(self.screen, StageScreen) and not self._typing()):
+            self.exit()  # what q does on every stage, without waiting for the stage's own queue (a storm's redraws)
+            return
+        await super().on_event(event)
 
     def _typing(self) -> bool:
         """Keys go to a text field now (a message's text, the tensor filter)."""

@@ -15,7 +15,9 @@ stage, which dialog) is not what the user saw when they typed it, so q is read
 as what it says on every stage, quit, also where it would close a dialog (help,
 the glossary, the four calls: nothing is lost by quitting there). Only a text
 field keeps it as a letter. When the app keeps up, no key waits and q does what
-the screen it meets binds it to.
+the screen it meets binds it to; on a stage the app quits as soon as the key
+reaches it, without passing it on to the stage (whose own queue can be busy
+redrawing after a storm of resizes).
 
 Example: 200 keys queued behind 20 s of layout work, then q -> the app ends
 within a second; the 200 keys are not handled.
