@@ -53,6 +53,7 @@ async def test_measured_and_modelled_figures_say_whose_they_are(fixtures_dir, si
         await step(pilot, 3, DECODE)  # the prompt (one chunk), then two tokens
         engine = state.steps[0].engine
         assert engine == state.model.engine == "numpy"
+        assert f"{modelled_for(state.profile)} (balance point" in text_of(app, "#decode-token")
         await pilot.press(SUMMARY)
         await pilot.pause()
         summary = text_of(app, "#summary-table")

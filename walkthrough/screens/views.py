@@ -16,7 +16,7 @@ from rich.text import Text
 from walkthrough.engine.layer_groups import KIND_LETTERS, cache_groups, ranges_text
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.format import human_bytes, human_count
-from walkthrough.textsafe import safe_text, token_label, visible
+from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
 
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
@@ -146,6 +146,7 @@ def balance_line(step, state) -> Text | None:
     None when the pass read nothing or there is no machine (no profiles, or a broken hardware file).
     """
     from walkthrough.engine.costs import balance_point, limit
+    from walkthrough.engine.measured import modelled_for
 
     try:
         profile = state.profile
@@ -154,7 +155,7 @@ def balance_line(step, state) -> Text | None:
     if profile is None or not step.bytes_read.get("total"):
         return None
     return Text.assemble(
-        f"on {visible(profile.id)} (balance point {balance_point(profile):.0f} FLOPs/byte) "
+        f"{modelled_for(profile)} (balance point {balance_point(profile):.0f} FLOPs/byte): "
         "this pass is limited by ",
         (limit(step.intensity, profile), "bold"),
         style="dim",
