@@ -24,7 +24,7 @@ from textual.geometry import Size
 
 from walkthrough.app import make_app
 from walkthrough.screens import stages
-from walkthrough.screens.typeahead import Typeahead
+from walkthrough.screens.typeahead import Typeahead, split_chord
 
 SEED = 20
 N_KEYS = 1000
@@ -89,6 +89,13 @@ def test_only_a_quit_key_goes_ahead_of_waiting_keys():
     assert not typeahead.handled(events.Resize(Size(80, 24), Size(80, 24)))
     calm = Typeahead()
     assert calm.posted(quit_key, lambda: False, lambda: True)  # keys passed on to the screen still wait there
+
+
+def test_escape_and_a_letter_read_as_one_chord_are_two_keys():
+    chord = events.Key("alt+q", "q")  # what Textual's XTermParser makes of "\x1bq" read at once
+    assert [(key.key, key.character) for key in split_chord(chord)] == [("escape", "\x1b"), ("q", "q")]
+    assert split_chord(events.Key("q", "q")) is None
+    assert split_chord(events.Key("alt+left", None)) is None
 
 
 @pytest.mark.parametrize("size", PILOT_SIZES.values())

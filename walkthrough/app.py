@@ -39,7 +39,7 @@ from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.run import PromptSource, RunController, RunPlan
 from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.typeahead import QUIT_KEYS, Typeahead
+from walkthrough.screens.typeahead import QUIT_KEYS, Typeahead, split_chord
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
@@ -98,6 +98,9 @@ class WalkthroughApp(App):
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
+        chord = split_chord(message)  # escape then a letter read as one alt+ chord (screens/typeahead.py)
+        if chord is not None:
+            return all([self.post_message(key) for key in chord])
         # q typed ahead of a busy app goes first (screens/typeahead.py)
         if self.typeahead.posted(message, self._typing, lambda: not self.screen._message_queue.empty()):
             self.exit()

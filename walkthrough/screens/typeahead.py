@@ -19,6 +19,11 @@ the screen it meets binds it to; on a stage the app quits as soon as the key
 reaches it, without passing it on to the stage (whose own queue can be busy
 redrawing after a storm of resizes).
 
+Escape then a letter, typed quickly or read late by a busy app, reach Textual
+as one chord (`alt+q`: the terminal sends Alt+letter as escape and the letter).
+The app binds no Alt keys, so such a chord is read as the two keys it holds:
+escape and q, after a storm, still close a dialog and quit.
+
 Example: 200 keys queued behind 20 s of layout work, then q -> the app ends
 within a second; the 200 keys are not handled.
 """
@@ -59,3 +64,13 @@ class Typeahead:
         if isinstance(message, events.Key) and not message.is_forwarded:
             self.waiting = max(self.waiting - 1, 0)
         return not (self.quitting and isinstance(message, (events.Key, events.Resize)))
+
+
+def split_chord(message: object) -> tuple[events.Key, events.Key] | None:
+    """An `alt+<letter>` key as the escape and letter it was sent as; None for any other message."""
+    if not isinstance(message, events.Key) or message.is_forwarded or not message.key.startswith("alt+"):
+        return None
+    letter = message.key.removeprefix("alt+")
+    if len(letter) != 1 or not letter.isalpha():
+        return None
+    return events.Key("escape", "\x1b"), events.Key(letter, letter)
