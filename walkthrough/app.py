@@ -12,6 +12,7 @@ The engine side of a run lives in `self.controller` (session, lock, passes).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -115,6 +116,7 @@ class WalkthroughApp(App):
             self.exit()  # what q does on every stage, without waiting for the stage's own queue (a storm's redraws)
             return
         await super().on_event(event)
+        await asyncio.sleep(0)  # let the stages and the driver in between events (StageScreen.on_event)
 
     def _typing(self) -> bool:
         """Keys go to a text field now (a message's text, the tensor filter)."""

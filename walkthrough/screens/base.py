@@ -11,11 +11,13 @@ and number come from `walkthrough.screens.stages`, where it is listed once.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -121,6 +123,14 @@ class StageScreen(Screen):
     def state(self):
         """The app's `RequestState`."""
         return self.app.state
+
+    async def on_event(self, event: events.Event) -> None:
+        await super().on_event(event)
+        # Textual handles a widget's queued messages one after another without returning to the event loop while
+        # the queue is not empty. After a storm of keys and resizes a stage's queue held seconds of restyling, and
+        # nothing else ran meanwhile, not even the driver handing over `q` (tests/bench/key_storm.py: SmolLM2,
+        # q ignored for 30 s). Let the loop in between events.
+        await asyncio.sleep(0)
 
     def compose(self) -> ComposeResult:
         yield StageBar(self.STAGE)
