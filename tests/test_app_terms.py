@@ -94,8 +94,14 @@ async def _walk_stages(pilot) -> dict[str, tuple[tuple[str, ...], str]]:
         seen[stage.id] = (screen.terms, _stage_text(app, screen))
         line = screen.query_one(TermsLine)
         console = Console(width=line.content_region.width)
-        assert len(line.content.wrap(console, line.content_region.width)) == line.content_region.height, \
-            f"{stage.id}: the terms line is cut"
+        lines = line.content.wrap(console, line.content_region.width)
+        assert len(lines) == line.content_region.height <= line.max_lines, f"{stage.id}: the terms line is cut"
+        shown = " ".join(" ".join(text.plain for text in lines).split()).removeprefix("Terms (g): ")
+        more = re.search(r" \+(\d+) more \(g\)$", shown)
+        listed = [t.strip() for t in shown[: more.start() if more else None].split("·")]
+        hidden = int(more.group(1)) if more else 0  # every term listed whole, or counted in "+N more (g)"
+        assert tuple(listed) + screen.terms[len(listed):] == screen.terms, (stage.id, shown)
+        assert len(listed) + hidden == len(screen.terms), (stage.id, shown)
     return seen
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -29,6 +30,7 @@ from walkthrough.screens.stage_text import cursor_row_text, stage_text
 from walkthrough.screens.term_words import most_specific, terms_in
 
 STAGE_KEYS = Binding.Group("Stage", compact=True)
+TALL = 30  # rows from which the terms line may take four lines instead of two
 WIDE_FOOTER = 100  # columns from which the footer also shows the command palette key
 
 
@@ -58,20 +60,68 @@ class StageBar(Static):
 
 
 class TermsLine(Static):
-    """The glossary terms the stage shows now, wrapped over as many lines as they need (g opens them)."""
+    """The glossary terms the stage shows now, wrapped over a few lines (g opens them).
+
+    Terms are packed whole into at most `max_lines` lines at the line's width (2 on a terminal under
+    `TALL` rows, so the stage keeps its room at 80x24; 4 above); what does not fit is counted at the end,
+    "+N more (g)", and listed by g with the others, so no term is ever lost silently.
+    """
+
+    LABEL = "Terms (g): "
+    SEPARATOR = " · "
 
     def __init__(self) -> None:
         super().__init__(id="terms-line")
         self.terms: tuple[str, ...] | None = None  # None until first shown
+        self._drawn: tuple | None = None
+
+    @property
+    def max_lines(self) -> int:
+        return 2 if self.app.size.height < TALL else 4
 
     def show(self, terms: tuple[str, ...]) -> None:
-        if terms == self.terms:
-            return  # most redraws change figures, not words: no relayout
         self.terms = terms
-        line = Text("Terms (g): ", style="bold")
-        line.append(" · ".join(terms))
-        self.update(line)
         self.display = bool(terms)
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        terms, width = self.terms or (), self.content_region.width or self.app.size.width - 2
+        if (terms, width, self.max_lines) == self._drawn:
+            return  # most redraws change figures, not words: no relayout
+        self._drawn = (terms, width, self.max_lines)
+        lines, shown = pack_terms(terms, width, self.max_lines, len(self.LABEL))
+        text = Text(self.LABEL, style="bold")
+        text.append("\n".join(lines))
+        if shown < len(terms):
+            text.append(f" +{len(terms) - shown} more (g)", style="italic")
+        self.update(text)
+
+
+def pack_terms(terms: tuple[str, ...], width: int, max_lines: int, first: int) -> tuple[list[str], int]:
+    """Terms joined by " · " into lines of `width` cells (the first starts at column `first`), at most
+    `max_lines`, room kept on the last for a "+N more (g)" note; the lines and how many terms they hold.
+
+    Example: pack_terms(("token", "KV cache", "decode"), 30, 1, 11) -> (["token"], 1)
+    """
+    lines: list[str] = [""]
+    used = first
+    note = len(" +99 more (g)")
+    for i, term in enumerate(terms):
+        piece = term if not lines[-1] else TermsLine.SEPARATOR + term
+        last = len(lines) == max_lines
+        room = width - (note if last and i < len(terms) - 1 else 0)
+        if used + cell_len(piece) <= room:
+            lines[-1] += piece
+            used += cell_len(piece)
+        elif not last:
+            lines.append("· " + term if lines[-1] else term)
+            used = cell_len(lines[-1])
+        else:
+            return lines, i
+    return lines, len(terms)
 
 
 class StageScreen(Screen):
