@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from html import unescape
 from pathlib import Path
 
@@ -61,6 +62,20 @@ async def play_to_the_end(app: WalkthroughApp, size: tuple[int, int], timeout: f
         while app.return_code is None and waited < timeout:
             await pilot.pause(0.1)
             waited += 0.1
+
+
+def hold_passes(app: WalkthroughApp) -> tuple[threading.Event, threading.Event]:
+    """Make each pass wait, once started, until `release` is set (at most 10 s): returns (release, started)."""
+    release, started = threading.Event(), threading.Event()
+    real_pass = app.controller.next_pass
+
+    def held_pass(*args, **kwargs):
+        started.set()
+        release.wait(10)
+        return real_pass(*args, **kwargs)
+
+    app.controller.next_pass = held_pass
+    return release, started
 
 
 def screen_text(app: WalkthroughApp) -> str:

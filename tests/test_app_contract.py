@@ -145,6 +145,6 @@ async def test_keys_that_do_nothing_now_show_disabled_and_say_what_to_do(fixture
         await pilot.pause()
         notes = [n.message for n in app._notifications]
         assert any("press r to run again" in note for note in notes)
-        await pilot.press("r")
+        await pilot.press("r", "y")  # y: discard the answer (r asks first, tests/test_app_confirm.py)
         await settle(pilot)
         assert app.screen.active_bindings["space"].enabled and app.state.steps == ()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 
-from app_support import app_for, play_the_answer, screen_text, settle, widget_text
+from app_support import app_for, hold_passes, play_the_answer, screen_text, settle, widget_text
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.session import Session
@@ -107,7 +106,7 @@ async def test_restart_clears_the_run(fixtures_dir):
         await pilot.press("4")
         await _step(pilot, 2)
         assert len(app.state.steps) == 2
-        await pilot.press("r")
+        await pilot.press("r", "y")  # y: discard the two passes (r asks first)
         await settle(pilot)
         assert app.state.steps == ()
 
@@ -117,15 +116,7 @@ async def test_keys_are_handled_while_a_pass_runs(fixtures_dir):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
-        release, started = threading.Event(), threading.Event()
-        real_pass = app.controller.next_pass
-
-        def slow_pass(*args, **kwargs):
-            started.set()
-            release.wait(10)
-            return real_pass(*args, **kwargs)
-
-        app.controller.next_pass = slow_pass
+        release, started = hold_passes(app)
         await pilot.press("4", "space")
         assert started.wait(5)
         await pilot.press("n", "g")  # handled while the pass is still running
@@ -243,7 +234,7 @@ async def test_chunk_key_changes_the_chunk_size_and_restarts(fixtures_dir):
         await pilot.press("4")
         await _step(pilot)
         first = state.steps[-1]
-        await pilot.press("c")
+        await pilot.press("c", "y")  # y: discard the pass run (c asks first)
         await settle(pilot)
         assert state.steps == () and state.chunk == CHUNK_SIZES[CHUNK_SIZES.index(64) + 1]
         await pilot.press(*"c" * (len(CHUNK_SIZES) - CHUNK_SIZES.index(128)))  # round to the smallest

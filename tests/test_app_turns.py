@@ -73,7 +73,7 @@ async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
     app = _app(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
         state = await _answered(pilot)
-        await pilot.press("4", "r")  # r: the stepping stages' restart
+        await pilot.press("4", "r", "y")  # r: the stepping stages' restart; y: discard the answer
         await settle(pilot)
         await _run_to_the_end(pilot)
         assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0

@@ -35,6 +35,7 @@ from walkthrough.screens import messages as msg
 from walkthrough.screens import parts, stages
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
 from walkthrough.screens.base import StageScreen
+from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.run import PromptSource, RunController, RunPlan
@@ -351,10 +352,24 @@ class WalkthroughApp(App):
         self.playing = not self.playing and not self.state.finished
 
     def action_restart(self) -> None:
-        """Run the request again from an empty KV cache (edits and follow-ups keep the cache; r does not)."""
+        """Run the request again from an empty KV cache (edits and follow-ups keep the cache; r does not),
+        once the user agreed to lose the run so far (`discard_then`)."""
+        self.discard_then(self.restart)
+
+    def restart(self) -> None:
+        """Run the request again from an empty KV cache, now."""
         self.playing = False
         self.controller.unload()
         self.start_run()
+
+    def discard_then(self, then: Callable[[], None]) -> None:
+        """Call `then`, which throws the current run away: at once when nothing would be lost, else only
+        if the user says yes (screens/confirm.py)."""
+        question = discard_question(self.state, self.stepping)
+        if question is None:
+            then()
+        else:
+            self.push_screen(ConfirmDiscard(question), lambda discard: then() if discard else None)
 
     @work(thread=True, group="step", name="run one pass")
     def run_pass(self, run_id: int) -> None:

@@ -53,7 +53,8 @@ compute buffer the cost model assumes for that many tokens.
 The prompt strip shows the chunk just run highlighted, the tokens still to run
 dimmed. The KV cache fills by one row per token per attention layer.
 
-c changes the chunk size and restarts the request: bigger chunks read each
+c changes the chunk size and restarts the request (asking first when passes
+would be lost): bigger chunks read each
 weight once for more tokens, so their intensity rises; the results do not
 change with the chunk size.
 """
@@ -110,11 +111,14 @@ change with the chunk size.
         return Group(Text("\nthe prompt", style="bold"), strip)
 
     def action_chunk(self) -> None:
-        """The next chunk size, and the request from its start."""
+        """The next chunk size, and the request from its start (once the user agreed to lose the run so far)."""
+        self.app.discard_then(self._next_chunk_size)
+
+    def _next_chunk_size(self) -> None:
         state = self.state
         later = [size for size in CHUNK_SIZES if size > state.chunk]
         state.chunk = later[0] if later else CHUNK_SIZES[0]
-        self.app.action_restart()
+        self.app.restart()
 
     def autoplay_step(self) -> bool:
         return self.step_until(self.state.prefill_done)

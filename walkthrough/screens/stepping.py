@@ -1,6 +1,7 @@
 """The base of the stages that step through the run (prefill, decode, sampling): keys and the live panel.
 
-space runs one pass, enter plays or pauses, r restarts the request, a opens
+space runs one pass, enter plays or pauses, r restarts the request (asking first
+when passes would be lost: `screens/confirm.py`), a opens
 the attention matrix of the passes so far (`attention`). The stage's
 own view goes in `compose_main`; the live panel sits beside it (wide screens)
 or under it (narrow ones, through the `-narrow` class the app's breakpoints set).
