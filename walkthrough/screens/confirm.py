@@ -20,7 +20,9 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
+
+from walkthrough.screens.footer import KeysFooter
 
 if TYPE_CHECKING:
     from walkthrough.screens.state import RequestState
@@ -65,7 +67,7 @@ class ConfirmDiscard(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(self.question, ("  y / n", "bold")), id="confirm-question")
-        yield Footer()
+        yield KeysFooter()
 
     def action_answer(self, discard: bool) -> None:
         if not self.answered:  # a second key before the screen is gone must not pop the stage under it
