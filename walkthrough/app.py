@@ -100,6 +100,8 @@ class WalkthroughApp(App):
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
+        if self.return_code is not None:  # ending: keys typed now mean nothing, and the screens may be gone
+            return super().post_message(message)
         chord = split_chord(message)  # escape then a letter read as one alt+ chord (screens/typeahead.py)
         if chord is not None:
             return all([self.post_message(key) for key in chord])
