@@ -176,8 +176,7 @@ an array), scrollable, escape to close.
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#tensor-table").focus()
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def on_mount(self) -> None:  # (Textual runs StageScreen.on_mount after this one)
         self._focus_view()
 
     def _focus_view(self) -> None:

@@ -165,8 +165,7 @@ own text dimmed. v switches between the three views.
             options.highlighted = min(highlighted or 0, len(messages) - 1)
 
     def on_mount(self) -> None:
-        self._listed: list[dict[str, str]] | None = None
-        super().on_mount()
+        self._listed: list[dict[str, str]] | None = None  # (Textual runs StageScreen.on_mount after this one)
         self.query_one("#message-list").focus()
 
     def action_next_view(self) -> None:
