@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import threading
+from collections import Counter
+from collections.abc import Callable
 from html import unescape
 from pathlib import Path
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -76,6 +80,66 @@ def hold_passes(app: WalkthroughApp) -> tuple[threading.Event, threading.Event]:
 
     app.controller.next_pass = held_pass
     return release, started
+
+
+class LayerGate:
+    """The engine's layer function (`model.block`) wrapped: counts the layers each worker finished, and holds
+    the first worker that `hold` picks at the end of its layer `at` until `release` is set (at most 10 s).
+
+    `holding` is set once that worker waits; `held` is it. Layers run outside a worker count under None.
+    A cancelled worker's task ends at once while its thread goes on: `wait_returned` waits for the thread.
+    """
+
+    def __init__(self, monkeypatch, hold: Callable[[Any], bool] = lambda worker: True, at: int = 1) -> None:
+        from textual.worker import NoActiveWorker, get_current_worker
+
+        from walkthrough.engine import model
+
+        real = model.block
+        self.ran: Counter = Counter()
+        self.held = None
+        self.thread: int | None = None  # the held worker's thread
+        self.holding, self.release = threading.Event(), threading.Event()
+        lock = threading.Lock()
+
+        def gated(*args, **kwargs):
+            out = real(*args, **kwargs)
+            try:
+                worker = get_current_worker()
+            except NoActiveWorker:
+                worker = None
+            with lock:
+                self.ran[worker] += 1
+                now = self.held is None and worker is not None and hold(worker) and self.ran[worker] >= at
+                if now:
+                    self.held, self.thread = worker, threading.get_ident()
+            if now:
+                self.holding.set()
+                self.release.wait(10)
+            return out
+
+        monkeypatch.setattr(model, "block", gated)
+
+    async def wait_held(self, pilot, polls: int = 1000) -> None:
+        """Let the app run until a worker is held (or `polls` x 0.01 s passed)."""
+        for _ in range(polls):
+            if self.holding.is_set():
+                return
+            await pilot.pause(0.01)
+        raise AssertionError("no worker reached the layer it is held at")
+
+    async def wait_returned(self, pilot, polls: int = 1000) -> None:
+        """Release the held worker and let the app run until its work returned (its thread left the call
+        Textual runs a thread worker's work in, `run_callable`), or `polls` x 0.01 s passed."""
+        self.release.set()
+        for _ in range(polls):
+            frame = sys._current_frames().get(self.thread)
+            while frame is not None and frame.f_code.co_name != "run_callable":
+                frame = frame.f_back
+            if frame is None:
+                return
+            await pilot.pause(0.01)
+        raise AssertionError("the held worker's work did not return")
 
 
 def screen_text(app: WalkthroughApp) -> str:

@@ -45,3 +45,96 @@ async def test_the_four_calls_play_and_are_measured():
         cold, warm, kept = started[0].starts
         assert cold.first_token > cold.passes > 0 and warm.first_token > 0 and kept.first_token > 0
         assert "cold, a fresh process" in screen.shown and "keep-alive" in screen.shown
+
+
+def _reference(calls: CallsInput) -> list[tuple[str, int, list[int]]]:
+    """The four calls played straight through the engine, uncancelled: (label, tokens reused, answer)."""
+    from walkthrough.engine.model import Model
+    from walkthrough.engine.session import Session
+    from walkthrough.engine.turns import Conversation, FourCalls
+
+    talk = Conversation(Session(Model(calls.file)), calls.tokenizer, calls.template, settings=calls.settings,
+                        max_tokens=calls.max_tokens, chunk=calls.chunk)
+    for label, messages in FourCalls.load().requests(talk, calls.messages):
+        for _ in talk.ask(messages, label):
+            pass
+    return [(t.label, t.reuse.reused, t.answer) for t in talk.turns]
+
+
+def _spy_posts(screen: FourCallsScreen) -> list[tuple[object, bool]]:
+    """(worker, cancelled when it posted) for every message the screen's workers post from now on."""
+    posted: list[tuple[object, bool]] = []
+    real = screen.post_message
+
+    def spy(message):
+        if isinstance(message, FourCallsScreen.Posted):
+            posted.append((message.worker, message.worker.is_cancelled))
+        return real(message)
+
+    screen.post_message = spy
+    return posted
+
+
+async def _played(pilot) -> tuple[FourCallsScreen, list[tuple[object, bool]]]:
+    """The screen pushed and its four calls played; then what its workers post is spied on."""
+    screen = FourCallsScreen(_calls())
+    await pilot.app.push_screen(screen)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    return screen, _spy_posts(screen)
+
+
+async def test_a_replay_stops_the_play_within_a_layer_and_plays_as_if_uncancelled(monkeypatch):
+    from app_support import LayerGate
+
+    calls = _calls()
+    gate = LayerGate(monkeypatch, hold=lambda worker: worker.name == "play the four calls", at=2)
+    app = App()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = FourCallsScreen(calls)
+        posted = _spy_posts(screen)
+        await app.push_screen(screen)
+        await gate.wait_held(pilot)  # the first call's first pass, at its second layer
+        first, layers = gate.held, gate.ran[gate.held]
+        await pilot.press("r")
+        assert first.is_cancelled
+        await gate.wait_returned(pilot)
+        assert gate.ran[first] == layers  # no layer began after the cancel
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert posted and not any(cancelled for _, cancelled in posted)  # nothing posted once cancelled
+        assert all(worker is not first for worker, _ in posted[-5:])  # the play after r posted the calls
+        assert [(t.label, t.reuse.reused, t.answer) for t in screen.turns] == _reference(calls)
+        assert screen.summary is not None and screen.summary.turns == 4
+
+
+async def test_closing_the_screen_stops_the_warm_start_within_a_layer(monkeypatch):
+    from app_support import LayerGate
+
+    gate = LayerGate(monkeypatch, hold=lambda worker: worker.name == "measure cold and warm starts", at=1)
+    app = App()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, posted = await _played(pilot)
+        await pilot.press("c")  # the cold start's process, then the warm start here: held at its first layer
+        await gate.wait_held(pilot, polls=6000)
+        measuring, layers = gate.held, gate.ran[gate.held]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert measuring.is_cancelled and app.screen is not screen
+        await gate.wait_returned(pilot)
+        assert gate.ran[measuring] == layers
+        assert posted == []  # neither the starts nor a failure
+
+
+async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
+    app = App()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, posted = await _played(pilot)
+        await pilot.press("c")
+        measuring = next(w for w in app.workers if w.name == "measure cold and warm starts")
+        await pilot.press("r")  # while the fresh process starts
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert measuring.is_cancelled
+        assert not any(worker is measuring for worker, _ in posted)
+        assert screen.started is None and screen.summary is not None and not screen.status.startswith("stopped")

@@ -47,31 +47,42 @@ class StartTimes:
         return {k: round(v, 4) for k, v in self.__dict__.items()}
 
 
-def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str, session=None) -> float:
+def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str, session=None,
+                 cancelled: Callable[[], bool] | None = None) -> float:
     """Seconds from sending `ids` to `session` (a new one by default) to its first chosen token."""
     from walkthrough.engine.sampler import Sampler
-    from walkthrough.engine.session import Session
+    from walkthrough.engine.session import Session, stop_when
 
     began = time.perf_counter()
     session = session or Session(model, kv_type=kv_type, auto_checkpoints=False)
-    for _ in session.request(ids, chunk=chunk, sampler=Sampler.greedy()):
+    for _ in session.request(ids, chunk=chunk, sampler=Sampler.greedy(), progress=stop_when(cancelled)):
         pass
     return time.perf_counter() - began
 
 
-def warm_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
-    """First token of `ids` on a model this process has loaded and used (no KV cache kept)."""
-    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type)
+def warm_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16",
+               cancelled: Callable[[], bool] | None = None) -> StartTimes:
+    """First token of `ids` on a model this process has loaded and used (no KV cache kept).
+
+    Raises:
+        Cancelled: `cancelled()` said so, checked at every layer.
+    """
+    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type, cancelled=cancelled)
     return StartTimes(first_token=seconds, passes=seconds)
 
 
-def kept_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16") -> StartTimes:
-    """First token of `ids` sent again to a session that holds them (a server that kept its KV cache)."""
+def kept_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16",
+               cancelled: Callable[[], bool] | None = None) -> StartTimes:
+    """First token of `ids` sent again to a session that holds them (a server that kept its KV cache).
+
+    Raises:
+        Cancelled: `cancelled()` said so, checked at every layer.
+    """
     from walkthrough.engine.session import Session
 
     session = Session(model, kv_type=kv_type)
-    _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session)
-    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session)
+    _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session, cancelled=cancelled)
+    seconds = _first_token(model, ids, chunk=chunk, kv_type=kv_type, session=session, cancelled=cancelled)
     return StartTimes(first_token=seconds, passes=seconds)
 
 
@@ -84,7 +95,8 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
             quits does not wait for a cold start to finish).
 
     Raises:
-        WalkthroughError: the child failed, took longer than COLD_TIMEOUT, or was stopped.
+        WalkthroughError: the child failed or took longer than COLD_TIMEOUT.
+        Cancelled: `cancelled()` said so (the child was killed).
     """
     argv = [sys.executable, "-m", "walkthrough.engine.coldstart", str(path), "--kv-type", kv_type]
     if chunk:
@@ -103,8 +115,12 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
                 if late or cancelled():
                     child.kill()
                     child.communicate()
-                    raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt"
-                                           if late else "the cold start was stopped") from None
+                    if not late:
+                        from walkthrough.engine.session import Cancelled
+
+                        raise Cancelled() from None
+                    raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt") \
+                        from None
     wall = time.perf_counter() - began
     lines = stdout.strip().splitlines()
     if child.returncode != 0 or not lines:

@@ -64,7 +64,7 @@ take checkpoints where llama.cpp's server does (see `checkpoints`);
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -83,11 +83,24 @@ from walkthrough.engine.sampler import Sampler, SampleResult
 from walkthrough.engine.steps import Step
 from walkthrough.errors import WalkthroughError
 
-__all__ = ["Cancelled", "Progress", "Session"]
+__all__ = ["Cancelled", "Progress", "Session", "stop_when"]
 
 
 class Cancelled(Exception):  # noqa: N818 - a request, not a failure
     """Raised by a `progress` callable to abandon the pass it was called from (not an error to report)."""
+
+
+def stop_when(cancelled: Callable[[], bool] | None) -> Progress | None:
+    """The `progress` hook of a caller that only wants to stop: it raises `Cancelled` at the next layer once
+    `cancelled()` is true (None: no hook, nothing to check)."""
+    if cancelled is None:
+        return None
+
+    def check(done: int, total: int) -> None:
+        if cancelled():
+            raise Cancelled()
+
+    return check
 
 
 class Session:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +32,7 @@ from typing import Any
 from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.prefix_break import Break, Held, explain
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.session import Session
+from walkthrough.engine.session import Session, stop_when
 from walkthrough.engine.steps import Step, totals
 from walkthrough.inspect.chat import ChatTokens, chat_tokens
 
@@ -137,7 +137,12 @@ class Conversation:
         origin: str = "chat template",
         now: datetime | None = None,
         measure_fresh: bool = False,
+        cancelled: Callable[[], bool] | None = None,
     ):
+        """Args:
+            cancelled: checked at every layer of every pass (the fresh runs' too); once true, the pass in
+                flight raises `session.Cancelled` and the conversation cannot go on.
+        """
         self.session = session
         self.tokenizer = tokenizer
         self.template = template
@@ -147,6 +152,7 @@ class Conversation:
         self.origin = origin
         self.now = now  # the time the template's strftime_now shows (None: the clock)
         self.measure_fresh = measure_fresh
+        self.progress = stop_when(cancelled)
         self.held: Held | None = None
         self.turns: list[Turn] = []
 
@@ -188,7 +194,7 @@ class Conversation:
         steps: list[Step] = []
         first_token = None
         passes = self.session.generate(chat.ids, sampler, self.max_tokens, chunk=self.chunk,
-                                       marks=user_starts(chat, messages))
+                                       marks=user_starts(chat, messages), progress=self.progress)
         while True:
             clock = time.perf_counter()
             step = next(passes, None)
@@ -231,7 +237,7 @@ class Conversation:
         s = self.session
         fresh = Session(s.model, kv_type=s.cache.cache_type, checkpoint_every=s.checkpoints.every)
         steps = list(fresh.request(again.ids, chunk=self.chunk, sampler=Sampler(self.settings),
-                                   marks=user_starts(again, messages)))
+                                   marks=user_starts(again, messages), progress=self.progress))
         seconds = time.perf_counter() - began
         sums = totals(steps)
         return Cost(sums.tokens, sums.passes, sums.flops, sums.bytes_read, seconds)

@@ -8,8 +8,13 @@ run from an empty cache, so "with" and "without reuse" are both measured. Then
 it measures the first request's first token from a fresh process (a cold start)
 against this process (warm, and with the prompt's KV cache kept), when asked. The worker
 posts each result in a message; the handlers, on the UI thread, store it and
-redraw. Escape closes the screen and stops the worker after its current pass.
-`c` measures the cold and warm starts (a few seconds: a new Python process).
+redraw. `c` measures the cold and warm starts (a few seconds: a new Python process).
+
+Escape, `r` and `c` cancel the worker running (the play or the measurement): it
+stops at the next layer of its pass (the engine's `Cancelled`, as the stage's
+step worker does) or kills the cold start's process, and whatever it posted
+is dropped once it was cancelled (each message names its worker), so a new
+play starts from nothing and gives what an uncancelled one gives.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.footer import KeysFooter
@@ -67,30 +72,41 @@ class FourCallsScreen(ModalScreen):
     ]
 
     @dataclass
-    class Played(Message):
-        """One call finished."""
+    class Posted(Message):
+        """What a worker posted; dropped once that worker was cancelled (a replay, escape, `c`)."""
 
-        turn: Turn
+        worker: Worker
+
+        @property
+        def stale(self) -> bool:
+            return self.worker.is_cancelled
 
     @dataclass
-    class Finished(Message):
+    class Played(Posted):
+        """One call finished (on the worker's own model, kept for the warm starts)."""
+
+        turn: Turn
+        model: Any
+
+    @dataclass
+    class Finished(Posted):
         """The four calls' sums."""
 
         summary: Summary
 
     @dataclass
-    class Started(Message):
+    class Started(Posted):
         """The first request's first token: cold (a fresh process), warm, warm with its KV cache kept."""
 
         starts: tuple[StartTimes, StartTimes, StartTimes]
         prompt_tokens: int
 
     @dataclass
-    class Failed(Message):
+    class Failed(Posted):
         error: str
 
     @dataclass
-    class Passed(Message):
+    class Passed(Posted):
         """A pass of the current call ended (`what` says which)."""
 
         what: str
@@ -135,59 +151,78 @@ class FourCallsScreen(ModalScreen):
 
     @work(thread=True, exclusive=True, group="four-calls", name="play the four calls")
     def _play(self) -> None:
-        from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
         from walkthrough.engine.model import Model
-        from walkthrough.engine.session import Session
+        from walkthrough.engine.session import Cancelled, Session
         from walkthrough.engine.turns import Conversation, FourCalls, summarize
 
         worker = get_current_worker()
         c = self.calls
         try:
-            model = self.model = Model(c.file)
+            model = Model(c.file)
             talk = Conversation(Session(model), c.tokenizer, c.template, settings=c.settings,
-                                max_tokens=c.max_tokens, chunk=c.chunk, measure_fresh=True)
+                                max_tokens=c.max_tokens, chunk=c.chunk, measure_fresh=True,
+                                cancelled=lambda: worker.is_cancelled)
             for label, messages in FourCalls.load().requests(talk, c.messages):
                 for step in talk.ask(messages, label):
-                    if worker.is_cancelled:
-                        return
-                    self.post_message(self.Passed(f"{label}: {step.phase} {step.start}:{step.end}"))
-                self.post_message(self.Played(talk.turns[-1]))
-            self.post_message(self.Finished(summarize(talk.turns)))
+                    self.post_message(self.Passed(worker, f"{label}: {step.phase} {step.start}:{step.end}"))
+                self.post_message(self.Played(worker, talk.turns[-1], model))
+            self.post_message(self.Finished(worker, summarize(talk.turns)))
+        except Cancelled:
+            return
         except WalkthroughError as err:
-            self.post_message(self.Failed(str(err)))
+            self.post_message(self.Failed(worker, str(err)))
 
     @work(thread=True, exclusive=True, group="four-calls", name="measure cold and warm starts")
     def _measure_starts(self, model, first: list[int]) -> None:
         from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
+        from walkthrough.engine.session import Cancelled
 
         c = self.calls
         worker = get_current_worker()
+
+        def cancelled() -> bool:
+            return worker.is_cancelled
+
         try:
-            cold = cold_start(c.path, first, chunk=c.chunk, cancelled=lambda: worker.is_cancelled)
-            starts = (cold, warm_start(model, first, chunk=c.chunk), kept_start(model, first, chunk=c.chunk))
-        except WalkthroughError as err:
-            self.post_message(self.Failed(str(err)))
+            cold = cold_start(c.path, first, chunk=c.chunk, cancelled=cancelled)
+            starts = (cold, warm_start(model, first, chunk=c.chunk, cancelled=cancelled),
+                      kept_start(model, first, chunk=c.chunk, cancelled=cancelled))
+        except Cancelled:
             return
-        self.post_message(self.Started(starts, len(first)))
+        except WalkthroughError as err:
+            self.post_message(self.Failed(worker, str(err)))
+            return
+        self.post_message(self.Started(worker, starts, len(first)))
 
     def on_four_calls_screen_passed(self, message: Passed) -> None:
+        if message.stale:
+            return
         self.status = message.what
         self._redraw()
 
     def on_four_calls_screen_played(self, message: Played) -> None:
+        if message.stale:
+            return
         self.turns.append(message.turn)
+        self.model = message.model
         self._redraw()
 
     def on_four_calls_screen_finished(self, message: Finished) -> None:
+        if message.stale:
+            return
         self.summary, self.status = message.summary, "c measures the cold and warm starts"
         self.refresh_bindings()
         self._redraw()
 
     def on_four_calls_screen_started(self, message: Started) -> None:
+        if message.stale:
+            return
         self.started, self.status = message, ""
         self._redraw()
 
     def on_four_calls_screen_failed(self, message: Failed) -> None:
+        if message.stale:
+            return
         self.status = f"stopped: {message.error}"
         self._redraw()
 
