@@ -131,9 +131,9 @@ async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypatch, size):
-    from walkthrough.screens import tensor_pages
+    from walkthrough.screens import table_pages, tensor_pages
 
-    monkeypatch.setattr(tensor_pages, "PAGE_ROWS", 4)  # the fixture's 37 tensors make 10 pages, its 6 experts 2
+    monkeypatch.setattr(table_pages, "PAGE_ROWS", 4)  # the fixture's 37 tensors make 10 pages, its 6 experts 2
     path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
     with open_gguf(path) as f:
         in_order = [r.tensor.name for r in tensor_pages.ordered_rows(f)]

@@ -16,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
-from walkthrough.screens import stages, tensor_pages
+from walkthrough.screens import stages, table_pages, tensor_pages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
@@ -24,6 +24,9 @@ from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.textsafe import safe_text
 
 VIEWS = ("overview", "tensors", "metadata")
+PAGED = {"tensors": "tensor", "metadata": "metadata"}  # views with a table a page at a time: their ids' prefix
+TENSOR_COLUMNS = ("layer", "name", "group", "type", "shape", "params", "bytes")
+METADATA_COLUMNS = ("key", "type", "value", "bytes")
 MAX_VALUE_CHARS = 80  # metadata values longer than this are cut in the table
 
 
@@ -62,7 +65,8 @@ types with their errors and the size the tensor and the file would have.
 
 Metadata: every key with its type and value, shown literally. A long value is
 cut with …: enter on its row opens the whole value (a template, every item of
-an array), scrollable, escape to close.
+an array), scrollable, escape to close. The table shows 1,000 keys at a time:
+with more, ] and [ turn the pages.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -80,9 +84,8 @@ an array), scrollable, escape to close.
         super().__init__()
         self._shown = None  # the GGUFFile on display
         self._filtering = False  # `/` pressed from another view: focus the filter when the view is shown
-        self._rows: list[tensor_pages.Row] = []  # every tensor, in table order
-        self._matches: list[tensor_pages.Row] = []  # those the filter keeps
-        self._page = 0
+        self._filter = tensor_pages.TensorFilter([])  # every tensor, in table order, and the filter over them
+        self._pages = {"tensors": table_pages.Pages("tensors"), "metadata": table_pages.Pages("keys")}
 
     def compose_body(self) -> ComposeResult:
         with TabbedContent(id="file-views"):
@@ -94,6 +97,7 @@ an array), scrollable, escape to close.
                 yield DataTable(id="tensor-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Metadata", id="metadata"):
                 yield Static(Text("enter: the selected key's whole value", style="dim"), id="metadata-hint")
+                yield Static("", id="metadata-page")
                 yield DataTable(id="metadata-table", cursor_type="row", zebra_stripes=True)
 
     def refresh_view(self) -> None:
@@ -103,9 +107,10 @@ an array), scrollable, escape to close.
         self.query_one("#overview-text", Static).update(overview(f, card, self._engine_note()))
         if self._shown is not f:
             self._shown = f
-            self._rows = tensor_pages.ordered_rows(f)
+            self._filter = tensor_pages.TensorFilter(tensor_pages.ordered_rows(f))
             self._fill_tensors("")
-            self._fill_metadata()
+            self._pages["metadata"].start(list(f.fields))
+            self._show_page("metadata")
 
     def _engine_note(self) -> Text:
         reason = self.state.unavailable.get("engine")
@@ -129,45 +134,39 @@ an array), scrollable, escape to close.
 
     def _fill_tensors(self, needle: str) -> None:
         """Filter the tensors and show the first page of those kept."""
-        self._matches = tensor_pages.matching(self._rows, needle)
-        self._show_page(0)
+        self._pages["tensors"].start(self._filter.matching(needle), len(self._filter.rows))
+        self._show_page("tensors")
 
-    def _show_page(self, number: int) -> None:
-        """Put page `number` of the kept tensors in the table (it holds one page: see `tensor_pages`)."""
-        self._page = number
-        table = self.query_one("#tensor-table", DataTable)
-        table.clear(columns=True)
-        table.add_columns("layer", "name", "group", "type", "shape", "params", "bytes")
-        for row in tensor_pages.page(self._matches, number):
-            t = row.tensor
-            table.add_row(
-                "" if row.layer is None else str(row.layer),
+    def _show_page(self, view: str) -> None:
+        """Put the page on show of a view's rows in its table (which holds one page: see `table_pages`)."""
+        columns, row = (TENSOR_COLUMNS, self._tensor_row) if view == "tensors" else (METADATA_COLUMNS, self._key_row)
+        prefix = PAGED[view]
+        table_pages.fill(self.query_one(f"#{prefix}-table", DataTable), self.query_one(f"#{prefix}-page", Static),
+                         self._pages[view], columns, row)
+        self.refresh_bindings()
+
+    @staticmethod
+    def _tensor_row(row: tensor_pages.Row) -> tuple[tuple, str]:
+        t = row.tensor
+        return ("" if row.layer is None else str(row.layer),
                 safe_text(t.name if row.layer is None else t.name.split(".", 2)[2]),
                 row.group,
                 t.type_name,
                 " x ".join(str(d) for d in t.shape),
                 Text(human_count(t.n_elements), justify="right"),
-                Text(human_bytes(t.nbytes), justify="right"),
-                key=t.name,
-            )
-        label = tensor_pages.page_label(number, len(self._matches), len(self._rows))
-        line = self.query_one("#tensor-page", Static)
-        line.update(Text(label, style="dim"))
-        line.display = bool(label)
-        self.refresh_bindings()
+                Text(human_bytes(t.nbytes), justify="right")), t.name
+
+    def _key_row(self, key: str) -> tuple[tuple, str]:
+        f = self.state.file
+        field = f.fields[key]
+        return (safe_text(key), field.type_name, metadata_value(f, key),
+                Text(human_bytes(field.end - field.offset), justify="right")), key
 
     def action_page(self, step: int) -> None:
-        pages = tensor_pages.page_count(len(self._matches))
-        self._show_page((self._page + step) % pages)
-
-    def _fill_metadata(self) -> None:
-        f = self.state.file
-        table = self.query_one("#metadata-table", DataTable)
-        table.clear(columns=True)
-        table.add_columns("key", "type", "value", "bytes")
-        for key, field in f.fields.items():
-            table.add_row(safe_text(key), field.type_name, metadata_value(f, key),
-                          Text(human_bytes(field.end - field.offset), justify="right"), key=key)
+        view = self.query_one(TabbedContent).active
+        if view in self._pages:
+            self._pages[view].turn(step)
+            self._show_page(view)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if self.state.file is not None:
@@ -208,8 +207,8 @@ an array), scrollable, escape to close.
         if action == "block":  # a tensor row must be in view
             return None if self.query_one(TabbedContent).active != "tensors" else True
         if action == "page":  # only for a table longer than one page, in its view
-            return (self.query_one(TabbedContent).active == "tensors"
-                    and tensor_pages.page_count(len(self._matches)) > 1)
+            pages = self._pages.get(self.query_one(TabbedContent).active)
+            return pages is not None and pages.count > 1
         return super().check_action(action, parameters)
 
     def action_block(self) -> None:

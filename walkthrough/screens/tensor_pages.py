@@ -1,12 +1,13 @@
-"""The File stage's tensor table a page at a time: rows in layer order, filtered, cut into pages.
+"""The File stage's tensor table: rows in layer order, and the `/` filter over them, cheap per keystroke.
 
-A Textual DataTable measures every row it holds, so a file with 300,000 tiny
-tensors took minutes to show its first screen (issue 20). The table holds one
-page (`PAGE_ROWS`) of the rows; the order is worked out once per file, and a
-filter is a scan over names, groups and types, linear in the number of tensors.
+The table shows a page of the rows at a time (`table_pages`). The order is
+worked out once per file, and so are the lowercased names the filter searches:
+lowering 300,000 names on every keystroke cost 0.3 s (issue 20). A needle that
+contains the previous one (typing on) can only keep rows the previous one kept,
+so only those are scanned again. The result is always that of the plain
+definition: the rows whose name, group or type contains the needle, in any case.
 
-Example: 300,021 tensors, page 2 -> rows 2,001-3,000, label
-"tensors 2,001-3,000 of 300,021 ([ and ] for the other pages)".
+Example: "blk.1" then "blk.1." scans all rows, then only the rows "blk.1" kept.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from typing import NamedTuple
 
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.tensors import tensor_place
-
-PAGE_ROWS = 1000  # rows the table holds at once; real models have up to a few thousand tensors
 
 
 class Row(NamedTuple):
@@ -38,29 +37,41 @@ def _layer_order(row: Row) -> int:
     return -1 if row.layer is None else row.layer
 
 
-def matching(rows: list[Row], needle: str) -> list[Row]:
-    """The rows whose name, group or type contains `needle` (any case); all of them for an empty one."""
-    needle = needle.lower().strip()
-    if not needle:
-        return rows
-    return [r for r in rows if needle in r.tensor.name.lower() or needle in r.group
-            or needle in r.tensor.type_name.lower()]
+def _lower(text: str) -> str:
+    """`text` in lower case; the same object when it already is (most tensor names), to save memory."""
+    low = text.lower()
+    return text if low == text else low
 
 
-def page_count(n_rows: int) -> int:
-    """Pages for n_rows (at least one, so an empty table still has a page to show)."""
-    return max(1, -(-n_rows // PAGE_ROWS))
+class TensorFilter:
+    """The rows of one file and the filter over them; `matching` is called once per keystroke."""
 
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self._names = [_lower(r.tensor.name) for r in rows]
+        # Each row's (group, type) pair as a number: a handful of distinct pairs, each tested once per needle.
+        numbers: dict[tuple[str, str], int] = {}
+        self._kinds = [numbers.setdefault((r.group, r.tensor.type_name.lower()), len(numbers)) for r in rows]
+        self._pairs = list(numbers)
+        self._last: tuple[str, list[int]] = ("", [])  # the previous needle and the indices it kept
 
-def page(rows: list[Row], number: int) -> list[Row]:
-    """Page `number` (0-based) of the rows."""
-    return rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]
-
-
-def page_label(number: int, n_rows: int, n_all: int) -> str:
-    """Where the page sits among the rows (and the tensors, when a filter leaves fewer), or "" for one page."""
-    if page_count(n_rows) == 1:
-        return ""
-    first, last = number * PAGE_ROWS + 1, min(n_rows, (number + 1) * PAGE_ROWS)
-    of = f"{n_rows:,}" if n_rows == n_all else f"{n_rows:,} matching (of {n_all:,})"
-    return f"tensors {first:,}-{last:,} of {of} ([ and ] for the other pages)"
+    def matching(self, needle: str) -> list[Row]:
+        """The rows whose name, group or type contains `needle` (any case), in table order; all for ""."""
+        needle = needle.lower().strip()
+        if not needle:
+            return self.rows
+        names, kinds = self._names, self._kinds
+        hit = {k for k, (group, type_name) in enumerate(self._pairs) if needle in group or needle in type_name}
+        previous, kept = self._last
+        narrowing = bool(previous) and previous in needle  # so only what `previous` kept can match
+        if len(hit) == len(self._pairs):
+            kept = kept if narrowing else list(range(len(names)))
+        elif narrowing:
+            kept = [i for i in kept if kinds[i] in hit or needle in names[i]]
+        elif hit:
+            kept = [i for i, (name, kind) in enumerate(zip(names, kinds)) if kind in hit or needle in name]
+        else:
+            kept = [i for i, name in enumerate(names) if needle in name]
+        self._last = (needle, kept)
+        rows = self.rows
+        return [rows[i] for i in kept]
