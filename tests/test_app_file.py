@@ -1,4 +1,5 @@
-"""Pilot tests of the File stage: overview figures from the card, the tensor filter, odd and hostile files."""
+"""Pilot tests of the File stage: overview figures from the card, the tensor filter, long tables a page at a
+time, odd and hostile files."""
 
 from __future__ import annotations
 
@@ -173,3 +174,112 @@ async def test_a_short_tensor_table_has_no_pages(fixtures_dir):
         assert not app.screen.query_one("#tensor-page").display
         assert app.screen.check_action("page", (1,)) is False  # no page keys in the footer
         assert "Next page" not in screen_text(app)
+
+
+@pytest.fixture(scope="module")
+def many_keys(tmp_path_factory):
+    """The llama reference with 2,500 more metadata keys (three pages of the table), mixed types; key 1,500
+    names a glossary term."""
+    from hostile_support import with_metadata
+
+    extra = {f"extra.{i}.{'context_length' if i == 1500 else 'value'}":
+             (V.STRING, f"text {i}") if i % 2 else (V.UINT32, i) for i in range(2500)}
+    path = with_metadata(tmp_path_factory.mktemp("keys"), "many-keys.gguf", extra)
+    with open_gguf(path) as f:
+        keys = list(f.fields)
+    return path, keys
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_a_long_metadata_table_shows_a_page_at_a_time(many_keys, size):
+    from walkthrough.screens import table_pages
+    from walkthrough.screens.glossary import GlossaryScreen
+    from walkthrough.screens.metadata_value import MetadataValueScreen
+    from walkthrough.screens.stage_text import cursor_row_text
+    from walkthrough.screens.term_words import most_specific
+
+    path, keys = many_keys
+    per_page = table_pages.PAGE_ROWS
+    assert len(keys) > 2 * per_page
+    app = app_for(path)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("v", "v")
+        await pilot.pause()
+        table = app.screen.query_one("#metadata-table", DataTable)
+
+        def shown() -> list[str]:
+            return [row.key.value for row in table.ordered_rows]
+
+        assert shown() == keys[:per_page]
+        assert f"keys 1-{per_page:,} of {len(keys):,} ([ and ] for the other pages)" in screen_text(app)
+        assert app.screen.check_action("page", (1,)) is True
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert shown() == keys[per_page:2 * per_page]
+        assert f"keys {per_page + 1:,}-{2 * per_page:,} of {len(keys):,}" in screen_text(app)
+
+        # Enter opens the value of the key under the cursor, on a page past the first.
+        key = next(k for k in shown() if k.endswith("context_length"))
+        table.move_cursor(row=shown().index(key))
+        await pilot.press("g")  # the term under the cursor, read from the row on show
+        await pilot.pause()
+        assert isinstance(app.screen, GlossaryScreen)
+        assert app.screen.under[0] == "context length"
+        await pilot.press("escape")
+        under = most_specific(cursor_row_text(table))
+        assert under and under[0] == "context length"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, MetadataValueScreen) and app.screen.key == key
+        with open_gguf(path) as f:
+            value = str(f.get(key))
+        assert value in app.screen.query_one("#metadata-value").content.plain
+        await pilot.press("escape")
+
+        await pilot.press("left_square_bracket", "left_square_bracket")  # back past the first page: the last
+        await pilot.pause()
+        last = (len(keys) - 1) // per_page * per_page
+        assert shown() == keys[last:]
+        assert f"keys {last + 1:,}-{len(keys):,} of {len(keys):,}" in screen_text(app)
+        await pilot.press("v", "v")  # the tensors view has one page: no page keys there
+        await pilot.pause()
+        assert app.screen.check_action("page", (1,)) is False
+
+
+async def test_a_short_metadata_table_has_no_pages(fixtures_dir):
+    path = fixtures_dir / "reference" / "ref-llama-f32.gguf"
+    with open_gguf(path) as f:
+        keys = list(f.fields)
+    app = app_for(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v", "v")
+        await pilot.pause()
+        assert [row.key.value for row in app.screen.query_one("#metadata-table", DataTable).ordered_rows] == keys
+        assert not app.screen.query_one("#metadata-page").display
+        assert app.screen.check_action("page", (1,)) is False
+        assert "Next page" not in screen_text(app)
+
+
+def _plain_filter(rows, needle: str) -> list:
+    """The filter's definition, scanned in full: the rows whose name, group or type contains the needle."""
+    needle = needle.lower().strip()
+    return [r for r in rows if not needle or needle in r.tensor.name.lower() or needle in r.group
+            or needle in r.tensor.type_name.lower()]
+
+
+def test_the_tensor_filter_keeps_what_a_plain_scan_keeps(tmp_path):
+    from hostile_support import with_many_tensors
+
+    from walkthrough.screens.tensor_pages import TensorFilter, ordered_rows
+
+    with open_gguf(with_many_tensors(tmp_path, "many.gguf", 3000)) as f:
+        rows = ordered_rows(f)
+    search = TensorFilter(rows)
+    # Typing on (each needle narrows the last), deleting, starting again, case, spaces, groups and types.
+    typed = [*(("extra.12"[:i]) for i in range(1, 9)), "extra.1", "extra.", "EXTRA.2", "blk.1", "blk.1.",
+             "Blk.1.attn", "norm", "NORM ", " f32", "f3", "f32", "attn", "xyz", "xyzz", "", "weight", "ight",
+             "q", "token_embd", "output", "12.w", "2.weight"]
+    for needle in typed:
+        assert search.matching(needle) == _plain_filter(rows, needle), needle

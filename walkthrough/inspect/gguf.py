@@ -90,7 +90,7 @@ class GGUFError(WalkthroughError):
     """The file is not a GGUF this reader accepts; the message says where and why."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetadataField:
     """One metadata key as stored: its type, where its value sits, and scalars decoded."""
 
