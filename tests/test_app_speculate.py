@@ -72,3 +72,88 @@ async def test_a_draft_model_given_to_the_app_is_a_third_drafter(fixtures_dir):
         await _press(pilot, "space", 3)
         assert screen.rounds and all(r.draft.accepted == len(r.draft.tokens) for r in screen.rounds)
         assert "drafter draft" in screen_text(app) and "alpha = " in screen_text(app)
+
+
+def _reference(state, k: int, rounds: int) -> list:
+    """The first token and `rounds` rounds (drafts, tokens written) of an uncancelled run, straight through the
+    engine with the stage's plan (prompt lookup)."""
+    from itertools import islice
+
+    from walkthrough.engine import speculative
+
+    drafter = speculative.make_drafter("lookup", state.model)
+    session, sampler = Session(state.model), Sampler(state.settings)
+    first = list(speculative.prefill(session, drafter, state.prompt_ids, chunk=state.chunk, sampler=sampler))[-1]
+    steps = speculative.speculate(session, sampler, drafter, state.max_new_tokens - 1, k=k)
+    return [first.chosen] + [(r.draft.tokens, r.generated) for r in islice(steps, rounds)]
+
+
+def _shown(screen) -> list:
+    return [screen.prefill.chosen] + [(r.draft.tokens, r.generated) for r in screen.rounds]
+
+
+def _spy_rounds(screen) -> list[tuple[object, bool]]:
+    """(worker, cancelled when it posted) for every RoundDone posted from now on."""
+    posted: list[tuple[object, bool]] = []
+    real = screen.post_message
+
+    def spy(message):
+        if isinstance(message, type(screen).RoundDone):
+            posted.append((message.worker, message.worker.is_cancelled))
+        return real(message)
+
+    screen.post_message = spy
+    return posted
+
+
+def _gated_app(fixtures_dir, monkeypatch, at: int):
+    """The app, and a gate that holds the first round worker once `armed[0]` is set, at its layer `at`."""
+    from app_support import LayerGate
+
+    armed = [False]
+    gate = LayerGate(monkeypatch, hold=lambda worker: armed[0] and worker.name == "speculative round", at=at)
+    return app_for(fixtures_dir / "reference" / MODEL, MESSAGES), gate, armed
+
+
+async def _held_round(pilot, gate, armed: list[bool]):
+    """On the stage: the prompt and one round, then a second round held at a layer; returns the screen, the
+    held worker, its layers so far and the spied posts."""
+    await settle(pilot)
+    await _press(pilot, STAGE_KEY)
+    screen = pilot.app.screen
+    posted = _spy_rounds(screen)
+    await _press(pilot, "space", 2)
+    armed[0] = True
+    await pilot.press("space")
+    await gate.wait_held(pilot)
+    return screen, gate.held, gate.ran[gate.held], posted
+
+
+async def test_leaving_the_stage_stops_the_round_within_a_layer_and_the_run_goes_on(fixtures_dir, monkeypatch):
+    app, gate, armed = _gated_app(fixtures_dir, monkeypatch, at=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, held, layers, posted = await _held_round(pilot, gate, armed)
+        await pilot.press("1")
+        await pilot.pause()
+        assert held.is_cancelled and not screen.busy
+        await gate.wait_returned(pilot)
+        assert gate.ran[held] == layers  # no layer began after the cancel
+        await settle(pilot)
+        assert len(screen.rounds) == 1
+        await _press(pilot, STAGE_KEY)
+        await _press(pilot, "space", 2)  # the run built again (its prompt and round 1 computed, not shown twice)
+        assert not any(cancelled for _, cancelled in posted)
+        assert _shown(screen) == _reference(app.state, screen.k, 3)
+
+
+async def test_a_restart_stops_the_round_within_a_layer_and_runs_as_if_uncancelled(fixtures_dir, monkeypatch):
+    app, gate, armed = _gated_app(fixtures_dir, monkeypatch, at=2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, held, layers, posted = await _held_round(pilot, gate, armed)
+        await pilot.press("r")
+        assert held.is_cancelled and screen.rounds == [] and screen.prefill is None
+        await gate.wait_returned(pilot)
+        assert gate.ran[held] == layers
+        await _press(pilot, "space", 3)
+        assert not any(cancelled for _, cancelled in posted)
+        assert _shown(screen) == _reference(app.state, screen.k, 2)

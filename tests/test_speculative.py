@@ -23,7 +23,7 @@ from walkthrough.engine.drafters import DraftModel, PromptLookup, lookup
 from walkthrough.engine.model import Model
 from walkthrough.engine.mtp import MTPBlock, MTPDrafter
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.session import Session
+from walkthrough.engine.session import Cancelled, Session
 from walkthrough.engine.speculative import prefill, speculate
 from walkthrough.errors import WalkthroughError
 
@@ -137,6 +137,44 @@ def test_a_stop_token_ends_the_round_and_the_answer(models):
     (step,) = speculate(session, sampler, DraftModel(model, model), 10, k=3, stop_ids=[plain[3]])
     assert step.stopped and step.generated == plain[1:4] and step.draft.accepted == 3
     assert session.pending == plain[3] and session.tokens == ids + plain[:3]  # an end token is chosen, never fed
+
+
+def _prefilled(model: Model, ids: list[int]) -> tuple[Session, Sampler]:
+    session, sampler = Session(model, kv_type="f32"), Sampler(GREEDY)
+    list(session.prefill(ids, sampler=sampler))
+    return session, sampler
+
+
+def test_the_pass_hook_runs_in_every_pass_of_a_round_and_stops_it_in_the_draft_models_pass(models):
+    model, ids = models["ref-qwen2-f32"], _prompt(REFERENCE / "ref-qwen2-f32.gguf")
+    n = model.config.n_layers
+    session, sampler = _prefilled(model, ids)
+    calls: list[tuple[int, int]] = []
+    rounds = speculate(session, sampler, DraftModel(model, model), 10, k=3, progress=lambda *c: calls.append(c))
+    next(rounds)
+    assert calls == [(i, n) for i in range(n + 1)] * 4  # three draft passes (all accepted), the verification
+
+    session, sampler = _prefilled(model, ids)
+    held, calls = session.position, []
+
+    def stop(done: int, total: int) -> None:
+        calls.append((done, total))
+        if len(calls) == n + 3:  # the second draft pass, after its first layer
+            raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        next(speculate(session, sampler, DraftModel(model, model), 10, k=3, progress=stop))
+    assert len(calls) == n + 3 and session.position == held  # no layer after, nothing verified
+
+
+def test_the_mtp_drafter_calls_the_pass_hook_before_each_draft(mtp_model: Model):
+    session = Session(mtp_model, kv_type="f32", keep_hidden=True)
+    drafter, sampler = MTPDrafter(mtp_model), Sampler(GREEDY)
+    list(prefill(session, drafter, HYBRID_PROMPT, sampler=sampler))
+    calls: list[tuple[int, int]] = []
+    next(speculate(session, sampler, drafter, 10, k=3, progress=lambda *c: calls.append(c)))
+    n = mtp_model.config.n_layers
+    assert calls[:3 + n + 1] == [(0, 3), (1, 3), (2, 3)] + [(i, n) for i in range(n + 1)]
 
 
 def test_lookup_finds_the_latest_longest_ngram():

@@ -127,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
 def _end_without_workers(code: int) -> None:
     """End the process now if worker threads are still computing for the app that has ended.
 
-    The app cancels its workers when it ends; a pass stops at its next layer, but some work (a pass of
-    the four calls, a warm start, a speculative round) only looks between passes, and Python's exit
-    joins every worker thread: measured with tests/bench/key_storm.py on SmolLM2, a blank terminal
-    for more than 30 s after q. Nothing they compute is read any more, and they write no file.
+    The app cancels its workers when it ends and every pass (the stage's, the four calls', a warm start's,
+    a speculative round's) stops at its next layer, but a layer of a big model, or work that does not
+    look at its worker at all, still takes its time, and Python's exit joins every worker thread (before
+    passes stopped within a layer: measured with tests/bench/key_storm.py on SmolLM2, a blank terminal
+    for more than 30 s after q). Nothing they compute is read any more, and they write no file.
     """
     deadline = time.monotonic() + IDLE_WORKERS_END
     while time.monotonic() < deadline:

@@ -23,6 +23,12 @@ A drafter is told of every pass the target model ran (`observe`) and of what a
 verification pass kept (`rewind`), so a drafter with a state (the draft model's
 KV cache, the MTP block's) stays in step. What a drafter read is reported with
 each draft (`Proposal`).
+
+`propose` takes the pass hook (`session.Progress`) of the round it drafts for:
+a drafter that runs passes calls it in them (the draft model at each of its
+layers, the MTP block before each draft), so a `Cancelled` it raises stops the
+drafting as it stops the target's passes. A drafter interrupted that way is in
+no state to go on: the round's caller drops it with its session.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import numpy as np
 
 from walkthrough.engine.checkpoints import Checkpoint
 from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.session import Progress, Session
 from walkthrough.engine.steps import Step
 from walkthrough.errors import WalkthroughError
 
@@ -61,8 +67,9 @@ class Drafter(Protocol):
     name: str
     needs_hidden: bool  # the target session must keep its final hidden rows (`Session(keep_hidden=True)`)
 
-    def propose(self, context: list[int], k: int) -> Proposal:
-        """Up to k tokens to follow `context` (every token so far, the pending one last)."""
+    def propose(self, context: list[int], k: int, progress: Progress | None = None) -> Proposal:
+        """Up to k tokens to follow `context` (every token so far, the pending one last); `progress` is called
+        in the drafter's own passes (it may raise `Cancelled`)."""
 
     def observe(self, step: Step) -> None:
         """The target model ran a pass (prefill chunk or verification)."""
@@ -96,7 +103,7 @@ class PromptLookup:
     def __init__(self, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN):
         self.n_max, self.n_min = n_max, n_min
 
-    def propose(self, context: list[int], k: int) -> Proposal:
+    def propose(self, context: list[int], k: int, progress: Progress | None = None) -> Proposal:
         began = time.perf_counter()
         tokens = lookup(context, k, self.n_max, self.n_min) if k > 0 else []
         return Proposal(tokens, seconds=time.perf_counter() - began)
@@ -108,13 +115,14 @@ class PromptLookup:
         pass
 
 
-def roll_back(session: Session, length: int, saved: Checkpoint | None) -> Step | None:
+def roll_back(session: Session, length: int, saved: Checkpoint | None,
+              progress: Progress | None = None) -> Step | None:
     """Keep the first `length` positions of a session; returns the replay pass of a hybrid model, if any.
 
     Plain transformers forget the KV rows past `length` (`Session.rewind`, exact). A hybrid model's
     recurrent state cannot be cut: the session goes back to `saved` (`Session.restore`; a checkpoint of its
     own taken at or before `length`) and the tokens from there to `length` are fed again in one pass
-    (phase "replay"), which is returned.
+    (phase "replay", `progress` its pass hook), which is returned.
     """
     if length >= session.position:
         return None
@@ -123,7 +131,7 @@ def roll_back(session: Session, length: int, saved: Checkpoint | None) -> Step |
         return None
     tokens = session.tokens[saved.position : length]
     session.restore(saved)
-    return session.feed(tokens, phase="replay") if tokens else None
+    return session.feed(tokens, phase="replay", progress=progress) if tokens else None
 
 
 def _add(into: dict[str, int], read: dict[str, int]) -> None:
@@ -148,7 +156,7 @@ class DraftModel:
     def open(cls, path: str | os.PathLike, target: Model, **kwargs) -> DraftModel:
         return cls(Model.open(path), target, **kwargs)
 
-    def propose(self, context: list[int], k: int) -> Proposal:
+    def propose(self, context: list[int], k: int, progress: Progress | None = None) -> Proposal:
         out = Proposal([])
         if k <= 0:
             return out
@@ -159,7 +167,7 @@ class DraftModel:
                 break
             common += 1
         if common < len(self._fed):
-            replay = roll_back(self.session, common, self._saved)
+            replay = roll_back(self.session, common, self._saved, progress)
             del self._fed[common:]
             if replay is not None:
                 _add(out.bytes_read, replay.bytes_read)
@@ -168,7 +176,7 @@ class DraftModel:
         self._saved = self.session.checkpoint(keep=False) if self.session.recurrent else None
         todo = context[len(self._fed) :]  # the context the draft model has not seen, the pending token last
         for i in range(k):
-            step = self.session.feed(todo, phase="draft")
+            step = self.session.feed(todo, phase="draft", progress=progress)
             self._fed.extend(todo)
             _add(out.bytes_read, step.bytes_read)
             out.flops += step.flops

@@ -34,7 +34,7 @@ from walkthrough.engine import ops
 from walkthrough.engine.cache import KVCache
 from walkthrough.engine.drafters import Proposal
 from walkthrough.engine.meter import Meter
-from walkthrough.engine.model import EMBEDDING, OUTPUT, Model, block
+from walkthrough.engine.model import EMBEDDING, OUTPUT, Model, Progress, block
 from walkthrough.engine.steps import LayerTrace, Step
 from walkthrough.engine.validate import check_layer, check_named
 from walkthrough.errors import WalkthroughError
@@ -139,12 +139,15 @@ class MTPDrafter:
         if self._rows is not None and self._rows_start < length <= self._rows_start + len(self._rows):
             self.seed = self._rows[length - 1 - self._rows_start]
 
-    def propose(self, context: list[int], k: int) -> Proposal:
+    def propose(self, context: list[int], k: int, progress: Progress | None = None) -> Proposal:
+        """k drafts, one run of the block each; `progress(i, k)` is called before the i-th."""
         out, self._spent = self._spent, Proposal([])
         began = time.perf_counter()
         start = len(context) - 1  # the pending token's position
         token, h = context[-1], self.seed[None, :]
         for i in range(k):
+            if progress is not None:
+                progress(i, k)
             logits, h = self._run([token], h, start + i, out)
             token = int(np.argmax(logits[-1]))
             out.tokens.append(token)

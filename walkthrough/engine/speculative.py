@@ -27,6 +27,13 @@ drafts: a checkpoint of the round's own is taken before the verification pass
 goes back to it (`Session.restore`) and the kept tokens are fed again (a "replay" pass, whose bytes the round's `Draft.replay` reports:
 what a rejection costs a hybrid model).
 
+Stopping midway: `speculate` and `prefill` take the pass hook `progress`
+(`session.Progress`), called at every layer of every pass a round runs (the
+drafter's, the verification, a hybrid's replay). When it raises `Cancelled`
+the round is abandoned where it was: the session, the drafter and the
+sampler are left mid-round, so a caller starts again from a new session
+(the same seed gives the same rounds).
+
 Equality with plain decoding holds up to float summation order: a pass over
 k+1 rows multiplies in other batches than a pass over one (about 1e-6, as for
 prefill chunk sizes), which can only matter where two tokens tie.
@@ -40,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from walkthrough.engine.drafters import Drafter, DraftModel, PromptLookup, roll_back
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
+from walkthrough.engine.session import Progress, Session
 from walkthrough.engine.steps import Draft, Step
 from walkthrough.errors import WalkthroughError
 
@@ -53,6 +60,7 @@ def speculate(
     *,
     k: int,
     stop_ids: Iterable[int] | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[Step]:
     """Decode up to `max_tokens` tokens in rounds of k drafts and one verification pass; one Step per round.
 
@@ -66,11 +74,11 @@ def speculate(
     produced = 0
     while produced < max_tokens and session.pending not in stops:
         pending, start = session.pending, session.position
-        proposal = drafter.propose(session.tokens + [pending], min(k, max_tokens - produced - 1))
+        proposal = drafter.propose(session.tokens + [pending], min(k, max_tokens - produced - 1), progress)
         drafts = proposal.tokens
         # a hybrid model's state to return to if a draft is rejected (kept apart, as llama.cpp's spec_ckpt)
         saved = session.checkpoint(keep=False) if session.recurrent and drafts else None
-        step = session.feed([pending, *drafts], phase="verify", all_logits=True)
+        step = session.feed([pending, *drafts], phase="verify", all_logits=True, progress=progress)
         drafter.observe(step)
         samples = []
         for row in range(len(drafts) + 1):
@@ -80,7 +88,7 @@ def speculate(
                 break
         accepted = sum(1 for s, d in zip(samples, drafts) if s.chosen == d)
         kept = start + len(samples)  # the pending token and the drafts before the last emitted token
-        replay = roll_back(session, kept, saved)
+        replay = roll_back(session, kept, saved, progress)
         if kept < step.end:
             drafter.rewind(kept)  # the replay's rows equal the verification pass's: a drafter has seen them
         session.last_logits = step.all_logits[len(samples) - 1]
@@ -100,10 +108,10 @@ def speculate(
 
 def prefill(
     session: Session, drafter: Drafter, ids: Iterable[int], *, chunk: int | None = None,
-    sampler: Sampler | None = None, all_logits: bool = False,
+    sampler: Sampler | None = None, all_logits: bool = False, progress: Progress | None = None,
 ) -> Iterator[Step]:
     """`Session.prefill`, with the drafter shown every pass (a drafter with a state of its own follows the prompt)."""
-    for step in session.prefill(ids, chunk=chunk, sampler=sampler, all_logits=all_logits):
+    for step in session.prefill(ids, chunk=chunk, sampler=sampler, all_logits=all_logits, progress=progress):
         drafter.observe(step)
         yield step
 

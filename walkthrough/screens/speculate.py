@@ -10,11 +10,22 @@ settings); what changes is how many passes it takes and what they read.
 A round runs in a worker thread (`RoundRunner.next` under a lock); its Step
 travels back in a `RoundDone` message and is kept by the screen on the UI
 thread. Changing k or the drafter restarts this stage's run.
+
+Stopping a round: restarting the stage's run (r, k, the drafter, a changed
+request), leaving the stage and quitting cancel the round in flight, which
+stops at its next layer (the engine's `Cancelled`, checked at every layer of
+the drafter's, the verification's and a replay's passes) and posts nothing.
+A round cut off that way leaves its session mid-round, so the runner drops it;
+the next round builds the run again and computes the steps the screen already
+holds before the new one (same seed, same steps). The screen says how many it
+holds, so a step computed but dropped (its worker cancelled just after) is
+computed again, not skipped.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,8 +37,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
+from textual.worker import Worker, get_current_worker
 
 from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
+from walkthrough.engine.session import Cancelled, Progress
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.speculate_view import figures, rounds_table
@@ -55,30 +68,69 @@ class RoundPlan:
     draft: Path | None = None  # the draft model's file, for drafter "draft"
 
 
+class _Run:
+    """A started speculative run: its plan, its cancel flag, its generator of Steps and how many it made."""
+
+    def __init__(self, plan: RoundPlan) -> None:
+        self.plan = plan
+        self.cancel = threading.Event()  # set when another run replaces this one
+        self.rounds = None  # the generator of Steps: the prompt's last prefill pass, then one per round
+        self.made = 0  # Steps the generator made so far
+        self.report: Progress | None = None  # the pass hook of the call in flight
+
+
 class RoundRunner:
     """The stage's speculative run, advanced one round at a time from a worker (one at a time, under a lock)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._plan: RoundPlan | None = None
-        self._rounds = None  # the generator of Steps: the prompt's last prefill pass, then one per round
+        self._run: _Run | None = None
 
     def start(self, plan: RoundPlan) -> None:
-        """Make `plan` the current run (nothing runs until `next`)."""
-        self._plan, self._rounds = plan, None
+        """Make `plan` the current run (nothing runs until `next`); a round of the previous run stops at its
+        next layer."""
+        old, self._run = self._run, _Run(plan)
+        if old is not None:
+            old.cancel.set()
 
-    def next(self, run_id: int):
-        """The next Step of run `run_id` (the prefill's last pass first), None when the answer is done or replaced."""
+    def next(self, run_id: int, shown: int, cancelled: Callable[[], bool] = lambda: False):
+        """The Step of run `run_id` after the `shown` first ones (the prefill's last pass first), None when the
+        answer is done.
+
+        Args:
+            shown: Steps of this run the caller holds.
+            cancelled: the caller's own stop request (its worker was cancelled), checked at every layer.
+
+        Raises:
+            Cancelled: the run was replaced (before or during the round), or `cancelled()`; the run itself
+                can go on at the next call.
+            WalkthroughError: the engine refused the round.
+        """
         with self._lock:
-            plan = self._plan
-            if plan is None or plan.run_id != run_id:
-                return None
-            if self._rounds is None:
-                self._rounds = self._begin(plan)
-            return next(self._rounds, None)
+            run = self._run
+            if run is None or run.plan.run_id != run_id or run.cancel.is_set():
+                raise Cancelled()
+
+            def report(done: int, total: int) -> None:
+                if run.cancel.is_set() or cancelled():
+                    raise Cancelled()
+
+            run.report = report
+            try:
+                if run.rounds is None or run.made != shown:  # a round was cut off, or its step not kept
+                    run.rounds, run.made = self._begin(run.plan, lambda done, total: run.report(done, total)), 0
+                    while run.made < shown:  # the steps the caller holds, computed again
+                        next(run.rounds)
+                        run.made += 1
+                step = next(run.rounds, None)
+            except Cancelled:
+                run.rounds = None  # the exception closed the generator, and its session is mid-round
+                raise
+            run.made += step is not None
+            return step
 
     @staticmethod
-    def _begin(plan: RoundPlan):
+    def _begin(plan: RoundPlan, progress: Progress):
         from walkthrough.engine import speculative
         from walkthrough.engine.model import Model
         from walkthrough.engine.sampler import Sampler
@@ -91,11 +143,13 @@ class RoundRunner:
         session = Session(plan.model, keep_hidden=drafter.needs_hidden)
         sampler = Sampler(plan.settings)
         last = None
-        for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk, sampler=sampler):
+        for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk, sampler=sampler,
+                                        progress=progress):
             pass
         yield last
         if not last.stopped:
-            yield from speculative.speculate(session, sampler, drafter, plan.max_tokens - 1, k=plan.k)
+            yield from speculative.speculate(session, sampler, drafter, plan.max_tokens - 1, k=plan.k,
+                                             progress=progress)
 
 
 class SpeculateScreen(StageScreen):
@@ -140,8 +194,12 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
 
     @dataclass
     class RoundDone(Message):
-        """A worker finished a round (or the prefill) of run `run_id`; `step` None: the answer is done."""
+        """A worker finished a round (or the prefill) of run `run_id`; `step` None: the answer is done.
 
+        Dropped once its worker was cancelled (the round was stopped, or the run replaced).
+        """
+
+        worker: Worker
         run_id: int
         step: Any
         error: str | None = None
@@ -156,7 +214,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         self.prefill = None  # the prompt's last pass (it chose the first token)
         self.rounds: list = []  # verification passes, in order
         self.finished = False
-        self.busy = False
+        self.busy = False  # a round is in flight (its worker not cancelled)
         self.playing = False
         self.error: str | None = None
 
@@ -170,6 +228,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
     # ---- the run ------------------------------------------------------------------------
     def _restart(self) -> None:
         state = self.state
+        self._stop_round()
         self.run_id += 1
         self.prefill, self.rounds, self.finished, self.error, self.playing = None, [], False, None, False
         self.started_for = (state.model, tuple(state.prompt_ids), state.settings)
@@ -181,22 +240,34 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         if self.busy or self.finished or self.error or not self.state.can_run:
             return
         self.busy = True
-        run_id = self.run_id
+        run_id, shown = self.run_id, (self.prefill is not None) + len(self.rounds)
 
         def work() -> None:
+            worker = get_current_worker()
             try:
-                step = self.runner.next(run_id)
-            except WalkthroughError as exc:
-                self.post_message(self.RoundDone(run_id, None, str(exc)))
+                step = self.runner.next(run_id, shown, lambda: worker.is_cancelled)
+            except Cancelled:
                 return
-            self.post_message(self.RoundDone(run_id, step))
+            except WalkthroughError as exc:
+                self.post_message(self.RoundDone(worker, run_id, None, str(exc)))
+                return
+            self.post_message(self.RoundDone(worker, run_id, step))
 
         self.run_worker(work, thread=True, group="speculate", name="speculative round")
 
+    def _stop_round(self) -> None:
+        """Cancel the round in flight (it stops at its next layer and posts nothing); stop playing."""
+        self.workers.cancel_group(self, "speculate")
+        self.busy = self.playing = False
+
+    def on_screen_suspend(self) -> None:
+        if self.app.current_mode != self.STAGE:  # left the stage (an overlay on top of it stops nothing)
+            self._stop_round()
+
     def on_speculate_screen_round_done(self, message: RoundDone) -> None:
+        if message.worker.is_cancelled or message.run_id != self.run_id:
+            return  # a round stopped, or of a run replaced since (either way `busy` was cleared then)
         self.busy = False
-        if message.run_id != self.run_id:
-            return
         if message.error:
             self.error = message.error
         elif message.step is None:
