@@ -112,3 +112,72 @@ async def test_vv_typed_at_once_on_the_chat_stage_moves_two_views(size):
         await settle(pilot)
         assert tabs.active == "rendered"
         assert app.focused in tabs.active_pane.query("*")  # up/down scroll the view shown
+
+
+def test_q_after_an_escape_still_waiting_quits_from_a_text_field():
+    typeahead = Typeahead()
+    typing = lambda: True  # noqa: E731 - focus is in the message editor
+    assert not typeahead.posted(events.Key("x", "x"), typing, lambda: False)
+    assert not typeahead.posted(events.Key("q", "q"), typing, lambda: False)  # a letter: no escape waits
+    assert not typeahead.posted(events.Key("escape", "\x1b"), typing, lambda: False)
+    assert typeahead.posted(events.Key("q", "q"), typing, lambda: False)  # the escape leaves the field: quit
+    handled = Typeahead()
+    handled.posted(events.Key("escape", "\x1b"), typing, lambda: False)
+    handled.handled(events.Key("escape", "\x1b"))
+    handled.posted(events.Key("x", "x"), typing, lambda: False)
+    assert not handled.posted(events.Key("q", "q"), typing, lambda: False)  # that escape was handled already
+
+
+async def _chat_stage(pilot) -> None:
+    await settle(pilot)
+    await pilot.press(str(stages.number("template")))
+    await settle(pilot)
+
+
+@pytest.mark.parametrize("size", PILOT_SIZES.values())
+async def test_enter_then_a_dialog_key_typed_at_once_never_stacks_the_editor_over_the_dialog(size):
+    """Enter on a message posts its selection after the key; `c` typed behind it opens the four calls first.
+    The selection then reaches a stage that is covered: it must not open the editor over the four calls
+    (tests/bench/key_storm.py seed 108 did, and the storm's closing escape and q went into its text)."""
+    app = make_app(None, None)
+    async with app.run_test(size=size) as pilot:
+        await _chat_stage(pilot)
+        for key, char in (("enter", "\r"), ("s", "s"), ("c", "c")):  # queued before any is handled
+            app.post_message(events.Key(key, char))
+        await settle(pilot)
+        stack = [type(s).__name__ for s in app.screen_stack]
+        # in order (the editor took s and c as text) or the selection dropped; never both dialogs
+        assert stack in (["TemplateScreen", "MessageEditor"], ["TemplateScreen", "FourCallsScreen"]), stack
+
+
+@pytest.mark.parametrize("size", PILOT_SIZES.values())
+async def test_enter_then_a_stage_key_typed_at_once_opens_no_editor_over_the_next_stage(size):
+    app = make_app(None, None)
+    async with app.run_test(size=size) as pilot:
+        await _chat_stage(pilot)
+        app.post_message(events.Key("enter", "\r"))
+        app.post_message(events.Key("n", "n"))
+        await settle(pilot)
+        stack = [type(s).__name__ for s in app.screen_stack]
+        assert stack in (["TemplateScreen", "MessageEditor"], ["TokensScreen"]), stack
+
+
+@pytest.mark.parametrize("size", PILOT_SIZES.values())
+async def test_escape_then_q_typed_at_once_in_the_editor_closes_it_and_quits(size):
+    """The storm's last keys: escape (the editor's cancel) and q. The editor's text field takes q as a
+    letter if the escape's binding has not run yet; it must run first, in order."""
+    app = make_app(None, None)
+    async with app.run_test(size=size) as pilot:
+        await _chat_stage(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert type(app.screen).__name__ == "MessageEditor"
+        before = app.screen.query_one("#editor-content").text
+        app.post_message(events.Key("escape", "\x1b"))
+        app.post_message(events.Key("q", "q"))
+        for _ in range(100):
+            if app.return_code is not None:
+                break
+            await pilot.pause(0.02)
+        assert app.return_code == 0, "escape then q left the app running"
+        assert app.state.messages[0]["content"] == before  # the cancelled edit changed nothing

@@ -18,6 +18,7 @@ import argparse
 import os
 import random
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,8 +74,16 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 return
             time.sleep(0.05)
         results.append((seed, None))
-        if os.environ.get("STORM_VERBOSE"):  # what the wedged app shows
+        if os.environ.get("STORM_VERBOSE"):  # what the wedged app shows, and where its threads are
             print(tmux("capture-pane", "-p", "-t", session), flush=True)
+            pid = tmux("display-message", "-p", "-t", session, "#{pane_pid}")
+            if os.environ.get("STORM_LAUNCHER"):  # a launcher that dumps the app's state on SIGUSR1
+                subprocess.run(["kill", "-USR1", pid], check=False, capture_output=True)
+                time.sleep(1)
+            if shutil.which("py-spy"):
+                dump = subprocess.run(["py-spy", "dump", "--locals", "--pid", pid], check=False,
+                                      capture_output=True, text=True)
+                print(dump.stdout or dump.stderr, flush=True)
     finally:
         tmux("kill-session", "-t", session)
 

@@ -26,7 +26,7 @@ class MessageEditor(ModalScreen[dict | None]):
     CSS_PATH = "editor.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "save", "Save", id="editor.save", priority=True),
-        Binding("escape", "cancel", "Cancel", id="editor.cancel"),
+        Binding("escape", "cancel", "Cancel", id="editor.cancel", priority=True),  # in order (typeahead.py)
     ]
 
     def __init__(self, message: dict[str, str], title: str) -> None:

@@ -21,6 +21,7 @@ from walkthrough.screens.base import StageScreen
 from walkthrough.screens.file_view import overview
 from walkthrough.screens.format import human_bytes, human_count
 from walkthrough.screens.stepping import SteppingScreen
+from walkthrough.screens.typeahead import when_shown
 from walkthrough.textsafe import safe_text
 
 VIEWS = ("overview", "tensors", "metadata")
@@ -72,7 +73,7 @@ with more, ] and [ turn the pages.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("v", "next_view", "View", id="file.view"),
         Binding("slash", "filter", "Filter", id="file.filter"),
-        Binding("escape", "leave_filter", "Leave filter", show=False),
+        Binding("escape", "leave_filter", "Leave filter", show=False, priority=True),  # in order (typeahead.py)
         Binding("b", "block", "Block", id="file.block"),
         Binding("left_square_bracket", "page(-1)", "Previous page", id="file.prev_page",
                 group=Binding.Group("Page", compact=True)),
@@ -172,6 +173,7 @@ with more, ] and [ turn the pages.
         if self.state.file is not None:
             self._fill_tensors(event.value)
 
+    @when_shown
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#tensor-table").focus()
 
@@ -220,6 +222,7 @@ with more, ] and [ turn the pages.
 
         self.app.push_screen(BlockScreen(self.state.file, key))
 
+    @when_shown
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "tensor-table":
             self.action_block()

@@ -24,6 +24,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from walkthrough.screens.footer import KeysFooter
+from walkthrough.screens.typeahead import when_shown
 
 GLOSSARY_FILE = Path(__file__).with_name("glossary.json")
 
@@ -127,6 +128,7 @@ class GlossaryScreen(ModalScreen):
             text.append(", ".join(term.see))
         self.query_one("#glossary-text", Static).update(text)
 
+    @when_shown
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.action_follow()
 

@@ -26,6 +26,7 @@ from walkthrough.inspect.template import content_text
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
+from walkthrough.screens.typeahead import when_shown
 from walkthrough.screens.reuse_text import first_token_lines, reuse_lines
 from walkthrough.screens.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
@@ -186,6 +187,7 @@ own text dimmed. v switches between the three views.
         index = self.query_one("#message-list", OptionList).highlighted
         return index if index is not None and index < len(self.state.messages) else None
 
+    @when_shown
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.action_edit()
 
