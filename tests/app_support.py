@@ -87,7 +87,6 @@ class LayerGate:
     the first worker that `hold` picks at the end of its layer `at` until `release` is set (at most 10 s).
 
     `holding` is set once that worker waits; `held` is it. Layers run outside a worker count under None.
-    A cancelled worker's task ends at once while its thread goes on: `wait_returned` waits for the thread.
     """
 
     def __init__(self, monkeypatch, hold: Callable[[Any], bool] = lambda worker: True, at: int = 1) -> None:
@@ -128,18 +127,25 @@ class LayerGate:
             await pilot.pause(0.01)
         raise AssertionError("no worker reached the layer it is held at")
 
-    async def wait_returned(self, pilot, polls: int = 1000) -> None:
-        """Release the held worker and let the app run until its work returned (its thread left the call
-        Textual runs a thread worker's work in, `run_callable`), or `polls` x 0.01 s passed."""
+    async def wait_returned(self, pilot) -> None:
+        """Release the held worker and let the app run until its work returned (`work_returned`)."""
         self.release.set()
-        for _ in range(polls):
-            frame = sys._current_frames().get(self.thread)
-            while frame is not None and frame.f_code.co_name != "run_callable":
-                frame = frame.f_back
-            if frame is None:
-                return
-            await pilot.pause(0.01)
-        raise AssertionError("the held worker's work did not return")
+        await work_returned(pilot, self.thread)
+
+
+async def work_returned(pilot, thread: int | None, polls: int = 1000) -> None:
+    """Let the app run until the thread worker running on `thread` returned from its work (the thread left
+    the call Textual runs a thread worker's work in, `run_callable`), or `polls` x 0.01 s passed.
+
+    A cancelled worker's task ends at once, while its thread goes on: this waits for the thread."""
+    for _ in range(polls):
+        frame = sys._current_frames().get(thread)
+        while frame is not None and frame.f_code.co_name != "run_callable":
+            frame = frame.f_back
+        if frame is None:
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("the worker's work did not return")
 
 
 def screen_text(app: WalkthroughApp) -> str:

@@ -10,6 +10,7 @@ from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST
 from walkthrough.inspect.template import load_messages, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
+from walkthrough.screens.messages import FromWorker
 
 
 def _calls() -> CallsInput:
@@ -67,7 +68,7 @@ def _spy_posts(screen: FourCallsScreen) -> list[tuple[object, bool]]:
     real = screen.post_message
 
     def spy(message):
-        if isinstance(message, FourCallsScreen.Posted):
+        if isinstance(message, FromWorker):
             posted.append((message.worker, message.worker.is_cancelled))
         return real(message)
 

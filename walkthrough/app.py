@@ -172,7 +172,7 @@ class WalkthroughApp(App):
                      template_file: Path | None, engine: str) -> None:
         """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
-        self.post_message(msg.Progress("opening the file"))
+        self._report(msg.Progress("opening the file"))
         try:
             opened = parts.open_file(spec)
         except WalkthroughError as exc:
@@ -181,7 +181,7 @@ class WalkthroughApp(App):
         except OSError as exc:
             self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
             return
-        self.post_message(msg.PartReady(Part.FILE, opened))
+        self._report(msg.PartReady(Part.FILE, opened))
         # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
         self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
         if worker.is_cancelled:
@@ -192,8 +192,8 @@ class WalkthroughApp(App):
         if worker.is_cancelled:
             return
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card), failed)
-        self.post_message(msg.PartReady(Part.RUN, None))
-        self.post_message(msg.Progress(""))
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
 
     def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
                       template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
@@ -213,7 +213,7 @@ class WalkthroughApp(App):
 
     def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
         """(Worker) build one part and post it, or post why it cannot be built; returns the value or None."""
-        self.post_message(msg.Progress(f"preparing {part}"))
+        self._report(msg.Progress(f"preparing {part}"))
         try:
             value = build()
         except WalkthroughError as exc:
@@ -221,16 +221,25 @@ class WalkthroughApp(App):
         except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
             failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
         else:
-            self.post_message(msg.PartReady(part, value))
+            self._report(msg.PartReady(part, value))
             return value
-        self.post_message(msg.PartFailed(part, failed[part]))
+        self._report(msg.PartFailed(part, failed[part]))
         return None
+
+    def _report(self, message: msg.FromWorker) -> None:
+        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops it."""
+        message.worker = get_current_worker()
+        self.post_message(message)
 
     # ---- worker reports -----------------------------------------------------
     def on_progress(self, message: msg.Progress) -> None:
+        if message.stale:
+            return
         self.status = f"{message.what}…" if message.what else ""
 
     def on_part_ready(self, message: msg.PartReady) -> None:
+        if message.stale:
+            return
         if message.part is Part.RUN:
             self.start_run()
             return
@@ -246,6 +255,8 @@ class WalkthroughApp(App):
             self.exit(0)
 
     def on_part_failed(self, message: msg.PartFailed) -> None:
+        if message.stale:
+            return
         self.state.mark_unavailable(message.part, message.reason)
 
     def on_load_failed(self, message: msg.LoadFailed) -> None:
@@ -294,11 +305,13 @@ class WalkthroughApp(App):
         self.start_run()
         self._reload_engine(state.engine, state.file, state.card)
 
-    @work(thread=True, exclusive=True, group="load", name="prepare the engine again")
+    @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
     def _reload_engine(self, engine: str, file: Any, card: Any) -> None:
+        """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
+        group: an unload while the request loads must not cancel the loading of the other parts."""
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
-        self.post_message(msg.PartReady(Part.RUN, None))
-        self.post_message(msg.Progress(""))
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
 
     @property
     def stepping(self) -> bool:
@@ -412,10 +425,11 @@ class WalkthroughApp(App):
     @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
     def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
                         template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
-        self.post_message(msg.Progress("rendering and tokenizing"))
+        """(Worker) a newer edit cancels it, and then what it posts is dropped (its prompt is an old one)."""
+        self._report(msg.Progress("rendering and tokenizing"))
         self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
-        self.post_message(msg.PartReady(Part.RUN, None))
-        self.post_message(msg.Progress(""))
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
 
     def set_settings(self, settings: Any) -> None:
         """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""

@@ -32,10 +32,11 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.footer import KeysFooter
+from walkthrough.screens.messages import FromWorker
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
@@ -72,41 +73,31 @@ class FourCallsScreen(ModalScreen):
     ]
 
     @dataclass
-    class Posted(Message):
-        """What a worker posted; dropped once that worker was cancelled (a replay, escape, `c`)."""
-
-        worker: Worker
-
-        @property
-        def stale(self) -> bool:
-            return self.worker.is_cancelled
-
-    @dataclass
-    class Played(Posted):
+    class Played(FromWorker):
         """One call finished (on the worker's own model, kept for the warm starts)."""
 
         turn: Turn
         model: Any
 
     @dataclass
-    class Finished(Posted):
+    class Finished(FromWorker):
         """The four calls' sums."""
 
         summary: Summary
 
     @dataclass
-    class Started(Posted):
+    class Started(FromWorker):
         """The first request's first token: cold (a fresh process), warm, warm with its KV cache kept."""
 
         starts: tuple[StartTimes, StartTimes, StartTimes]
         prompt_tokens: int
 
     @dataclass
-    class Failed(Posted):
+    class Failed(FromWorker):
         error: str
 
     @dataclass
-    class Passed(Posted):
+    class Passed(FromWorker):
         """A pass of the current call ended (`what` says which)."""
 
         what: str
@@ -164,13 +155,13 @@ class FourCallsScreen(ModalScreen):
                                 cancelled=lambda: worker.is_cancelled)
             for label, messages in FourCalls.load().requests(talk, c.messages):
                 for step in talk.ask(messages, label):
-                    self.post_message(self.Passed(worker, f"{label}: {step.phase} {step.start}:{step.end}"))
-                self.post_message(self.Played(worker, talk.turns[-1], model))
-            self.post_message(self.Finished(worker, summarize(talk.turns)))
+                    self.post_message(self.Passed(f"{label}: {step.phase} {step.start}:{step.end}", worker=worker))
+                self.post_message(self.Played(talk.turns[-1], model, worker=worker))
+            self.post_message(self.Finished(summarize(talk.turns), worker=worker))
         except Cancelled:
             return
         except WalkthroughError as err:
-            self.post_message(self.Failed(worker, str(err)))
+            self.post_message(self.Failed(str(err), worker=worker))
 
     @work(thread=True, exclusive=True, group="four-calls", name="measure cold and warm starts")
     def _measure_starts(self, model, first: list[int]) -> None:
@@ -190,9 +181,9 @@ class FourCallsScreen(ModalScreen):
         except Cancelled:
             return
         except WalkthroughError as err:
-            self.post_message(self.Failed(worker, str(err)))
+            self.post_message(self.Failed(str(err), worker=worker))
             return
-        self.post_message(self.Started(worker, starts, len(first)))
+        self.post_message(self.Started(starts, len(first), worker=worker))
 
     def on_four_calls_screen_passed(self, message: Passed) -> None:
         if message.stale:

@@ -3,14 +3,22 @@
 Workers never touch widgets or the request state; they post one of these and
 the app's handler, on the UI thread, stores the value in `RequestState` (whose
 changes redraw the screens).
+
+A message that names its worker (`FromWorker`) is `stale` once that worker
+was cancelled, and its handler drops it: a worker replaced by a newer one
+(another edit of the messages, another unload, a replayed play) may still
+post what it finished, but nothing it posts changes the state after its
+cancel. The check is on the UI thread, where cancels happen, so no post can
+slip between a worker's last look at its flag and the cancel.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+from textual.worker import Worker
 
 from walkthrough.screens.parts import Part
 
@@ -19,7 +27,19 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Progress(Message):
+class FromWorker(Message):
+    """A message posted by `worker` (None: by no worker); dropped by its handler once `stale`."""
+
+    worker: Worker | None = field(default=None, kw_only=True)
+
+    @property
+    def stale(self) -> bool:
+        """Its worker was cancelled: what it carries is not wanted any more."""
+        return self.worker is not None and self.worker.is_cancelled
+
+
+@dataclass
+class Progress(FromWorker):
     """A worker moved on: `what` is being done (empty: nothing)."""
 
     what: str
@@ -29,7 +49,7 @@ class Progress(Message):
 
 
 @dataclass
-class PartReady(Message):
+class PartReady(FromWorker):
     """A part of the request was built: `value` is what `walkthrough.screens.parts` returned for it."""
 
     part: Part
@@ -37,7 +57,7 @@ class PartReady(Message):
 
 
 @dataclass
-class PartFailed(Message):
+class PartFailed(FromWorker):
     """A part cannot be built for this file; `reason` says why, in one line."""
 
     part: Part

@@ -35,9 +35,8 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.widgets import Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import get_current_worker
 
 from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
 from walkthrough.engine.session import Cancelled, Progress
@@ -45,6 +44,7 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.screens.experts_view import ExpertsGrid
+from walkthrough.screens.messages import FromWorker
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
@@ -193,13 +193,12 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
     ]
 
     @dataclass
-    class RoundDone(Message):
+    class RoundDone(FromWorker):
         """A worker finished a round (or the prefill) of run `run_id`; `step` None: the answer is done.
 
         Dropped once its worker was cancelled (the round was stopped, or the run replaced).
         """
 
-        worker: Worker
         run_id: int
         step: Any
         error: str | None = None
@@ -249,9 +248,9 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
             except Cancelled:
                 return
             except WalkthroughError as exc:
-                self.post_message(self.RoundDone(worker, run_id, None, str(exc)))
+                self.post_message(self.RoundDone(run_id, None, str(exc), worker=worker))
                 return
-            self.post_message(self.RoundDone(worker, run_id, step))
+            self.post_message(self.RoundDone(run_id, step, worker=worker))
 
         self.run_worker(work, thread=True, group="speculate", name="speculative round")
 
@@ -265,7 +264,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
             self._stop_round()
 
     def on_speculate_screen_round_done(self, message: RoundDone) -> None:
-        if message.worker.is_cancelled or message.run_id != self.run_id:
+        if message.stale or message.run_id != self.run_id:
             return  # a round stopped, or of a run replaced since (either way `busy` was cleared then)
         self.busy = False
         if message.error:

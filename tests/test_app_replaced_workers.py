@@ -1,0 +1,82 @@
+"""Workers replaced by newer ones post nothing the app keeps: the prompt rebuilt after an edit, the engine prepared
+again after u. The first worker is held until the second has finished, then lets go; the state must hold the second's
+results (each value checked against one built here)."""
+
+from __future__ import annotations
+
+import threading
+
+from app_support import app_for, settle, work_returned
+
+from walkthrough.screens import parts, stages
+from walkthrough.screens.parts import Part
+
+MODEL = "ref-qwen2moe-f32.gguf"
+MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
+
+
+def _hold_first_call(monkeypatch, name: str) -> tuple[threading.Event, list[int], list]:
+    """Make the first call of `parts.<name>` wait until `release` is set (at most 10 s), after computing its
+    value; returns (release, the threads of the calls, the values returned, in call order)."""
+    release, threads, values = threading.Event(), [], []
+    real = getattr(parts, name)
+
+    def held(*args, **kwargs):
+        threads.append(threading.get_ident())
+        first = len(threads) == 1
+        value = real(*args, **kwargs)
+        values.append(value)
+        if first:
+            release.wait(10)
+        return value
+
+    monkeypatch.setattr(parts, name, held)
+    return release, threads, values
+
+
+async def _until(pilot, done, polls: int = 1000) -> None:
+    """Let the app run until `done()` (or `polls` x 0.01 s passed)."""
+    for _ in range(polls):
+        if done():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("waited in vain")
+
+
+async def test_an_edit_replacing_a_rebuild_keeps_the_newer_prompt(fixtures_dir, monkeypatch):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        state = app.state
+        older = [{"role": "user", "content": "What does the record say about aspirin?"}]
+        newer = [{"role": "user", "content": "Any interaction with simvastatin?"}]
+        origin = parts.template_origin(state.file, state.template_file)
+        want = list(parts.build_tokens(state.tokenizer, state.template_source, newer, origin).ids)
+        release, threads, _ = _hold_first_call(monkeypatch, "build_tokens")
+        state.messages = older
+        app.rebuild_prompt()
+        await _until(pilot, lambda: threads)
+        state.messages = newer
+        app.rebuild_prompt()
+        await _until(pilot, lambda: list(state.prompt_ids) == want)  # the newer edit's prompt
+        release.set()
+        await work_returned(pilot, threads[0])
+        await settle(pilot)
+        assert list(state.prompt_ids) == want and state.messages == newer
+        assert app.controller._run is not None and list(app.controller._run.plan.prompt_ids) == want
+
+
+async def test_a_second_unload_keeps_the_model_prepared_last(fixtures_dir, monkeypatch):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        release, threads, models = _hold_first_call(monkeypatch, "prepare_engine")
+        await pilot.press(str(stages.number("template")), "u")
+        await _until(pilot, lambda: models)
+        await pilot.press("u")
+        await _until(pilot, lambda: len(models) == 2 and Part.RUN in app.state.loaded)
+        release.set()
+        await work_returned(pilot, threads[0])
+        await settle(pilot)
+        assert len(models) == 2 and models[0] is not models[1]
+        assert app.state.model is models[1] and app.state.unloads == 2
