@@ -48,6 +48,37 @@ async def test_tensor_filter_keeps_matching_rows(fixtures_dir):
         assert app.screen.focused is table  # enter leaves the filter, so n/p move stages again
 
 
+
+async def test_a_typed_filter_applies_once_typing_pauses_and_at_once_on_escape(fixtures_dir, monkeypatch):
+    from walkthrough.screens import tensor_pages
+
+    path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
+    with open_gguf(path) as f:
+        names = list(f.tensors)
+    scans: list[str] = []
+    matching = tensor_pages.TensorFilter.matching
+
+    def counted(self, needle):
+        scans.append(needle)
+        return matching(self, needle)
+
+    monkeypatch.setattr(tensor_pages.TensorFilter, "matching", counted)
+    app = app_for(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await open_tensor_table(pilot)
+        scans.clear()
+        await pilot.press("slash", *"exps")
+        for _ in range(100):  # until the pause after typing has run the filter
+            if scans:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+        assert scans[-1] == "exps"
+        assert table.row_count == sum(1 for n in names if "exps" in n or "exps" in tensor_group(n))
+        await pilot.press(*"xyz", "escape")  # escape leaves the filter with what it holds applied
+        assert scans[-1] == "expsxyz" and table.row_count == 0
+        assert app.screen.focused is table
+
 async def test_views_cycle_with_v(fixtures_dir):
     path = fixtures_dir / "reference" / "ref-llama-q4_0.gguf"
     with open_gguf(path) as f:

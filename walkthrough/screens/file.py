@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
@@ -28,6 +29,7 @@ VIEWS = ("overview", "tensors", "metadata")
 PAGED = {"tensors": "tensor", "metadata": "metadata"}  # views with a table a page at a time: their ids' prefix
 TENSOR_COLUMNS = ("layer", "name", "group", "type", "shape", "params", "bytes")
 METADATA_COLUMNS = ("key", "type", "value", "bytes")
+FILTER_PAUSE = 0.12  # seconds without typing before the tensor filter runs: a burst of keys costs one pass
 MAX_VALUE_CHARS = 80  # metadata values longer than this are cut in the table
 
 
@@ -87,6 +89,7 @@ with more, ] and [ turn the pages.
         self._filtering = False  # `/` pressed from another view: focus the filter when the view is shown
         self._filter = tensor_pages.TensorFilter([])  # every tensor, in table order, and the filter over them
         self._pages = {"tensors": table_pages.Pages("tensors"), "metadata": table_pages.Pages("keys")}
+        self._typing: Timer | None = None  # runs the filter once typing pauses
 
     def compose_body(self) -> ComposeResult:
         with TabbedContent(id="file-views"):
@@ -109,7 +112,7 @@ with more, ] and [ turn the pages.
         if self._shown is not f:
             self._shown = f
             self._filter = tensor_pages.TensorFilter(tensor_pages.ordered_rows(f))
-            self._fill_tensors("")
+            self._fill_tensors("", new_file=True)
             self._pages["metadata"].start(list(f.fields))
             self._show_page("metadata")
 
@@ -133,10 +136,15 @@ with more, ] and [ turn the pages.
             return note
         return Text("Checking whether the engine can run this file…", style="italic")
 
-    def _fill_tensors(self, needle: str) -> None:
-        """Filter the tensors and show the first page of those kept."""
-        self._pages["tensors"].start(self._filter.matching(needle), len(self._filter.rows))
-        self._show_page("tensors")
+    def _fill_tensors(self, needle: str, *, new_file: bool = False) -> None:
+        """Filter the tensors and show the first page of those kept (the table is filled again only if that
+        page changes: measuring 1,000 rows costs a DataTable a few tenths of a second)."""
+        pages = self._pages["tensors"]
+        if pages.start(self._filter.matching(needle), len(self._filter.rows)) or new_file:
+            self._show_page("tensors")
+        else:
+            table_pages.show_label(self.query_one("#tensor-page", Static), pages)
+            self.refresh_bindings()
 
     def _show_page(self, view: str) -> None:
         """Put the page on show of a view's rows in its table (which holds one page: see `table_pages`)."""
@@ -170,11 +178,22 @@ with more, ] and [ turn the pages.
             self._show_page(view)
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if self.state.file is not None:
-            self._fill_tensors(event.value)
+        if self.state.file is None:
+            return
+        if self._typing is not None:
+            self._typing.stop()
+        self._typing = self.set_timer(FILTER_PAUSE, self._filter_typed)
+
+    def _filter_typed(self) -> None:
+        """Run the filter on what the filter field holds now (typing paused, or enter or escape pressed)."""
+        if self._typing is not None:
+            self._typing.stop()
+            self._typing = None
+            self._fill_tensors(self.query_one("#tensor-filter", Input).value)
 
     @when_shown
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._filter_typed()
         self.query_one("#tensor-table").focus()
 
     def on_mount(self) -> None:  # (Textual runs StageScreen.on_mount after this one)
@@ -233,4 +252,5 @@ with more, ] and [ turn the pages.
 
     def action_leave_filter(self) -> None:
         if self.query_one(TabbedContent).active == "tensors":
+            self._filter_typed()
             self.query_one("#tensor-table").focus()

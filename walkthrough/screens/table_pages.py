@@ -50,10 +50,14 @@ class Pages:
         self.n_all = 0  # items before any filter
         self.number = 0  # the page on show, 0-based
 
-    def start(self, items: Sequence[Any], n_all: int | None = None) -> None:
-        """Show `items` (of `n_all`, when a filter kept fewer) from their first page."""
+    def start(self, items: Sequence[Any], n_all: int | None = None) -> bool:
+        """Show `items` (of `n_all`, when a filter kept fewer) from their first page; False when that page
+        holds the same items as the page on show before (a filter typed on that still keeps the first
+        1,000 rows), so the table need not be filled again, only the label."""
+        before = self.on_page()
         self.items, self.number = items, 0
         self.n_all = len(items) if n_all is None else n_all
+        return self.on_page() != before
 
     @property
     def count(self) -> int:
@@ -79,6 +83,11 @@ def fill(table: DataTable, line: Static, pages: Pages, columns: Sequence[str],
     for item in pages.on_page():
         cells, key = row(item)
         table.add_row(*cells, key=key)
+    show_label(line, pages)
+
+
+def show_label(line: Static, pages: Pages) -> None:
+    """Say in `line` where the page on show sits (hidden for a table of one page)."""
     label = pages.label()
     line.update(Text(label, style="dim"))
     line.display = bool(label)
