@@ -119,6 +119,12 @@ def with_many_tensors(tmp_path: Path, name: str, n: int, source: Path = LLAMA) -
     return rewrite_gguf(source, tmp_path / name, extra_tensors=[Tensor(f"extra.{i}.weight", (8,)) for i in range(n)])
 
 
+
+def with_many_keys(tmp_path: Path, name: str, n: int, key=lambda i: f"extra.{i}.value", source: Path = LLAMA) -> Path:
+    """A copy of `source` with n more metadata keys named `key(i)`, strings and uint32 in turn: 300,000 make 12 MB."""
+    return with_metadata(tmp_path, name, {key(i): (V.STRING, f"text {i}") if i % 2 else (V.UINT32, i)
+                                          for i in range(n)}, source)
+
 def with_sparse_strings(tmp_path: Path, name: str, strings: dict[str, int], source: Path = LLAMA) -> Path:
     """A copy of `source` where each key in `strings` is a string value of that many bytes, left as a hole.
 

@@ -211,11 +211,10 @@ async def test_a_short_tensor_table_has_no_pages(fixtures_dir):
 def many_keys(tmp_path_factory):
     """The llama reference with 2,500 more metadata keys (three pages of the table), mixed types; key 1,500
     names a glossary term."""
-    from hostile_support import with_metadata
+    from hostile_support import with_many_keys
 
-    extra = {f"extra.{i}.{'context_length' if i == 1500 else 'value'}":
-             (V.STRING, f"text {i}") if i % 2 else (V.UINT32, i) for i in range(2500)}
-    path = with_metadata(tmp_path_factory.mktemp("keys"), "many-keys.gguf", extra)
+    path = with_many_keys(tmp_path_factory.mktemp("keys"), "many-keys.gguf", 2500,
+                          key=lambda i: f"extra.{i}.{'context_length' if i == 1500 else 'value'}")
     with open_gguf(path) as f:
         keys = list(f.fields)
     return path, keys
