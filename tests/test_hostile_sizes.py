@@ -12,11 +12,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_support import LLAMA, raw_controls, run_cli_measured, with_many_tensors, with_sparse_strings
+from hostile_support import (
+    LLAMA,
+    raw_controls,
+    run_cli_measured,
+    with_many_keys,
+    with_many_tensors,
+    with_sparse_strings,
+)
 
 GIB = 1 << 30
 PEAK_BOUND = 400 << 20  # bytes: the commands need about 60 MB here; one 1 GiB string read whole would pass this
 MANY_TENSORS_PEAK = 200 << 20  # bytes: about 55 MB measured for 30,000 tensors
+MANY_KEYS_PEAK = 100 << 20  # bytes: about 55 MB measured for 30,000 keys (the Rich table this replaced: 135 MB)
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +81,34 @@ def test_huge_strings_are_shown_by_size_and_head_and_refused_where_needed(sparse
     assert template_unread["out"] == template_plain["out"] != ""
 
 
+def _listed(path, option: str, bound: int) -> tuple[list[str], dict]:
+    """`inspect PATH OPTION` and `inspect PATH --json` in one fresh process, its peak memory under `bound`:
+    the first word of each listed `extra.` row, and the JSON document."""
+    (listing, as_json), peak = run_cli_measured([["inspect", path, option], ["inspect", path, "--json"]])
+    assert peak < bound, f"peak {peak / 2**20:.0f} MiB"
+    assert listing["code"] == as_json["code"] == 0, listing["err"] + as_json["err"]
+    listed = [line.split()[0] for line in listing["out"].splitlines() if line.startswith("  extra.")]
+    return listed, json.loads(as_json["out"])
+
+
 def test_many_tiny_tensors_are_listed_in_memory_linear_in_them(tmp_path):
     """30,000 tensors of 32 bytes: every one listed, by text and JSON, in bounded memory (the
     300,000 of issue 20, and the time per tensor, are in tests/bench/bench_hostile_sizes.py)."""
     n = 30_000
-    path = with_many_tensors(tmp_path, "many.gguf", n)
-    (listing, as_json), peak = run_cli_measured([["inspect", path, "--tensors"], ["inspect", path, "--json"]])
-    assert peak < MANY_TENSORS_PEAK, f"peak {peak / 2**20:.0f} MiB"
-    assert listing["code"] == as_json["code"] == 0, listing["err"] + as_json["err"]
-    names = [line.split()[0] for line in listing["out"].splitlines() if line.startswith("  extra.")]
+    names, document = _listed(with_many_tensors(tmp_path, "many.gguf", n), "--tensors", MANY_TENSORS_PEAK)
     assert names == [f"extra.{i}.weight" for i in range(n)]
-    assert len(json.loads(as_json["out"])["tensors"]) == n + 21  # and the reference model's own 21
+    assert len(document["tensors"]) == n + 21  # and the reference model's own 21
+
+
+def test_many_metadata_keys_are_listed_in_memory_linear_in_them(tmp_path):
+    """30,000 keys: every one listed, by text and JSON, in file order, in bounded memory (300,000, and the time
+    per key, are in tests/bench/bench_hostile_sizes.py)."""
+    n = 30_000
+    keys, document = _listed(with_many_keys(tmp_path, "keys.gguf", n), "--metadata", MANY_KEYS_PEAK)
+    assert keys == [f"extra.{i}.value" for i in range(n)]
+    metadata = document["metadata"]
+    assert [k for k in metadata if k.startswith("extra.")] == keys
+    assert metadata["extra.7.value"] == "text 7" and metadata["extra.8.value"] == 8
 
 
 async def test_the_app_shows_huge_strings_by_their_head_and_names_the_template_it_cannot_read(sparse_files):

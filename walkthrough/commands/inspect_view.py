@@ -18,10 +18,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from walkthrough.commands.tensor_listing import print_tensor_table
+from walkthrough.commands.listings import print_metadata_table, print_tensor_table
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 from walkthrough.inspect.gguf import GGUFFile
-from walkthrough.inspect.metadata import describe, summarize_value
 from walkthrough.screens.file_view import params_table, quant_mix_table
 from walkthrough.screens.format import human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
@@ -47,8 +46,9 @@ def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: 
     if tensors:
         print_tensor_table(f, console, MAX_KEY_WIDTH)
     if metadata:
-        console.print(metadata_table(f))
-        for key, text in chat_templates(f):
+        templates = chat_templates(f)
+        print_metadata_table(f, console, MAX_KEY_WIDTH, MAX_VALUE_CHARS, templates)
+        for key, text in templates:
             console.print(_heading(Text.assemble(safe_text(key), f" ({len(text):,} characters)")))
             console.print(safe_text(text, keep_newlines=True), soft_wrap=True)
 
@@ -141,23 +141,6 @@ def chat_templates(f: GGUFFile) -> list[tuple[str, str]]:
     a bigger one is left to the metadata table, which shows its size and first bytes."""
     return [(k, f.get(k)) for k, field in f.fields.items()
             if "chat_template" in k and field.type == GGUFValueType.STRING and f.too_big(k) is None]
-
-
-def metadata_table(f: GGUFFile) -> Table:
-    """Every key with its type and value; long arrays as count and first items, templates printed below."""
-    table = Table(title="\nMetadata", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    longest_key = max((len(k) for k in f.fields), default=3)
-    table.add_column("key", overflow="fold", min_width=min(longest_key, MAX_KEY_WIDTH))
-    table.add_column("type", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    templates = dict(chat_templates(f))
-    for key, field in f.fields.items():
-        if key in templates:
-            value = Text(f"(chat template, {len(templates[key]):,} characters, printed below)", style="italic")
-        else:
-            value = safe_text(describe(summarize_value(f, key), MAX_VALUE_CHARS))
-        table.add_row(safe_text(key), field.type_name, value)
-    return table
 
 
 def projector_lines(f: GGUFFile) -> Text | None:
