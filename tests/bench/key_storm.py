@@ -8,8 +8,13 @@ A run that has not ended after --give-up seconds is counted as wedged (and kille
 
 Usage: python tests/bench/key_storm.py [--seeds 10] [--keys 500] [--model PATH] [--storms 1]
 
-Prints one line per run (seed, seconds from q to exit, or WEDGED) and a summary:
-runs, wedged, median and worst exit time. `--storms 2` runs two storms at once.
+Prints one line per run (seed, seconds from q to exit, WEDGED, NOT STARTED, or ENDED
+DURING THE STORM with the pane's last lines) and a summary: runs, wedged, median
+and worst exit time. With STORM_VERBOSE=1 a wedged run prints its screen and a
+py-spy dump of its threads (when py-spy is installed); STORM_LAUNCHER names a
+script to run instead of `-m walkthrough` (tests/bench/storm_probe.py logs every
+key with the screen on top and dumps the screen stack on SIGUSR1, which the bench
+sends to a wedged run). `--storms 2` runs two storms at once.
 """
 
 from __future__ import annotations
@@ -40,14 +45,18 @@ def tmux(*args: str) -> str:
 def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: list) -> None:
     rng = random.Random(seed)
     session = f"storm-{seed}-{time.monotonic_ns()}"
-    launcher = os.environ.get("STORM_LAUNCHER", "-m walkthrough")  # e.g. a script that registers faulthandler
+    launcher = os.environ.get("STORM_LAUNCHER", "-m walkthrough")  # e.g. tests/bench/storm_probe.py
     command = f"cd {shlex.quote(str(ROOT))} && exec {shlex.quote(sys.executable)} {launcher} {model or ''}"
-    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
+    started = subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command],
+                             check=False, capture_output=True, text=True)
     tmux("set-option", "-t", session, "remain-on-exit", "on")
     try:
         shown = time.monotonic()  # let the app open the file and draw its first stage
         while "File" not in tmux("capture-pane", "-p", "-t", session) and time.monotonic() - shown < 60:
             time.sleep(0.2)
+        if "File" not in tmux("capture-pane", "-p", "-t", session):  # not a storm: say so, do not count it
+            results.append((seed, f"NOT STARTED (tmux: {started.stderr.strip() or started.returncode})"))
+            return
         time.sleep(1)
         sent = 0
         while sent < n_keys:
@@ -58,6 +67,10 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 w, h = rng.choice(SIZES)
                 tmux("resize-window", "-t", session, "-x", str(w), "-y", str(h))
             time.sleep(rng.uniform(0.0, 0.05))
+        if tmux("display-message", "-p", "-t", session, "#{pane_dead}") == "1":  # the storm ended the app
+            results.append((seed, "ENDED DURING THE STORM"))
+            print(tmux("capture-pane", "-p", "-S", "-40", "-t", session), flush=True)
+            return
         tmux("send-keys", "-t", session, "Escape")
         time.sleep(0.3)
         start = time.monotonic()
@@ -107,10 +120,13 @@ def main() -> None:
         for t in threads:
             t.join()
         for seed, seconds in results[-len(threads):]:
-            print(f"seed {seed}: " + ("WEDGED" if seconds is None else f"q -> exit in {seconds:.2f} s"), flush=True)
-    times = [s for _, s in results if s is not None]
+            print(f"seed {seed}: " + ("WEDGED" if seconds is None else seconds if isinstance(seconds, str)
+                                      else f"q -> exit in {seconds:.2f} s"), flush=True)
+    times = [s for _, s in results if isinstance(s, float)]
     wedged = sum(1 for _, s in results if s is None)
-    print(f"runs {len(results)}, keys {args.keys}, storms at once {args.storms}: wedged {wedged}; "
+    other = sum(1 for _, s in results if isinstance(s, str))
+    print(f"runs {len(results)}, keys {args.keys}, storms at once {args.storms}: wedged {wedged}"
+          + (f", not started or ended early {other}" if other else "") + "; "
           + (f"exit after q: median {statistics.median(times):.2f} s, worst {max(times):.2f} s" if times else ""))
 
 
