@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -67,6 +69,8 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 w, h = rng.choice(SIZES)
                 tmux("resize-window", "-t", session, "-x", str(w), "-y", str(h))
             time.sleep(rng.uniform(0.0, 0.05))
+        storm_ended = time.monotonic()
+        pid = tmux("display-message", "-p", "-t", session, "#{pane_pid}")
         if tmux("display-message", "-p", "-t", session, "#{pane_dead}") == "1":  # the storm ended the app
             results.append((seed, "ENDED DURING THE STORM"))
             print(tmux("capture-pane", "-p", "-S", "-40", "-t", session), flush=True)
@@ -84,12 +88,14 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 if os.environ.get("STORM_VERBOSE"):
                     print(f"  q sent at {start:.3f}, pane dead seen at {time.monotonic():.3f}", flush=True)
                 results.append((seed, time.monotonic() - start))
+                behind = caught_up(pid, storm_ended)
+                if behind is not None:
+                    print(f"  seed {seed}: the storm's last key handled {behind:.2f} s after it was sent", flush=True)
                 return
             time.sleep(0.05)
         results.append((seed, None))
         if os.environ.get("STORM_VERBOSE"):  # what the wedged app shows, and where its threads are
             print(tmux("capture-pane", "-p", "-t", session), flush=True)
-            pid = tmux("display-message", "-p", "-t", session, "#{pane_pid}")
             if os.environ.get("STORM_LAUNCHER"):  # a launcher that dumps the app's state on SIGUSR1
                 subprocess.run(["kill", "-USR1", pid], check=False, capture_output=True)
                 time.sleep(1)
@@ -99,6 +105,18 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 print(dump.stdout or dump.stderr, flush=True)
     finally:
         tmux("kill-session", "-t", session)
+
+
+def caught_up(pid: str, storm_ended: float) -> float | None:
+    """With tests/bench/storm_probe.py as the launcher: seconds from the storm's last key sent to the
+    app's handling of it (the backlog a storm leaves; both clocks are the system's monotonic clock)."""
+    log = Path(os.environ.get("STORM_PROBE_DIR", tempfile.gettempdir())) / f"storm-{pid}.log"
+    if "storm_probe" not in os.environ.get("STORM_LAUNCHER", "") or not log.is_file():
+        return None
+    keys = re.findall(r"^(\d+\.\d+) Key (\S+) forwarded=False", log.read_text(), re.M)
+    closing = max((i for i, (_, key) in enumerate(keys) if key == "escape"), default=len(keys))
+    storm = keys[:closing]  # the storm sends no escape: the last one is the closing escape
+    return max(0.0, float(storm[-1][0]) - storm_ended) if storm else None
 
 
 def main() -> None:
