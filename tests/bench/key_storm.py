@@ -14,7 +14,8 @@ and worst exit time. With STORM_VERBOSE=1 a wedged run prints its screen and a
 py-spy dump of its threads (when py-spy is installed); STORM_LAUNCHER names a
 script to run instead of `-m walkthrough` (tests/bench/storm_probe.py logs every
 key with the screen on top and dumps the screen stack on SIGUSR1, which the bench
-sends to a wedged run). `--storms 2` runs two storms at once.
+sends to a wedged run). STORM_SPY_EXIT=1 samples the app with py-spy from q to its end
+(collapsed stacks in storm-exit-<seed>.txt in the temporary folder). `--storms 2` runs two storms at once.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
             return
         tmux("send-keys", "-t", session, "Escape")
         time.sleep(0.3)
+        spy = None
+        if os.environ.get("STORM_SPY_EXIT") and shutil.which("py-spy"):  # where the time from q to exit goes
+            spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "--rate", "250", "--threads", "--pid", pid,
+                                    "--output", f"{tempfile.gettempdir()}/storm-exit-{seed}.txt"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
         start = time.monotonic()
         tmux("send-keys", "-t", session, "q")
         if os.environ.get("STORM_SIGNAL_AFTER"):  # ask the app for stack dumps while it winds down

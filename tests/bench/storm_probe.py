@@ -4,13 +4,15 @@ Run in place of `python -m walkthrough` (same arguments); tests/bench/key_storm.
 `STORM_LAUNCHER=tests/bench/storm_probe.py`. It writes `storm-<pid>.log` in $STORM_PROBE_DIR (default
 the system's temporary folder): one line per key or resize the app handles (time, key, whether Textual
 had forwarded it already, the screen on top and the stack depth), one line and the call stack per
-screen pushed, and on SIGUSR1 the screen stack with each screen's queued messages, the keys the app
+screen pushed, when each step of the app's ending begins and ends (exit, the driver's stop, Textual's
+close of every screen), and on SIGUSR1 the screen stack with each screen's queued messages, the keys the app
 counts as typed ahead, the focused widget and the workers. That is how a wedged run is read: which
 screens are stacked, whether keys still wait, and what pushed each screen.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
@@ -58,6 +60,35 @@ def push_screen(self, screen, *args, **kwargs):
 
 
 App.__init__, App.on_event, App.push_screen = __init__, on_event, push_screen
+
+
+def _timed(owner, name: str) -> None:
+    """Log when `owner.name` (a step of the app's shutdown) starts and ends."""
+    original = getattr(owner, name)
+
+    async def timed_async(*args, **kwargs):
+        LOG.write(f"{time.monotonic():.3f} {name} begins\n")
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            LOG.write(f"{time.monotonic():.3f} {name} ends\n")
+
+    def timed(*args, **kwargs):
+        LOG.write(f"{time.monotonic():.3f} {name} begins\n")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            LOG.write(f"{time.monotonic():.3f} {name} ends\n")
+
+
+    setattr(owner, name, timed_async if inspect.iscoroutinefunction(original) else timed)
+
+
+from textual.drivers.linux_driver import LinuxDriver  # noqa: E402
+
+for _owner, _name in ((App, "exit"), (App, "_shutdown"), (App, "_close_all"), (LinuxDriver, "stop_application_mode"),
+                      (LinuxDriver, "disable_input")):
+    _timed(_owner, _name)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
