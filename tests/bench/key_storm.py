@@ -95,6 +95,8 @@ def storm(seed: int, n_keys: int, model: str | None, give_up: float, results: li
                 if os.environ.get("STORM_VERBOSE"):
                     print(f"  q sent at {start:.3f}, pane dead seen at {time.monotonic():.3f}", flush=True)
                 results.append((seed, time.monotonic() - start))
+                if spy is not None:
+                    spy.wait(timeout=10)  # it writes its samples once the app has ended
                 behind = caught_up(pid, storm_ended)
                 if behind is not None:
                     print(f"  seed {seed}: the storm's last key handled {behind:.2f} s after it was sent", flush=True)
@@ -120,7 +122,7 @@ def caught_up(pid: str, storm_ended: float) -> float | None:
     log = Path(os.environ.get("STORM_PROBE_DIR", tempfile.gettempdir())) / f"storm-{pid}.log"
     if "storm_probe" not in os.environ.get("STORM_LAUNCHER", "") or not log.is_file():
         return None
-    keys = re.findall(r"^(\d+\.\d+) Key (\S+) forwarded=False", log.read_text(), re.M)
+    keys = re.findall(r"^(\d+\.\d+) Key (\S+) forwarded=False", log.read_text(), re.MULTILINE)
     closing = max((i for i, (_, key) in enumerate(keys) if key == "escape"), default=len(keys))
     storm = keys[:closing]  # the storm sends no escape: the last one is the closing escape
     return max(0.0, float(storm[-1][0]) - storm_ended) if storm else None

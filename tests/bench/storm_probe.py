@@ -24,8 +24,8 @@ from pathlib import Path
 from textual import events
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from walkthrough import app as app_module  # noqa: E402
-from walkthrough.cli import main  # noqa: E402
+from walkthrough import app as app_module
+from walkthrough.cli import main
 
 LOG = open(Path(os.environ.get("STORM_PROBE_DIR", tempfile.gettempdir())) / f"storm-{os.getpid()}.log",  # noqa: SIM115
            "w", buffering=1)
@@ -35,8 +35,7 @@ _init, _on_event, _push_screen = App.__init__, App.on_event, App.push_screen
 
 def _dump(app) -> None:
     LOG.write(f"DUMP stack={app.screen_stack!r} typeahead={vars(app.typeahead)!r} focused={app.focused!r}\n")
-    for screen in app.screen_stack:
-        LOG.write(f"  {screen!r} queue={screen._message_queue.qsize()}\n")
+    LOG.writelines(f"  {screen!r} queue={screen._message_queue.qsize()}\n" for screen in app.screen_stack)
     LOG.write(f"  app queue={app._message_queue.qsize()} workers={[(w.name, w.state) for w in app.workers]}\n")
 
 
@@ -84,7 +83,7 @@ def _timed(owner, name: str) -> None:
     setattr(owner, name, timed_async if inspect.iscoroutinefunction(original) else timed)
 
 
-from textual.drivers.linux_driver import LinuxDriver  # noqa: E402
+from textual.drivers.linux_driver import LinuxDriver
 
 for _owner, _name in ((App, "exit"), (App, "_shutdown"), (App, "_close_all"), (LinuxDriver, "stop_application_mode"),
                       (LinuxDriver, "disable_input")):
