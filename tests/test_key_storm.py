@@ -116,7 +116,7 @@ async def test_vv_typed_at_once_on_the_chat_stage_moves_two_views(size):
 
 def test_q_after_an_escape_still_waiting_quits_from_a_text_field():
     typeahead = Typeahead()
-    typing = lambda: True  # noqa: E731 - focus is in the message editor
+    typing = lambda: True  # focus is in the message editor
     assert not typeahead.posted(events.Key("x", "x"), typing, lambda: False)
     assert not typeahead.posted(events.Key("q", "q"), typing, lambda: False)  # a letter: no escape waits
     assert not typeahead.posted(events.Key("escape", "\x1b"), typing, lambda: False)

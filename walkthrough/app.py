@@ -13,6 +13,7 @@ The engine side of a run lives in `self.controller` (session, lock, passes).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from textual.screen import Screen
 from textual.widgets import Input, TextArea
 from textual.worker import get_current_worker
 
+from walkthrough.engine.coldstart import kill_children
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.render_process import stop_all as stop_renders
@@ -98,6 +100,7 @@ class WalkthroughApp(App):
         self._dirty: set[str] = set()
         self._keys_shown: tuple[bool | None, ...] = ()  # what the footer last showed of the run keys
         self.typeahead = Typeahead()
+        self.end_process_on_quit = False  # set by the command that runs the app on a terminal (`exit`)
 
     def post_message(self, message: Message) -> bool:
         if self.return_code is not None:  # ending: keys typed now mean nothing, and the screens may be gone
@@ -160,10 +163,35 @@ class WalkthroughApp(App):
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
 
-    def on_unmount(self) -> None:
+    def exit(self, result: Any = None, return_code: int = 0, message: Any = None) -> None:
+        super().exit(result, return_code, message)
+        if self.end_process_on_quit and return_code == 0 and self.error is None and self.walk is None:
+            self._end_process_now()
+
+    def _end_process_now(self) -> None:
+        """A person quit on a terminal: give it back and end the process, without Textual's orderly close.
+
+        That close works through every widget's queued messages before it lets go of the terminal, and after
+        a storm of keys and resizes those are seconds of redraws nobody will see (tests/bench/key_storm.py on
+        SmolLM2: 1.0-2.6 s from q to exit, 0.8 s of it after the screens were closed). Nothing is written
+        at the end: workers are cancelled, render helpers and cold starts killed, the terminal restored.
+        """
+        self._release_processes()
+        driver = self._driver
+        if driver is not None:
+            driver.stop_application_mode()  # terminal modes back, input thread ended, alternate screen left
+            driver.close()  # the output thread writes what it holds, then ends
+        os._exit(0)
+
+    def _release_processes(self) -> None:
+        """Cancel the workers and kill the processes they started (render helpers, cold starts)."""
         self._file_shown.set()
         self.workers.cancel_all()
         stop_renders()  # a template render in a worker ends now, not at its time limit
+        kill_children()
+
+    def on_unmount(self) -> None:
+        self._release_processes()
         file = self.state.file
         self.controller.close(file.close if file is not None else lambda: None)
 

@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         from walkthrough.pictures import chromium
 
         chromium()  # missing: one line now, before the walk
+    # q on a terminal ends the process at once (WalkthroughApp._end_process_now); elsewhere (textual-serve's
+    # pipes) Textual closes the app in order.
+    app.end_process_on_quit = sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()
     loop = asyncio.new_event_loop()  # not asyncio.run: its shutdown waits for every worker thread to finish
     workers = ThreadPoolExecutor(thread_name_prefix=WORKER_THREADS)
     loop.set_default_executor(workers)  # where Textual runs thread workers

@@ -32,6 +32,7 @@ from walkthrough.errors import WalkthroughError
 
 COLD_TIMEOUT = 600.0  # seconds a cold start may take before it is given up
 CHECK_EVERY = 0.1  # seconds between checks whether the cold start was stopped
+_CHILDREN: set[subprocess.Popen] = set()  # cold starts running now (kill_children ends them)
 
 
 @dataclass(frozen=True)
@@ -104,23 +105,27 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
     began = time.perf_counter()
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as child:
-        given: str | None = json.dumps(ids)
-        while True:
-            try:
-                stdout, stderr = child.communicate(given, timeout=CHECK_EVERY)
-                break
-            except subprocess.TimeoutExpired:
-                given = None  # sent with the first call; a retry carries on where it stopped
-                late = time.perf_counter() - began > COLD_TIMEOUT
-                if late or cancelled():
-                    child.kill()
-                    child.communicate()
-                    if not late:
-                        from walkthrough.engine.session import Cancelled
+        _CHILDREN.add(child)
+        try:
+            given: str | None = json.dumps(ids)
+            while True:
+                try:
+                    stdout, stderr = child.communicate(given, timeout=CHECK_EVERY)
+                    break
+                except subprocess.TimeoutExpired:
+                    given = None  # sent with the first call; a retry carries on where it stopped
+                    late = time.perf_counter() - began > COLD_TIMEOUT
+                    if late or cancelled():
+                        child.kill()
+                        child.communicate()
+                        if not late:
+                            from walkthrough.engine.session import Cancelled
 
-                        raise Cancelled() from None
-                    raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt") \
-                        from None
+                            raise Cancelled() from None
+                        raise WalkthroughError(f"the cold start took over {COLD_TIMEOUT:.0f} s; try a smaller prompt") \
+                            from None
+        finally:
+            _CHILDREN.discard(child)
     wall = time.perf_counter() - began
     lines = stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
@@ -155,3 +160,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def kill_children() -> None:
+    """Kill every cold start still running (the app calls it as it ends: a child is not left behind)."""
+    for child in list(_CHILDREN):
+        child.kill()
