@@ -1,6 +1,7 @@
 """Workers replaced by newer ones post nothing the app keeps: the prompt rebuilt after an edit, the engine prepared
 again after u. The first worker is held until the second has finished, then lets go; the state must hold the second's
-results (each value checked against one built here)."""
+results (each value checked against one built here). An unload while the request loads does not cancel the loading
+of its other parts (the reload has a worker group of its own)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,15 @@ async def test_a_second_unload_keeps_the_model_prepared_last(fixtures_dir, monke
         await settle(pilot)
         assert len(models) == 2 and models[0] is not models[1]
         assert app.state.model is models[1] and app.state.unloads == 2
+
+
+async def test_an_unload_while_the_request_loads_leaves_every_part_loaded(fixtures_dir, monkeypatch):
+    release, threads, _ = _hold_first_call(monkeypatch, "build_tokenizer")
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _until(pilot, lambda: threads)  # the file is shown, its tokenizer being built
+        await pilot.press(str(stages.number("template")), "u")
+        await _until(pilot, lambda: app.state.unloads == 1)
+        release.set()
+        await settle(pilot)
+        assert set(Part) <= app.state.loaded and app.state.model is not None and app.state.chat is not None
