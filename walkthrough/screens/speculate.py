@@ -42,9 +42,9 @@ from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
 from walkthrough.engine.session import Cancelled, Progress
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.messages import FromWorker
+from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
