@@ -11,7 +11,8 @@ with N extra metadata keys (strings and uint32 in turn: 300,000 make 12 MB), and
 sparse copy holding four 1 GiB metadata strings (a few hundred KB on disk).
 Each measurement runs in a fresh process (`hostile_support.run_script_measured`):
 - `open`: `open_gguf` plus `build_card` (what every command does first);
-- `inspect`: `walkthrough inspect FILE`, and `--tensors` or `--json` (output to a temporary file);
+- `inspect`: `walkthrough inspect FILE`, and `--tensors`, or `--json` and `--metadata` (output to a temporary
+  file);
 - `app`: the app under Pilot at 80x24, until the File stage has settled.
 For each it prints wall seconds, CPU seconds and peak resident MiB, then, against
 the smallest count measured in the same run, the extra CPU time and memory per extra
@@ -171,13 +172,15 @@ def measure(script: str, *args: str) -> tuple[float, float, int]:
     return float(out.strip().splitlines()[-1]), cpu, peak
 
 
-def runs(path: Path, scratch: Path, app: bool, option: str = "--tensors") -> dict[str, tuple[float, float, int]]:
+def runs(path: Path, scratch: Path, app: bool, options: tuple[str, ...] = ("--tensors",)
+         ) -> dict[str, tuple[float, float, int]]:
     listing = str(scratch / "listing.txt")
     results = {
         "open": measure(OPEN, str(path)),
         "inspect": measure(CLI, str(path), listing, "inspect"),
-        f"inspect {option}": measure(CLI, str(path), listing, "inspect", option),
     }
+    for option in options:
+        results[f"inspect {option}"] = measure(CLI, str(path), listing, "inspect", option)
     if app:
         results["app"] = measure(APP, str(path), str(TESTS_DIR))
     return results
@@ -235,8 +238,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}")
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
-        plain = runs(LLAMA, scratch, not args.no_app)
-        measured: dict[int, dict[str, tuple[float, float, int]]] = {0: plain}
+        measured: dict[int, dict[str, tuple[float, float, int]]] = {0: runs(LLAMA, scratch, not args.no_app)}
         for n in counts:
             path = with_many_tensors(scratch, f"many-{n}.gguf", n)
             measured[n] = runs(path, scratch, not args.no_app)
@@ -246,11 +248,11 @@ def main() -> None:
         filter_figures(path, not args.no_app)
         path.unlink()
 
-        plain["inspect --json"] = measure(CLI, str(LLAMA), str(scratch / "listing.txt"), "inspect", "--json")
-        measured = {0: {name: plain[name] for name in ("open", "inspect", "inspect --json", "app") if name in plain}}
+        key_options = ("--json", "--metadata")
+        measured = {0: runs(LLAMA, scratch, not args.no_app, key_options)}
         for n in key_counts:
             path = with_many_keys(scratch, f"keys-{n}.gguf", n)
-            measured[n] = runs(path, scratch, not args.no_app, "--json")
+            measured[n] = runs(path, scratch, not args.no_app, key_options)
             path.unlink()
         print_figures(measured, "keys")
 
