@@ -42,7 +42,7 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS_DIR))
 
-from hostile_support import (  # noqa: E402
+from hostile_support import (
     LLAMA,
     run_script_measured,
     with_many_keys,

@@ -145,7 +145,12 @@ def chat_templates(f: GGUFFile) -> list[tuple[str, str]]:
 
 def projector_lines(f: GGUFFile) -> Text | None:
     """For an mmproj file: its projector and how many prompt tokens an image becomes."""
-    from walkthrough.inspect.projector import DEFAULT_IMAGE, ProjectorError, image_tokens, read_projector
+    from walkthrough.inspect.projector import (
+        DEFAULT_IMAGE,
+        ProjectorError,
+        image_tokens,
+        read_projector,
+    )
 
     projector = read_projector(f)
     if projector is None:

@@ -64,8 +64,7 @@ def _widths(columns: Sequence[Column], rows: Rows, space: int) -> list[int]:
             widths[0] = _width(section)
         for i, cell in enumerate(cells):
             width = _width(cell)
-            if width > widths[i]:
-                widths[i] = width
+            widths[i] = max(widths[i], width)
     over = 4 + sum(widths) + 3 * (len(widths) - 1) - space
     while over > 0:
         room = [i for i, c in enumerate(columns) if c.fold_to is not None and widths[i] > c.fold_to]
