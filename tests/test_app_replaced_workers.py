@@ -1,7 +1,8 @@
 """Workers replaced by newer ones post nothing the app keeps: the prompt rebuilt after an edit, the engine prepared
 again after u. The first worker is held until the second has finished, then lets go; the state must hold the second's
 results (each value checked against one built here). An unload while the request loads does not cancel the loading
-of its other parts (the reload has a worker group of its own)."""
+of its other parts (the reload has a worker group of its own). A newer edit stops the older rebuild's template
+render at once (a render that would run to its time limit ends "cancelled")."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 
 from app_support import app_for, settle, work_returned
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.screens import parts, stages
 from walkthrough.screens.parts import Part
 
@@ -93,3 +95,37 @@ async def test_an_unload_while_the_request_loads_leaves_every_part_loaded(fixtur
         release.set()
         await settle(pilot)
         assert set(Part) <= app.state.loaded and app.state.model is not None and app.state.chat is not None
+
+
+SLOW = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x"  # past the time limit
+
+
+async def test_an_edit_replacing_a_rebuild_stops_its_render(fixtures_dir, monkeypatch, tmp_path):
+    slow = tmp_path / "slow.jinja"
+    slow.write_text(SLOW, encoding="utf-8")
+    started: list[int] = []  # the renders begun, numbered in order
+    ended: list[tuple[int, str]] = []  # (render number, how it ended)
+    real = parts.render_template
+
+    def spy(*args, **kwargs):
+        number = len(started)
+        started.append(number)
+        try:
+            return real(*args, **kwargs)
+        except WalkthroughError as exc:
+            ended.append((number, str(exc)))
+            raise
+
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        monkeypatch.setattr(parts, "render_template", spy)
+        app.state.template_file = slow
+        app.rebuild_prompt()
+        await _until(pilot, lambda: started)
+        app.rebuild_prompt()
+        await _until(pilot, lambda: len(ended) == 2)
+        await settle(pilot)
+        first, second = (why for _, why in sorted(ended))
+        assert "rendering was cancelled" in first  # stopped by the newer edit, not at its time limit
+        assert "ran longer than" in second and app.state.unavailable[Part.TEMPLATE] == second

@@ -95,6 +95,7 @@ class WalkthroughApp(App):
         self.error: str | None = None
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._file_shown = threading.Event()
+        self._prompt_cancel = threading.Event()  # set when a newer rebuild replaces the one in flight
         self._in_flight: int | None = None  # run id of the pass a worker is running
         self._ui_thread: int | None = None
         self._dirty: set[str] = set()
@@ -224,10 +225,12 @@ class WalkthroughApp(App):
         self._report(msg.Progress(""))
 
     def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
-                      template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
-        """(Worker) render the template and tokenize it, posting each part."""
+                      template_name: str | None, template_file: Path | None, failed: dict[str, str],
+                      cancel: threading.Event | None = None) -> None:
+        """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a render."""
         rendered = self._build(Part.TEMPLATE, lambda: parts.render_template(
-            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file), failed)
+            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file,
+            cancel=cancel), failed)
 
         def tokens():
             if tokenizer is None:
@@ -235,7 +238,7 @@ class WalkthroughApp(App):
             if rendered is None:
                 raise parts.missing(Part.TEMPLATE, failed, "the file has no chat template")
             return parts.build_tokens(tokenizer, rendered.source, messages,
-                                      parts.template_origin(opened.file, template_file))
+                                      parts.template_origin(opened.file, template_file), cancel)
 
         self._build(Part.TOKENS, tokens, failed)
 
@@ -447,15 +450,19 @@ class WalkthroughApp(App):
         if state.file is None:
             return
         opened = parts.OpenedFile(state.path, state.file, state.card)
+        self._prompt_cancel.set()  # the rebuild this one replaces stops its render now
+        self._prompt_cancel = threading.Event()
         self._rebuild_prompt(opened, state.tokenizer, list(state.messages), state.template_name,
-                             state.template_file, dict(state.unavailable))
+                             state.template_file, dict(state.unavailable), self._prompt_cancel)
 
     @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
     def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
-                        template_name: str | None, template_file: Path | None, failed: dict[str, str]) -> None:
-        """(Worker) a newer edit cancels it, and then what it posts is dropped (its prompt is an old one)."""
+                        template_name: str | None, template_file: Path | None, failed: dict[str, str],
+                        cancel: threading.Event) -> None:
+        """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it posts is
+        dropped (its prompt is an old one)."""
         self._report(msg.Progress("rendering and tokenizing"))
-        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed, cancel)
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 

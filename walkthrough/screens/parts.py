@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from walkthrough.errors import WalkthroughError
 
 if TYPE_CHECKING:
+    import threading
+
     from walkthrough.engine.model import Model
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
@@ -80,8 +82,10 @@ def render_template(
     *,
     template_name: str | None = None,
     template_file: Path | None = None,
+    cancel: threading.Event | None = None,
 ) -> Rendered:
-    """Render the chosen chat template (a file given with --template wins) for the messages."""
+    """Render the chosen chat template (a file given with --template wins) for the messages; setting `cancel`
+    stops the render (its helper process is killed)."""
     from walkthrough.inspect.template import chat_templates, load_template_file, render, select_template
 
     if template_file is not None:
@@ -95,7 +99,8 @@ def render_template(
         return "" if token_id is None or tokenizer is None else tokenizer.text_of(token_id)
 
     text = render(source, messages, bos_token=special(getattr(tokenizer, "bos_id", None)),
-                  eos_token=special(getattr(tokenizer, "eos_id", None)), origin=template_origin(f, template_file))
+                  eos_token=special(getattr(tokenizer, "eos_id", None)), origin=template_origin(f, template_file),
+                  cancel=cancel)
     return Rendered(names, source, text)
 
 
@@ -104,12 +109,14 @@ def template_origin(f: GGUFFile, template_file: Path | None) -> str:
 
 
 def build_tokens(
-    tokenizer: GGUFTokenizer, source: str, messages: list[dict[str, str]], origin: str
+    tokenizer: GGUFTokenizer, source: str, messages: list[dict[str, str]], origin: str,
+    cancel: threading.Event | None = None,
 ) -> ChatTokens:
-    """Tokens of the rendered prompt, each knowing the message it came from (message text never special)."""
+    """Tokens of the rendered prompt, each knowing the message it came from (message text never special);
+    setting `cancel` stops its renders."""
     from walkthrough.inspect.chat import chat_tokens
 
-    return chat_tokens(tokenizer, source, messages, origin=origin)
+    return chat_tokens(tokenizer, source, messages, origin=origin, cancel=cancel)
 
 
 def prepare_engine(engine: str, f: GGUFFile, card: ModelCard) -> Model:
