@@ -157,3 +157,17 @@ async def test_a_restart_stops_the_round_within_a_layer_and_runs_as_if_uncancell
         await _press(pilot, "space", 3)
         assert not any(cancelled for _, cancelled in posted)
         assert _shown(screen) == _reference(app.state, screen.k, 2)
+
+
+async def test_an_overlay_on_the_stage_lets_the_round_finish(fixtures_dir, monkeypatch):
+    app, gate, armed = _gated_app(fixtures_dir, monkeypatch, at=1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen, held, _, posted = await _held_round(pilot, gate, armed)
+        await pilot.press("question_mark")  # help, over the stage: still on it
+        await pilot.pause()
+        assert app.screen is not screen and not held.is_cancelled
+        await pilot.press("escape")
+        await gate.wait_returned(pilot)
+        await settle(pilot)
+        assert len(screen.rounds) == 2 and not screen.busy and len(posted) == 3
+        assert _shown(screen) == _reference(app.state, screen.k, 2)
