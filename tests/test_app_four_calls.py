@@ -139,3 +139,28 @@ async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
         assert measuring.is_cancelled
         assert not any(worker is measuring for worker, _ in posted)
         assert screen.started is None and screen.summary is not None and not screen.status.startswith("stopped")
+
+
+async def test_c_during_the_play_waits_for_the_four_calls_and_does_not_cancel_them(monkeypatch):
+    from app_support import LayerGate
+
+    shown: list[FourCallsScreen] = []
+    gate = LayerGate(monkeypatch, at=1,  # held at the first layer after the first call was shown
+                     hold=lambda worker: worker.name == "play the four calls" and bool(shown and shown[0].turns))
+    app = App()
+    async with app.run_test(size=(80, 24)) as pilot:
+        shown.append(FourCallsScreen(_calls()))
+        screen = shown[0]
+        await app.push_screen(screen)
+        await gate.wait_held(pilot)
+        playing = gate.held
+        assert screen.turns and screen.summary is None
+        assert screen.check_action("starts", ()) is None  # greyed in the footer while the calls play
+        await pilot.press("c")
+        assert not playing.is_cancelled
+        assert not any(worker.name == "measure cold and warm starts" for worker in app.workers)
+        gate.release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert screen.summary is not None and screen.summary.turns == 4
+        assert screen.check_action("starts", ()) is True

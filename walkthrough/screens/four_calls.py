@@ -8,7 +8,8 @@ run from an empty cache, so "with" and "without reuse" are both measured. Then
 it measures the first request's first token from a fresh process (a cold start)
 against this process (warm, and with the prompt's KV cache kept), when asked. The worker
 posts each result in a message; the handlers, on the UI thread, store it and
-redraw. `c` measures the cold and warm starts (a few seconds: a new Python process).
+redraw. `c` measures the cold and warm starts (a few seconds: a new Python process),
+once the four calls are done (greyed while they play, so it cannot cancel them).
 
 Escape, `r` and `c` cancel the worker running (the play or the measurement): it
 stops at the next layer of its pass (the engine's `Cancelled`, as the stage's
@@ -129,8 +130,8 @@ class FourCallsScreen(ModalScreen):
         self._play()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "starts":
-            return True if self.turns and self.model is not None else None  # greyed until a call ran
+        if action == "starts":  # greyed until the four calls are done: both would share the play's worker
+            return True if self.summary is not None and self.model is not None else None  # (and the cores)
         return True
 
     def action_starts(self) -> None:
