@@ -9,6 +9,7 @@ import pytest
 from conftest import FIXTURES_DIR
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llama_support import needs_llama
 
 from walkthrough.cli import main
 
@@ -194,3 +195,9 @@ def test_timings_say_which_engine_ran_the_passes(capsys):
     lines = [line for line in out.splitlines() if line.startswith(("prefill:", "decode:"))]
     assert lines[0].startswith("prefill: ") and lines[1].startswith("decode: 1 token in ")  # --steps 2: one decode
     assert all(line.endswith(f"({measured_here(Model.engine)})") for line in lines) and len(lines) == 2
+
+
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("llama.cpp", marks=needs_llama)])
+def test_each_json_record_names_the_engine_that_ran_its_pass(capsys, engine):
+    records = _trace_json(capsys, str(QWEN2MOE), "--prompt", "hello", "--steps", "2", "--engine", engine)
+    assert len(records) >= 2 and [r["engine"] for r in records] == [engine] * len(records)

@@ -184,6 +184,7 @@ class Step:
         """The JSON Lines record of this pass (`walkthrough trace --json`)."""
         out: dict[str, Any] = {
             **({"turn": self.turn} if self.turn is not None else {}),
+            **({"engine": self.engine} if self.engine else {}),  # which engine ran the pass
             "phase": self.phase,
             "positions": [self.start, self.end],
             "input_ids": list(self.input_ids),
