@@ -113,3 +113,22 @@ def test_cli_compare_json(q4_path, capsys):
     assert out["kl"]["max"] >= out["kl"]["p99"] >= 0
     assert main(["compare", str(TINY), str(REFERENCE / "ref-llama-f32.gguf"), "--ids", "1,2"]) == 2
     assert "same vocabulary" in capsys.readouterr().err
+
+
+def test_where_the_answers_part_shows_each_token_as_the_app_does():
+    import io
+
+    from walkthrough.commands.compare import print_comparison
+    from walkthrough.textsafe import token_text
+
+    answer = {"perplexity": 1.5, "tokens": 2}
+    report = {"a": "a.gguf", "b": "b.gguf", "tokens": 5, "prompt_tokens": 3, "answer": [1, 2],
+              "answer_text": "x", "kl": {"mean": 0.1, "p99": 0.2, "max": 0.3}, "top1_agreement": 0.5,
+              "top5_agreement": 1.0, "perplexity": {"a": {"request": answer, "answer": answer},
+                                                    "b": {"request": answer, "answer": answer}},
+              "parted_at": 1, "parted": {"a_piece": " the", "b_piece": "\n\x1b[31m"}}
+    out = io.StringIO()
+    print_comparison(report, out=out)
+    last = out.getvalue().splitlines()[-1]
+    assert last == f"greedy answers part at answer token 1: A {token_text(' the')}, B {token_text(chr(10) + chr(27) + '[31m')}"
+    assert "␣the" in last and "↵" in last and "\x1b" not in last

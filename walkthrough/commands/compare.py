@@ -106,7 +106,7 @@ def comparison_json(result, path_a: str, path_b: str, piece) -> dict[str, Any]:
 
 def print_comparison(r: dict[str, Any], *, out) -> None:
     """A few lines of text (fits 80 columns); file names and token text shown literally."""
-    from walkthrough.textsafe import visible
+    from walkthrough.textsafe import token_text, visible
 
     def ppl(x: dict) -> str:
         return "-" if x["perplexity"] is None else f"{x['perplexity']:.3f} ({count(x['tokens'], 'token')})"
@@ -127,6 +127,6 @@ def print_comparison(r: dict[str, Any], *, out) -> None:
         lines.append("greedy answers: B would have written the same tokens")
     else:
         p = r["parted"]
-        lines.append(f"greedy answers part at answer token {r['parted_at']}: A {visible(repr(p['a_piece']))}, "
-                     f"B {visible(repr(p['b_piece']))}")
+        lines.append(f"greedy answers part at answer token {r['parted_at']}: A {token_text(p['a_piece'])}, "
+                     f"B {token_text(p['b_piece'])}")
     out.write("\n".join(lines) + "\n")
