@@ -1,7 +1,8 @@
 """Where figures come from, said on screen (issue 13 items 1 and 12), by Pilot at 80x24 and 120x40.
 
 - Measured figures name the engine that ran the passes (from the run's own Steps), modelled figures the
-  machine profile they are modelled for: Summary, Costs (table, comparison, bytes counted).
+  machine profile they are modelled for: Summary, Costs (table, comparison, bytes counted), the Chat stage's
+  first-token times.
 - One unit convention per screen: decimal (GB) on Costs, binary (MiB) on the others.
 - Counts agree with their noun ("1 chunk", "1 pass").
 - At temperature 0 the Sampling stage says there was no draw; a what-if names the knobs the token was drawn with.
@@ -66,6 +67,9 @@ async def test_measured_and_modelled_figures_say_whose_they_are(fixtures_dir, si
         assert f"counted by the {engine} engine" in costs
         assert modelled_for(state.profile) in text_of(app, "#costs-table")
         assert text_of(app, "#costs-curves").count(modelled_for(state.profile)) >= 3  # first token, decode, users
+        await pilot.press(str(stages.number("template")))
+        await pilot.pause()
+        assert f"first token ({measured_here(engine)}): #1" in text_of(app, "#reuse-line")
 
 
 @PARAMS

@@ -86,3 +86,15 @@ async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
         assert state.steps[0].reuse.reused == 0 and state.first_tokens[-1].cold
         assert [run.cold for run in state.first_tokens] == [True, False, True]
         assert "cold model" in screen_text(app)
+
+
+def test_first_token_times_name_the_engine_once_or_per_run_when_they_differ():
+    from walkthrough.engine.measured import measured_here
+    from walkthrough.screens.reuse_text import first_token_lines
+    from walkthrough.screens.state import FirstToken
+
+    numpy_runs = [FirstToken(10, 0, 0.5, True, "numpy"), FirstToken(12, 10, 0.1, False, "numpy")]
+    (line,) = first_token_lines(numpy_runs)
+    assert line.startswith(f"first token ({measured_here('numpy')}): #1 ") and "numpy" not in line.split(":", 1)[1]
+    (mixed,) = first_token_lines([*numpy_runs, FirstToken(12, 0, 0.2, True, "llama.cpp")])
+    assert mixed.startswith("first token: #1 ") and "reused, numpy)" in mixed and "cold model, llama.cpp)" in mixed

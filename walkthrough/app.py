@@ -494,7 +494,8 @@ class WalkthroughApp(App):
     def _first_token(self, prompt: list) -> None:
         """Note how this run reached its first token (the Chat stage lists every run's: cold, warm, reused)."""
         state = self.state
-        first = FirstToken(prompt[-1].end, prompt[0].reused, sum(s.seconds for s in prompt), state.runs_on_model == 0)
+        first = FirstToken(prompt[-1].end, prompt[0].reused, sum(s.seconds for s in prompt), state.runs_on_model == 0,
+                           prompt[0].engine)
         state.first_tokens = (*state.first_tokens, first)
         state.runs_on_model += 1
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from walkthrough.engine.measured import measured_here
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import token_text
 from walkthrough.words import count
@@ -46,14 +47,22 @@ def reuse_lines(steps: Sequence[Step], piece: Callable[[int], str]) -> list[str]
 
 
 def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
-    """The last runs' first tokens: cold (a model just made) or warm, and how much of the prompt was reused."""
+    """The last runs' first tokens: cold (a model just made) or warm, how much of the prompt was reused, and
+    which engine measured them (once, or per run when the runs shown had different engines).
+
+    Example: "first token (measured here, numpy engine): #1 412 ms (292 tokens, cold model) (u unloads)"
+    """
     if not runs:
         return []
+    last = list(enumerate(runs, start=1))[-shown:]
+    one_engine = len({run.engine for _, run in last}) == 1
     cells = []
-    for n, run in list(enumerate(runs, start=1))[-shown:]:
+    for n, run in last:
         kind = "cold model" if run.cold else f"{run.reused} reused"
-        cells.append(f"#{n} {_ms(run.seconds)} ({count(run.prompt, 'token')}, {kind})")
-    return ["first token: " + "; ".join(cells) + " (u unloads)"]
+        engine = "" if one_engine or not run.engine else f", {run.engine}"
+        cells.append(f"#{n} {_ms(run.seconds)} ({count(run.prompt, 'token')}, {kind}{engine})")
+    label = f" ({measured_here(last[0][1].engine)})" if one_engine and last[0][1].engine else ""
+    return [f"first token{label}: " + "; ".join(cells) + " (u unloads)"]
 
 
 def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:

@@ -47,6 +47,7 @@ class FirstToken:
     reused: int
     seconds: float  # the prompt passes' wall time (Step.seconds summed)
     cold: bool  # the first run on a model just made (its weights dequantized on first use)
+    engine: str = ""  # the engine that ran the passes ("numpy", "llama.cpp")
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
