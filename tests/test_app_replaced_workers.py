@@ -2,7 +2,8 @@
 again after u. The first worker is held until the second has finished, then lets go; the state must hold the second's
 results (each value checked against one built here). An unload while the request loads does not cancel the loading
 of its other parts (the reload has a worker group of its own). A newer edit stops the older rebuild's template
-render at once (a render that would run to its time limit ends "cancelled")."""
+render at once (a render that would run to its time limit ends "cancelled"). An edit made while the load builds the
+first prompt is rebuilt once the load's tokens arrive."""
 
 from __future__ import annotations
 
@@ -129,3 +130,24 @@ async def test_an_edit_replacing_a_rebuild_stops_its_render(fixtures_dir, monkey
         first, second = (why for _, why in sorted(ended))
         assert "rendering was cancelled" in first  # stopped by the newer edit, not at its time limit
         assert "ran longer than" in second and app.state.unavailable[Part.TEMPLATE] == second
+
+
+async def test_an_edit_while_the_request_loads_keeps_the_edited_prompt(fixtures_dir, monkeypatch):
+    """The load builds the first prompt from the messages as they were; an edit made meanwhile is rebuilt once
+    the load's tokens arrive, so they cannot land after the edit's and win."""
+    release, threads, _ = _hold_first_call(monkeypatch, "build_tokens")
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _until(pilot, lambda: threads)  # the load tokenizes the first prompt: held
+        state = app.state
+        edited = [{"role": "user", "content": "Any interaction with simvastatin?"}]
+        state.messages = edited
+        app.rebuild_prompt()
+        await pilot.pause(0.1)
+        release.set()
+        await work_returned(pilot, threads[0])
+        await settle(pilot)
+        origin = parts.template_origin(state.file, state.template_file)
+        want = list(parts.build_tokens(state.tokenizer, state.template_source, edited, origin).ids)
+        assert list(state.prompt_ids) == want and state.messages == edited
+        assert app.controller._run is not None and list(app.controller._run.plan.prompt_ids) == want

@@ -96,6 +96,7 @@ class WalkthroughApp(App):
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._file_shown = threading.Event()
         self._prompt_cancel = threading.Event()  # set when a newer rebuild replaces the one in flight
+        self._rebuild_after_load = False  # the messages changed while the load built the first prompt
         self._in_flight: int | None = None  # run id of the pass a worker is running
         self._ui_thread: int | None = None
         self._dirty: set[str] = set()
@@ -277,6 +278,7 @@ class WalkthroughApp(App):
         self.state.store(message.part, message.value)
         if message.part is Part.FILE:
             self.call_after_refresh(self._file_drawn)
+        self._prompt_settled(message.part)
 
     def _file_drawn(self) -> None:
         """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
@@ -289,6 +291,14 @@ class WalkthroughApp(App):
         if message.stale:
             return
         self.state.mark_unavailable(message.part, message.reason)
+        self._prompt_settled(message.part)
+
+    def _prompt_settled(self, part: Part) -> None:
+        """A prompt's tokens arrived (or could not be built): an edit made while the load built the first
+        prompt, from the messages as they were, is rebuilt now (`rebuild_prompt`)."""
+        if part is Part.TOKENS and self._rebuild_after_load:
+            self._rebuild_after_load = False
+            self.rebuild_prompt()
 
     def on_load_failed(self, message: msg.LoadFailed) -> None:
         self.error = message.error
@@ -448,6 +458,11 @@ class WalkthroughApp(App):
         state.steps = ()
         state.finished = False
         if state.file is None:
+            return
+        if Part.TOKENS not in state.loaded and Part.TOKENS not in state.unavailable:
+            # The load is still building the first prompt from the messages as they were (and the tokenizer
+            # it needs): rebuild once its tokens arrive, or they would land after this edit's and win.
+            self._rebuild_after_load = True
             return
         opened = parts.OpenedFile(state.path, state.file, state.card)
         self._prompt_cancel.set()  # the rebuild this one replaces stops its render now
