@@ -39,7 +39,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from walkthrough.engine.drafters import DEFAULT_DRAFT_MAX
-from walkthrough.engine.session import Cancelled, Progress
+from walkthrough.engine.session import Cancelled, Progress, stop_when
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.experts_view import ExpertsGrid
@@ -111,11 +111,7 @@ class RoundRunner:
             if run is None or run.plan.run_id != run_id or run.cancel.is_set():
                 raise Cancelled()
 
-            def report(done: int, total: int) -> None:
-                if run.cancel.is_set() or cancelled():
-                    raise Cancelled()
-
-            run.report = report
+            run.report = stop_when(lambda: run.cancel.is_set() or cancelled())
             try:
                 if run.rounds is None or run.made != shown:  # a round was cut off, or its step not kept
                     run.rounds, run.made = self._begin(run.plan, lambda done, total: run.report(done, total)), 0
