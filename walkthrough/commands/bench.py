@@ -6,7 +6,7 @@ prefilled in passes of 512, then greedy decoding of exactly `--output-tokens`
 tokens), and prints what it measured (load time, time to first token, prefill
 and decode rates, achieved bandwidth) beside the roofline estimate of the same
 request on a hardware profile (`--hardware`, `cpu-here` by default): ceiling,
-realistic and measured, side by side. The README says how to turn the
+realistic and measured, side by side. docs/bench.md says how to turn the
 measurement into a profile of your own machine.
 
 Example:

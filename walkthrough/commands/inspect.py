@@ -6,7 +6,7 @@ the header is read, so a 20 GB file inspects as fast as a small one.
 `--block TENSOR[:INDEX]` shows one stored block instead (`inspect_block`).
 
 Human output is Rich tables (`inspect_view`); `--json` prints one JSON object
-whose fields are documented in the README. Every number comes from the model
+whose fields are documented in docs/inspect.md. Every number comes from the model
 card (`walkthrough.inspect.card`); text from the file is shown literally.
 """
 
@@ -30,7 +30,8 @@ def add_parser(subparsers) -> None:
         "active, size and bits per weight, KV cache per token, per-layer structure.",
     )
     add_model_argument(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (fields listed in the README)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (fields listed in docs/inspect.md)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor, grouped by layer")
     p.add_argument("--metadata", action="store_true", help="also list every metadata key and the chat template")
     p.add_argument("--block", metavar="TENSOR[:INDEX]",

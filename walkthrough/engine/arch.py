@@ -121,7 +121,7 @@ class Architecture:
     yarn_keys: bool = False  # reads `rope.scaling.yarn_beta_fast/slow` and `yarn_log_multiplier` (mistral3)
     sinks: bool = False  # one learned logit per head joins every softmax (`attn_sinks`, gpt-oss)
     softcap: bool = False  # logits = c tanh(logits / c) with c = `{arch}.final_logit_softcapping` when present
-    notes: str = ""  # how the recipe differs from llama's, one line, for the README and the card
+    notes: str = ""  # how the recipe differs from llama's, one line, for docs/architectures.md and the card
 
     @property
     def names(self) -> frozenset[str]:
