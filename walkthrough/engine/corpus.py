@@ -84,6 +84,7 @@ class Model:
     kv_dim: int  # K + V values per token per KV layer
     attn_dim: int  # query heads x head size
     expert_calls: int  # routed (+ shared) expert matmuls per token, all layers
+    experts: int  # experts (+ shared) of all layers: the expert matmuls a prompt micro-batch may run
     source: str
 
     def touched_params(self) -> float:
@@ -163,7 +164,7 @@ def _machine(entry: dict, where: str) -> Machine:
 def _model(entry: dict, where: str) -> Model:
     where = f"{where} ({entry.get('id', '?')})"
     ints = {}
-    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls"):
+    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls", "experts"):
         value = entry.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise CorpusError(f"{where}: '{name}' must be a whole number >= 0; fix the file")

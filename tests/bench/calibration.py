@@ -1,0 +1,68 @@
+"""How far the timing model's predictions are from measured runs it was not fitted on.
+
+For each backend family, every machine of the corpus is left out in turn, the model
+is fitted on the other machines' runs, and the left-out machine's runs are predicted
+(leave-one-machine-out). Prints the median and 90th percentile of |predicted /
+measured - 1| for decode (tokens/s of tg runs), prefill (tokens/s of pp runs) and
+time to first token (seconds of pp runs of 1,024 tokens or more), per family and
+over all; then the source article's laptop figures (issue 27), held out the same way.
+
+    python tests/bench/calibration.py
+Goals (issue 27): decode median <= 15%, p90 <= 35%; prefill median <= 25%; laptop within 25%.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walkthrough.engine.corpus import bundled
+from walkthrough.engine.timing import DECODE_TERMS, PREFILL_TERMS, calibrate
+
+
+def _stats(errors: list[float]) -> str:
+    if not errors:
+        return "   (no runs)"
+    e = np.abs(errors) * 100
+    return f"median {np.median(e):5.1f}%  p90 {np.percentile(e, 90):5.1f}%  ({len(e)} runs)"
+
+
+def main() -> None:
+    corpus = bundled()
+    fits = calibrate()
+    print(f"corpus: {len(corpus.runs)} runs, {len({r.machine.id for r in corpus.runs})} machines, "
+          f"{len({r.family for r in corpus.runs})} backend families; leave-one-machine-out errors\n")
+    every: dict[str, list[float]] = {"decode": [], "prefill": [], "ttft": []}
+    laptop = []
+    for family, fit in fits.items():
+        errs: dict[str, list[float]] = {"decode": [], "prefill": [], "ttft": []}
+        for machine, pairs in fit.held_out.items():
+            for run, rate in pairs:
+                e = rate / run.tokens_per_s - 1
+                errs["decode" if run.test == "tg" else "prefill"].append(e)
+                if run.test == "pp" and run.n >= 1024:
+                    errs["ttft"].append((run.n / rate) / run.seconds - 1)
+                if machine == "laptop-860m":
+                    laptop.append((run, rate))
+        print(f"{family} ({fit.decode.machines} machines with decode runs, {fit.prefill.machines} with prefill)")
+        for phase in ("decode", "prefill", "ttft"):
+            print(f"  {phase:8s} {_stats(errs[phase])}")
+            every[phase] += errs[phase]
+        for name, terms, phase in (("decode", DECODE_TERMS, fit.decode), ("prefill", PREFILL_TERMS, fit.prefill)):
+            coefs = ", ".join(f"{t} {c:.3g}" for t, c in zip(terms, phase.coefficients))
+            band = f"±{phase.band * 100:.0f}%" if phase.band is not None else "no band (too few runs)"
+            print(f"    {name} fit: {coefs}; band {band}")
+    print("\nall families")
+    for phase in ("decode", "prefill", "ttft"):
+        print(f"  {phase:8s} {_stats(every[phase])}")
+    print("\nthe article's laptop (Radeon 860M), held out:")
+    for run, rate in laptop:
+        what = f"{run.model.id} {run.test} {run.n}" + (f" @ depth {run.depth}" if run.depth else "")
+        miss = rate / run.tokens_per_s - 1
+        line = f"  {what:34s} measured {run.tokens_per_s:7.1f} tokens/s, predicted {rate:7.1f} ({miss:+.0%})"
+        if run.test == "pp":
+            line += f"; first token {run.seconds:.1f} s vs {run.n / rate:.1f} s"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The timing model: its fit recovers known costs, keeps them >= 0, and leaves each machine out for its errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from walkthrough.engine import corpus, timing
+
+
+def test_nnls_recovers_non_negative_coefficients_and_clips_the_rest() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.1, 1.0, size=(40, 3))
+    truth = np.array([2.0, 0.0, 0.5])
+    assert timing.nnls(a, a @ truth) == pytest.approx(truth, abs=1e-9)
+    # a target only a negative coefficient would fit: that coefficient is held at 0
+    x = timing.nnls(a, a @ np.array([1.0, -1.0, 0.0]))
+    assert np.all(x >= 0) and x[1] == 0
+
+
+def _synthetic(true_decode: np.ndarray) -> corpus.Corpus:
+    """The bundled corpus with every decode run's speed replaced by what `true_decode` predicts."""
+    c = corpus.load()
+    runs = []
+    for r in c.runs:
+        if r.test == "tg":
+            seconds = timing.decode_terms(timing.run_shape(r), timing.run_hardware(r), r.depth + r.n / 2) @ true_decode
+            r = dataclasses.replace(r, tokens_per_s=1 / seconds)
+        runs.append(r)
+    return corpus.Corpus(c.machines, c.models, runs)
+
+
+def test_the_fit_finds_the_costs_that_produced_the_runs() -> None:
+    truth = np.array([1.3, 40e-6, 15e-6, 2.0])
+    fit = timing.fit_family(_synthetic(truth), "CUDA")
+    assert fit.decode.coefficients == pytest.approx(tuple(truth), rel=1e-6)
+    assert max(abs(e) for e in fit.decode.errors) < 1e-6  # machines left out are predicted exactly too
+
+
+def test_errors_come_from_machines_left_out() -> None:
+    c = corpus.load()
+    fit = timing.fit_family(c, "Metal")
+    machine = "m2-ultra-76gpu"
+    rest = corpus.Corpus(c.machines, c.models, [r for r in c.runs if r.machine.id != machine])
+    without = timing.fit_family(rest, "Metal")
+    run, rate = next((r, v) for r, v in fit.held_out[machine] if r.test == "tg")
+    expected = timing.decode_rate(without, timing.run_shape(run), timing.run_hardware(run), run.depth + run.n / 2)
+    assert rate == pytest.approx(expected)
+    assert rate != pytest.approx(timing.decode_rate(fit, timing.run_shape(run), timing.run_hardware(run),
+                                                    run.depth + run.n / 2))
+
+
+def test_a_phase_without_enough_runs_has_no_band() -> None:
+    fits = timing.calibrate()
+    assert fits["CPU"].prefill.runs == 0 and fits["CPU"].prefill.band is None
+    assert fits["CUDA"].decode.band is not None and fits["CUDA"].decode.band > 0
+    for fit in fits.values():
+        assert all(c >= 0 for c in fit.decode.coefficients + fit.prefill.coefficients)
+
+
+def test_machine_factor_is_the_machines_mean_miss() -> None:
+    fit = timing.calibrate()["ROCm/Vulkan"]
+    factor, runs = fit.decode.machine_factors["laptop-860m"]
+    laptop = [r for r in corpus.bundled().runs if r.machine.id == "laptop-860m" and r.test == "tg"]
+    ratios = [r.tokens_per_s / timing.decode_rate(fit, timing.run_shape(r), timing.run_hardware(r), r.depth + r.n / 2)
+              for r in laptop]
+    assert runs == len(laptop)
+    assert factor == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
