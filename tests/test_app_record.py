@@ -17,7 +17,6 @@ from pathlib import Path
 import pyte
 from conftest import REPO_ROOT
 
-from walkthrough.commands.app import without_record
 from walkthrough.screens import stages
 
 
@@ -56,7 +55,3 @@ def test_the_recorded_walk_shows_every_stage_in_order(tmp_path):
     expected = [f"{stage.number} {stage.label}" for stage in stages.STAGES]
     assert shown == expected
 
-
-def test_record_passes_every_other_argument_to_the_app():
-    assert without_record(["m.gguf", "--record", "x.cast", "--autoplay"]) == ["m.gguf", "--autoplay"]
-    assert without_record(["--record=x.cast", "--seed", "3"]) == ["--seed", "3"]

@@ -33,9 +33,10 @@ from walkthrough.engine.coldstart import kill_children
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.render_process import stop_all as stop_renders
+from walkthrough.safewrite import Writer, run_inputs
 from walkthrough.screens import messages as msg
 from walkthrough.screens import parts, stages
-from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay
+from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.parts import Part
@@ -84,6 +85,7 @@ class WalkthroughApp(App):
         exit_at_end: bool = False,
         screenshots: Path | None = None,
         pace: float = AUTOPLAY_SECONDS,
+        writer: Writer | None = None,
     ) -> None:
         self.MODES = stage_screens()  # read from the stage list when the app is made
         super().__init__()
@@ -91,7 +93,7 @@ class WalkthroughApp(App):
         self.controller = RunController()
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
-        self.walk = Autoplay(self, pace, screenshots, exit_at_end) if self.autoplay else None
+        self.walk = Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay else None
         self.error: str | None = None
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
         self._file_shown = threading.Event()
@@ -609,11 +611,14 @@ def make_app(
     screenshots: str | Path | None = None,
     pace: float = AUTOPLAY_SECONDS,
     engine: str = "numpy",
+    overwrite: bool = False,
+    picture_format: str = "svg",
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
     Raises:
-        WalkthroughError: the messages file is malformed, or max_tokens < 1.
+        WalkthroughError: the messages file is malformed, max_tokens < 1, or the screenshots cannot be
+            written (see `screens.autoplay.check_picture_folder`).
     """
     if max_tokens < 1:
         raise WalkthroughError(f"--max-tokens {max_tokens}: the answer needs at least 1 token")
@@ -622,10 +627,16 @@ def make_app(
                          max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
                          template_file=Path(template) if template is not None else None, engine=engine)
+    writer = Writer(run_inputs(model, draft, messages if not isinstance(messages, list) else None, template),
+                    overwrite=overwrite)
+    if screenshots is not None:
+        suffixes = ("svg", "png") if picture_format == "png" else ("svg",)
+        check_picture_folder(Path(screenshots), suffixes, writer)
     return WalkthroughApp(
         state,
         autoplay=autoplay,
         exit_at_end=exit_at_end,
         screenshots=Path(screenshots) if screenshots is not None else None,
         pace=pace,
+        writer=writer,
     )

@@ -21,6 +21,7 @@ import importlib
 import os
 import sys
 
+from walkthrough.commands.argv import Parser
 from walkthrough.errors import WalkthroughError
 from walkthrough.textsafe import visible
 
@@ -39,14 +40,14 @@ def _command(name: str):
 
 def app_parser(**kwargs) -> argparse.ArgumentParser:
     """The parser of `walkthrough [MODEL] [options]`, which opens the app."""
-    parser = argparse.ArgumentParser(prog="walkthrough", **kwargs)
+    parser = Parser(prog="walkthrough", **kwargs)
     _command("app").add_arguments(parser)
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The subcommands' parser; its help ends with the app's options."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(  # its subcommands' parsers are Parsers too: no abbreviated options anywhere
         prog="walkthrough",
         usage=USAGE,
         description="Follow one request to a language model, from the file on disk to the last token.",
@@ -73,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if opens_app:
             args = app_parser().parse_args(argv)
-            args.argv = argv  # as typed, for `--record` to run the same app in a child process
             return _command("app").run(args)
         args = build_parser().parse_args(argv)
         return _command(args.command).run(args)

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.safewrite import Writer
 
 NO_LIGATURES = 'font-variant-ligatures: none; font-feature-settings: "liga" 0, "calt" 0;'
 VIEWBOX = re.compile(r'viewBox="0 0 ([\d.]+) ([\d.]+)"')
@@ -50,17 +51,22 @@ def svg_size(svg: str) -> tuple[int, int]:
     return round(float(match.group(1))), round(float(match.group(2)))
 
 
-def svg_to_png(svg_path: Path, png_path: Path) -> Path:
-    """Render `svg_path` to `png_path` at its own size with headless Chromium."""
+def svg_to_png(svg_path: Path, png_path: Path, writer: Writer | None = None) -> Path:
+    """Render `svg_path` to `png_path` at its own size with headless Chromium.
+
+    Chromium draws into a private temporary folder; `writer` (see `walkthrough.safewrite`) puts the
+    picture at `png_path`, refusing a file it may not replace.
+    """
     width, height = svg_size(svg_path.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="walkthrough-png-") as profile:
+        drawn = Path(profile) / "picture.png"
         done = subprocess.run(
             [chromium(), "--headless=new", "--no-sandbox", "--hide-scrollbars", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", f"--screenshot={png_path.resolve()}",
-             svg_path.resolve().as_uri()],
+             f"--window-size={width},{height}", f"--screenshot={drawn}", svg_path.resolve().as_uri()],
             capture_output=True, text=True, timeout=RENDER_SECONDS, check=False,
         )
-    if done.returncode != 0 or not png_path.is_file():
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise WalkthroughError(f"Chromium could not draw {svg_path.name} ({last[:200]})")
+        if done.returncode != 0 or not drawn.is_file():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WalkthroughError(f"Chromium could not draw {svg_path.name} ({last[:200]})")
+        (writer or Writer()).write(png_path, drawn.read_bytes(), "--screenshots")
     return png_path

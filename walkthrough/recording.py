@@ -4,7 +4,9 @@ The app runs as a child process on a pseudo-terminal of a fixed size; every
 byte it writes is copied to this terminal (when there is one) and stored in the
 cast with the seconds since the start, and this terminal's keys are passed on,
 so the person can still press `q`. Without a terminal (a script, CI), the child
-still gets its pseudo-terminal and the recording is the same.
+still gets its pseudo-terminal and the recording is the same. The cast is
+written as `walkthrough.safewrite` writes: never over a file this run did not
+make (unless `--overwrite`), never through a link, never onto the model.
 
 The file is what asciinema players read (asciicast v2): one JSON header line,
 then one `[seconds, "o", text]` line per output chunk. The format is specified
@@ -27,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from walkthrough.safewrite import Writer
+
 DEFAULT_SIZE = (100, 30)  # columns, rows when this process has no terminal to copy the size from
 READ_BYTES = 65536
 
@@ -45,43 +49,53 @@ def header(width: int, height: int, title: str) -> dict:
             "env": {"TERM": "xterm-256color", "SHELL": os.environ.get("SHELL", "/bin/sh")}}
 
 
-def record(app_args: list[str], path: Path, size: tuple[int, int] | None = None) -> int:
+def record(app_args: list[str], path: Path, size: tuple[int, int] | None = None,
+           writer: Writer | None = None) -> int:
     """Run `walkthrough APP_ARGS` on a pseudo-terminal, show it here, write the cast to `path`.
+
+    The cast goes through `writer` (see `walkthrough.safewrite`): the path is checked before the app
+    starts, written under a temporary name, and put in place when the app ends.
 
     Returns:
         the app's exit status.
+
+    Raises:
+        WalkthroughError: `path` may not be written (an existing file, a link, an input of the run).
     """
     import pty
     import termios
     import tty
 
     width, height = size or terminal_size()
-    pid, master = pty.fork()
-    if pid == 0:  # the child: the app, on the pseudo-terminal
-        os.environ["TERM"] = "xterm-256color"
-        os.environ.pop("COLUMNS", None)
-        os.environ.pop("LINES", None)
-        os.execv(sys.executable, [sys.executable, "-m", "walkthrough", *app_args])
-    import fcntl
+    with (writer or Writer()).stream(path, "--record") as cast:
+        pid, master = pty.fork()
+        if pid == 0:  # the child: the app, on the pseudo-terminal
+            try:
+                os.environ["TERM"] = "xterm-256color"
+                os.environ.pop("COLUMNS", None)
+                os.environ.pop("LINES", None)
+                os.execv(sys.executable, [sys.executable, "-m", "walkthrough", *app_args])
+            finally:
+                os._exit(127)  # never back into the parent's code (it would put the cast in place)
+        import fcntl
 
-    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-    os.kill(pid, signal.SIGWINCH)
-    keys = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
-    screen = sys.stdout.fileno() if sys.stdout.isatty() else None
-    saved = termios.tcgetattr(keys) if keys is not None else None
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    start = time.monotonic()
-    try:
-        if keys is not None:
-            tty.setraw(keys)
-        with path.open("w", encoding="utf-8") as cast:
-            cast.write(json.dumps(header(width, height, "walkthrough")) + "\n")
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+        os.kill(pid, signal.SIGWINCH)
+        keys = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+        screen = sys.stdout.fileno() if sys.stdout.isatty() else None
+        saved = termios.tcgetattr(keys) if keys is not None else None
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        start = time.monotonic()
+        try:
+            if keys is not None:
+                tty.setraw(keys)
+            cast.write((json.dumps(header(width, height, "walkthrough")) + "\n").encode("utf-8"))
             _copy(master, keys, screen, cast, decoder, start)
-    finally:
-        if saved is not None:
-            termios.tcsetattr(keys, termios.TCSADRAIN, saved)
-        os.close(master)
-    _, status = os.waitpid(pid, 0)
+        finally:
+            if saved is not None:
+                termios.tcsetattr(keys, termios.TCSADRAIN, saved)
+            os.close(master)
+        _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 
 
@@ -105,4 +119,5 @@ def _copy(master: int, keys: int | None, screen: int | None, cast, decoder, star
                 os.write(screen, data)
             text = decoder.decode(data)
             if text:
-                cast.write(json.dumps([round(time.monotonic() - start, 6), "o", text]) + "\n")
+                line = json.dumps([round(time.monotonic() - start, 6), "o", text]) + "\n"
+                cast.write(line.encode("utf-8"))

@@ -14,9 +14,15 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from walkthrough.commands.argv import argv_from
 from walkthrough.commands.options import PACE, SEED, TEMPERATURE, whole
 from walkthrough.engine.knobs import MAX_NEW_TOKENS
+
+if TYPE_CHECKING:
+    from walkthrough.safewrite import Writer
 
 EXIT_LOAD_FAILED = 2
 WORKER_THREADS = "walkthrough-worker"  # name prefix of the threads the app's workers run on
@@ -56,33 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", metavar="FILE.cast",
                         help="record the session as an asciicast v2 file (asciinema players read it); "
                         "with --autoplay --exit, a screencast of the whole walk")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="--record and --screenshots may replace files this run did not make "
+                        "(never the model, the draft, the messages or the template)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, run the app, and return its exit status."""
+    draft = check_inputs(args)
     if args.record is not None:
         return _record(args)
     from walkthrough.app import make_app
-    from walkthrough.inspect.locate import model_path
 
-    from walkthrough.errors import WalkthroughError
-
-    model_path(args.model)  # a missing file is a one-line error before the screen is taken
-    draft = model_path(args.draft) if args.draft is not None else None
-    if args.template is not None:
-        if args.template_name is not None:
-            raise WalkthroughError("--template and --template-name both pick a template; give one of them")
-        from walkthrough.inspect.template import load_template_file
-
-        load_template_file(args.template)  # unreadable or not UTF-8: one line before the screen is taken
-    if args.hardware is not None:
-        from walkthrough.engine.hardware import load_profiles, pick
-
-        pick(load_profiles(), args.hardware)  # an unknown profile name lists the known ones
-    if args.engine == "llama.cpp":
-        from walkthrough.engine.llama_model import bindings
-
-        bindings()  # not installed: one line saying how to install it, before the screen is taken
     app = make_app(
         args.model,
         args.messages,
@@ -98,11 +89,9 @@ def run(args: argparse.Namespace) -> int:
         screenshots=args.screenshots,
         pace=args.pace,
         engine=args.engine,
+        overwrite=args.overwrite,
+        picture_format=args.format,
     )
-    if args.screenshots is not None and args.format == "png":
-        from walkthrough.pictures import chromium
-
-        chromium()  # missing: one line now, before the walk
     # q on a terminal ends the process at once (WalkthroughApp._end_process_now); elsewhere (textual-serve's
     # pipes) Textual closes the app in order.
     app.end_process_on_quit = sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()
@@ -116,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         from walkthrough.pictures import svg_to_png
 
         for svg in app.walk.saved:
-            svg_to_png(svg, svg.with_suffix(".png"))
+            svg_to_png(svg, svg.with_suffix(".png"), app.walk.writer)
     if app.error:
         from walkthrough.textsafe import visible
 
@@ -160,30 +149,56 @@ def _skip_the_last_collection() -> None:
     gc.freeze()
 
 
-def without_record(argv: list[str]) -> list[str]:
-    """The app's arguments as typed, less `--record FILE` (the child process runs the rest)."""
-    kept, skip = [], False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word == "--record":
-            skip = True
-        elif not word.startswith("--record="):
-            kept.append(word)
-    return kept
+def check_inputs(args: argparse.Namespace) -> Path | None:
+    """Every one-line error the app's options can cause, before the screen is taken (or a recording starts).
+
+    Returns:
+        the draft model's file, if one was named.
+    """
+    from walkthrough.errors import WalkthroughError
+    from walkthrough.inspect.locate import model_path
+
+    model_path(args.model)  # a missing file is a one-line error before the screen is taken
+    draft = model_path(args.draft) if args.draft is not None else None
+    if args.template is not None:
+        if args.template_name is not None:
+            raise WalkthroughError("--template and --template-name both pick a template; give one of them")
+        from walkthrough.inspect.template import load_template_file
+
+        load_template_file(args.template)  # unreadable or not UTF-8: one line before the screen is taken
+    if args.hardware is not None:
+        from walkthrough.engine.hardware import load_profiles, pick
+
+        pick(load_profiles(), args.hardware)  # an unknown profile name lists the known ones
+    if args.engine == "llama.cpp":
+        from walkthrough.engine.llama_model import bindings
+
+        bindings()  # not installed: one line saying how to install it, before the screen is taken
+    if args.screenshots is not None and args.format == "png":
+        from walkthrough.pictures import chromium
+
+        chromium()  # missing: one line now, before the walk (make_app checks the folder)
+    if args.record is not None:
+        writer(args).check(Path(args.record), "--record")
+    return draft
+
+
+def writer(args: argparse.Namespace) -> Writer:
+    """What writes the app's files (`--record`, `--screenshots`): never over an input or another's file."""
+    from walkthrough.safewrite import Writer, run_inputs
+
+    return Writer(run_inputs(args.model, args.draft, args.messages, args.template), overwrite=args.overwrite)
+
+
+def child_argv(args: argparse.Namespace) -> list[str]:
+    """The app's options as parsed, less `--record`: what the recorded child process runs."""
+    from walkthrough.cli import app_parser
+
+    return argv_from(app_parser(), args, leave_out={"record"})
 
 
 def _record(args: argparse.Namespace) -> int:
     """Run the app in a child process on a pseudo-terminal and record it to `args.record`."""
-    from pathlib import Path
-
-    from walkthrough.errors import WalkthroughError
-    from walkthrough.inspect.locate import model_path
     from walkthrough.recording import record
 
-    model_path(args.model)
-    path = Path(args.record)
-    if path.is_dir() or not path.parent.is_dir():
-        raise WalkthroughError(f"--record {args.record}: name a file in an existing folder, e.g. walk.cast")
-    argv = getattr(args, "argv", None) or []
-    return record(without_record(argv), path)
+    return record(child_argv(args), Path(args.record), writer=writer(args))

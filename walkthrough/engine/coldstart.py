@@ -20,6 +20,7 @@ needs root and touches every program on the machine).
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -135,20 +136,23 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
     return StartTimes(first_token=wall, imports=times["imports"], open=times["open"], passes=times["passes"])
 
 
+def child_parser() -> argparse.ArgumentParser:
+    """The child's options (`cold_start` writes them), spelled in full only."""
+    parser = argparse.ArgumentParser(prog="python -m walkthrough.engine.coldstart", allow_abbrev=False)
+    parser.add_argument("model")
+    parser.add_argument("--chunk", type=int, default=None)
+    parser.add_argument("--kv-type", default="f16")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """The child: open the file, run the prompt read from stdin, print the timings."""
-    import argparse
-
     began = time.perf_counter()
     from walkthrough.engine.model import Model
     from walkthrough.inspect.gguf import open_gguf
 
     imported = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m walkthrough.engine.coldstart")
-    parser.add_argument("model")
-    parser.add_argument("--chunk", type=int, default=None)
-    parser.add_argument("--kv-type", default="f16")
-    args = parser.parse_args(argv)
+    args = child_parser().parse_args(argv)
     ids = [int(i) for i in json.loads(sys.stdin.read())]
     opened_at = time.perf_counter()
     model = Model(open_gguf(args.model))

@@ -3,7 +3,8 @@
 On each tick the current stage may take a step (`StageScreen.autoplay_step`,
 e.g. one prefill chunk or one decoded token); when it has nothing left to do
 and has been shown for `pace` seconds, its picture is saved (if asked, as
-`N-Label.svg` after the stage bar: `2-Chat.svg`) and the walk moves to the next
+`N-Label.svg` after the stage bar: `2-Chat.svg`, by a `walkthrough.safewrite.Writer`,
+which never writes over a file it did not make) and the walk moves to the next
 stage, or ends. At the end the app exits with `exit_at_end`, and always when
 saving pictures (the walk is done; nothing more would be saved).
 """
@@ -14,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from walkthrough.errors import WalkthroughError
 from walkthrough.pictures import publishable_svg
+from walkthrough.safewrite import Writer
+from walkthrough.screens import stages
 from walkthrough.screens.parts import Part
 
 AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
@@ -25,10 +29,12 @@ QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG pict
 class Autoplay:
     """The walk's position and timing; `tick` is called by an app timer every `pace / TICKS_PER_PACE` s."""
 
-    def __init__(self, app: Any, pace: float, screenshots: Path | None, exit_at_end: bool) -> None:
+    def __init__(self, app: Any, pace: float, screenshots: Path | None, exit_at_end: bool,
+                 writer: Writer | None = None) -> None:
         self.app = app
         self.pace = pace
         self.screenshots = screenshots
+        self.writer = writer or Writer()
         self.exit_at_end = exit_at_end
         self.arrived: float | None = time.monotonic()  # when the stage was drawn (or last stepped); None: not yet
         self.saved: list[Path] = []  # pictures written, in order
@@ -68,8 +74,37 @@ class Autoplay:
         svg = app.export_screenshot()
         if QUIT_LABEL not in svg:
             return False
-        self.screenshots.mkdir(parents=True, exist_ok=True)
-        path = self.screenshots / f"{app.stage_number}-{app.stage_label}.svg"
-        path.write_text(publishable_svg(svg), encoding="utf-8")
+        path = self.screenshots / picture_name(app.stage_number, app.stage_label, "svg")
+        try:
+            self.writer.write(path, publishable_svg(svg).encode("utf-8"), "--screenshots")
+        except WalkthroughError as exc:
+            app.error = str(exc)
+            self.screenshots = None  # nothing more is saved while the app ends
+            app.exit(2)
+            return False
         self.saved.append(path)
         return True
+
+
+def picture_name(number: int, label: str, suffix: str) -> str:
+    """A stage's picture's name: `2-Chat.svg`."""
+    return f"{number}-{label}.{suffix}"
+
+
+def check_picture_folder(folder: Path, suffixes: tuple[str, ...], writer: Writer) -> None:
+    """Make the folder `--screenshots` names, and refuse (one line) what the walk could not write there.
+
+    Raises:
+        WalkthroughError: the path or a folder above it is a file, it cannot be made, or a picture's name
+            is a file the writer may not replace.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise WalkthroughError(f"--screenshots {folder} is a file; name a folder (it is made if missing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WalkthroughError(f"--screenshots {folder}: cannot make this folder ({exc.strerror}); "
+                               "name a folder whose parents are folders") from None
+    for stage in stages.STAGES:
+        for suffix in suffixes:
+            writer.check(folder / picture_name(stage.number, stage.label, suffix), "--screenshots")
