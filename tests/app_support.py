@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
+from walkthrough import textual_private
 from walkthrough.app import WalkthroughApp, make_app
 
 SIZES = {"small": (80, 24), "large": (120, 40)}
@@ -34,7 +35,7 @@ async def settle(pilot) -> None:
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
     for _ in range(300):  # results are posted before their worker ends: wait until they are handled
-        if not getattr(pilot.app, "stepping", False) and pilot.app._message_queue.empty():
+        if not getattr(pilot.app, "stepping", False) and not textual_private.pending(pilot.app):
             break
         await pilot.pause(0.01)
     await pilot.pause()

@@ -1,6 +1,6 @@
 """q on a real terminal: the process ends at once, gives the terminal back as it found it, leaves no child.
 
-On a terminal the app ends the process when a person quits (`WalkthroughApp._end_process_now`) instead of
+On a terminal the app ends the process when a person quits (`walkthrough/app_quit.py`) instead of
 letting Textual close every widget in order, which after a storm of keys works through seconds of queued
 redraws first. These tests check what that shortcut must still do: restore the terminal (cooked mode,
 echo, the main screen, the cursor), exit 0, and kill the processes the app started.
@@ -22,7 +22,8 @@ import pytest
 from app_support import settle
 from tiny_model_support import MODEL_PATH
 
-import walkthrough.app as app_module
+import walkthrough.app_quit as quit_module
+from walkthrough import textual_private
 from walkthrough.app import make_app
 from walkthrough.engine import coldstart
 from walkthrough.errors import WalkthroughError
@@ -79,15 +80,16 @@ def test_q_on_a_terminal_ends_the_app_and_gives_the_terminal_back():
 async def test_q_releases_what_the_app_started_and_ends_the_process_only_on_a_terminal(
         monkeypatch, quits_on_a_terminal):
     steps: list[str] = []
-    monkeypatch.setattr(app_module.os, "_exit", lambda code: steps.append(f"process ends ({code})"))  # not here
-    monkeypatch.setattr(app_module, "kill_children", lambda: steps.append("cold starts killed"))
-    monkeypatch.setattr(app_module, "stop_renders", lambda: steps.append("render helpers killed"))
+    monkeypatch.setattr(textual_private.os, "_exit", lambda code: steps.append(f"process ends ({code})"))  # not here
+    monkeypatch.setattr(quit_module, "kill_children", lambda: steps.append("cold starts killed"))
+    monkeypatch.setattr(quit_module, "stop_renders", lambda: steps.append("render helpers killed"))
     app = make_app(None, None)
     app.end_process_on_quit = quits_on_a_terminal
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        driver_stop = app._driver.stop_application_mode
-        monkeypatch.setattr(app._driver, "stop_application_mode",
+        driver = textual_private.driver(app)
+        driver_stop = driver.stop_application_mode
+        monkeypatch.setattr(driver, "stop_application_mode",
                             lambda: (steps.append("terminal restored"), driver_stop()))
         await pilot.press("q")
     assert app.return_code == 0

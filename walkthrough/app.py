@@ -12,41 +12,34 @@ The engine side of a run lives in `self.controller` (session, lock, passes).
 
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import events, work
-from textual.app import App, SystemCommand
+from textual import work
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.reactive import reactive, var
-from textual.screen import Screen
-from textual.widgets import Input, TextArea
 from textual.worker import get_current_worker
 
-from walkthrough.engine.coldstart import kill_children
+from walkthrough.app_keys import TypeaheadKeys
+from walkthrough.app_load import LoadsTheRequest
+from walkthrough.app_quit import EndsAtOnce
+from walkthrough.app_stages import StageModes
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.render_process import stop_all as stop_renders
 from walkthrough.safewrite import Writer, run_inputs
 from walkthrough.screens import messages as msg
 from walkthrough.screens import parts, stages
 from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
-from walkthrough.screens.base import StageScreen
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.run import PromptSource, RunController, RunPlan
 from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.typeahead import QUIT_KEYS, Typeahead, split_chord
 
-FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 PLAY_SECONDS = 0.1  # pause between passes while playing
 PROGRESS_AFTER = 0.3  # seconds into a pass before its progress is shown (short passes would only flood the queue)
 PROGRESS_EVERY = 0.1  # seconds between progress reports of one pass
@@ -56,7 +49,7 @@ class WrongThread(RuntimeError):
     """The request state was written from a worker thread (only the UI thread writes it)."""
 
 
-class WalkthroughApp(App):
+class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
     """One request, stage by stage."""
 
     TITLE = "walkthrough"
@@ -96,41 +89,10 @@ class WalkthroughApp(App):
         self.walk = Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay else None
         self.error: str | None = None
         self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
-        self._file_shown = threading.Event()
-        self._prompt_cancel = threading.Event()  # set when a newer rebuild replaces the one in flight
-        self._rebuild_after_load = False  # the messages changed while the load built the first prompt
         self._in_flight: int | None = None  # run id of the pass a worker is running
         self._ui_thread: int | None = None
         self._dirty: set[str] = set()
         self._keys_shown: tuple[bool | None, ...] = ()  # what the footer last showed of the run keys
-        self.typeahead = Typeahead()
-        self.end_process_on_quit = False  # set by the command that runs the app on a terminal (`exit`)
-
-    def post_message(self, message: Message) -> bool:
-        if self.return_code is not None:  # ending: keys typed now mean nothing, and the screens may be gone
-            return super().post_message(message)
-        chord = split_chord(message)  # escape then a letter read as one alt+ chord (screens/typeahead.py)
-        if chord is not None:
-            return all([self.post_message(key) for key in chord])
-        # q typed ahead of a busy app goes first (screens/typeahead.py)
-        if self.typeahead.posted(message, self._typing, lambda: not self.screen._message_queue.empty()):
-            self.exit()
-            return True
-        return super().post_message(message)
-
-    async def on_event(self, event: events.Event) -> None:
-        if not self.typeahead.handled(event):  # keys still waiting when q went ahead are not handled
-            return
-        if (isinstance(event, events.Key) and event.key in QUIT_KEYS and not event.is_forwarded
-                and isinstance(self.screen, StageScreen) and not self._typing()):
-            self.exit()  # what q does on every stage, without waiting for the stage's own queue (a storm's redraws)
-            return
-        await super().on_event(event)
-        await asyncio.sleep(0)  # let the stages and the driver in between events (StageScreen.on_event)
-
-    def _typing(self) -> bool:
-        """Keys go to a text field now (a message's text, the tensor filter)."""
-        return isinstance(self.focused, (Input, TextArea))
 
     # ---- the state's one writer ---------------------------------------------------
     def _state_written(self, name: str) -> None:
@@ -167,144 +129,18 @@ class WalkthroughApp(App):
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
 
-    def exit(self, result: Any = None, return_code: int = 0, message: Any = None) -> None:
-        super().exit(result, return_code, message)
-        if self.end_process_on_quit and return_code == 0 and self.error is None and self.walk is None:
-            self._end_process_now()
+    def quits_cleanly(self) -> bool:
+        """A quit on a terminal may end the process at once: no error to print, no autoplay files to finish."""
+        return self.error is None and self.walk is None
 
-    def _end_process_now(self) -> None:
-        """A person quit on a terminal: give it back and end the process, without Textual's orderly close.
-
-        That close works through every widget's queued messages before it lets go of the terminal, and after
-        a storm of keys and resizes those are seconds of redraws nobody will see (tests/bench/key_storm.py on
-        SmolLM2: 1.0-2.6 s from q to exit, 0.8 s of it after the screens were closed). Nothing is written
-        at the end: workers are cancelled, render helpers and cold starts killed, the terminal restored.
-        """
-        self._release_processes()
-        driver = self._driver
-        if driver is not None:
-            driver.stop_application_mode()  # terminal modes back, input thread ended, alternate screen left
-            driver.close()  # the output thread writes what it holds, then ends
-        os._exit(0)
-
-    def _release_processes(self) -> None:
-        """Cancel the workers and kill the processes they started (render helpers, cold starts)."""
-        self._file_shown.set()
-        self.workers.cancel_all()
-        stop_renders()  # a template render in a worker ends now, not at its time limit
-        kill_children()
+    def release_processes(self) -> None:
+        self._file_shown.set()  # a load waiting for the first paint goes on, and sees it was cancelled
+        super().release_processes()
 
     def on_unmount(self) -> None:
-        self._release_processes()
+        self.release_processes()
         file = self.state.file
         self.controller.close(file.close if file is not None else lambda: None)
-
-    @work(thread=True, exclusive=True, group="load", name="load request")
-    def load_request(self, spec: str | None, messages: list[dict[str, str]], template_name: str | None,
-                     template_file: Path | None, engine: str) -> None:
-        """Open the file, then build what the later stages need; each part is posted when built."""
-        worker = get_current_worker()
-        self._report(msg.Progress("opening the file"))
-        try:
-            opened = parts.open_file(spec)
-        except WalkthroughError as exc:
-            self.post_message(msg.LoadFailed(str(exc)))
-            return
-        except OSError as exc:
-            self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
-            return
-        self._report(msg.PartReady(Part.FILE, opened))
-        # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
-        self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
-        if worker.is_cancelled:
-            return
-        failed: dict[str, str] = {}
-        tokenizer = self._build(Part.TOKENIZER, lambda: parts.build_tokenizer(opened.file), failed)
-        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
-        if worker.is_cancelled:
-            return
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card), failed)
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
-
-    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
-                      template_name: str | None, template_file: Path | None, failed: dict[str, str],
-                      cancel: threading.Event | None = None) -> None:
-        """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a render."""
-        rendered = self._build(Part.TEMPLATE, lambda: parts.render_template(
-            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file,
-            cancel=cancel), failed)
-
-        def tokens():
-            if tokenizer is None:
-                raise parts.missing(Part.TOKENIZER, failed, "the file has no usable tokenizer")
-            if rendered is None:
-                raise parts.missing(Part.TEMPLATE, failed, "the file has no chat template")
-            return parts.build_tokens(tokenizer, rendered.source, messages,
-                                      parts.template_origin(opened.file, template_file), cancel)
-
-        self._build(Part.TOKENS, tokens, failed)
-
-    def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
-        """(Worker) build one part and post it, or post why it cannot be built; returns the value or None."""
-        self._report(msg.Progress(f"preparing {part}"))
-        try:
-            value = build()
-        except WalkthroughError as exc:
-            failed[part] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
-            failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
-        else:
-            self._report(msg.PartReady(part, value))
-            return value
-        self._report(msg.PartFailed(part, failed[part]))
-        return None
-
-    def _report(self, message: msg.FromWorker) -> None:
-        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops it."""
-        message.worker = get_current_worker()
-        self.post_message(message)
-
-    # ---- worker reports -----------------------------------------------------
-    def on_progress(self, message: msg.Progress) -> None:
-        if message.stale:
-            return
-        self.status = f"{message.what}…" if message.what else ""
-
-    def on_part_ready(self, message: msg.PartReady) -> None:
-        if message.stale:
-            return
-        if message.part is Part.RUN:
-            self.start_run()
-            return
-        self.state.store(message.part, message.value)
-        if message.part is Part.FILE:
-            self.call_after_refresh(self._file_drawn)
-        self._prompt_settled(message.part)
-
-    def _file_drawn(self) -> None:
-        """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
-        self.first_screen_at = time.time()
-        self._file_shown.set()
-        if self.exit_at_end and not self.autoplay:
-            self.exit(0)
-
-    def on_part_failed(self, message: msg.PartFailed) -> None:
-        if message.stale:
-            return
-        self.state.mark_unavailable(message.part, message.reason)
-        self._prompt_settled(message.part)
-
-    def _prompt_settled(self, part: Part) -> None:
-        """A prompt's tokens arrived (or could not be built): an edit made while the load built the first
-        prompt, from the messages as they were, is rebuilt now (`rebuild_prompt`)."""
-        if part is Part.TOKENS and self._rebuild_after_load:
-            self._rebuild_after_load = False
-            self.rebuild_prompt()
-
-    def on_load_failed(self, message: msg.LoadFailed) -> None:
-        self.error = message.error
-        self.exit(return_code=2)
 
     # ---- running the request ----------------------------------------------------
     def start_run(self) -> None:
@@ -347,14 +183,6 @@ class WalkthroughApp(App):
         state.unloads += 1
         self.start_run()
         self._reload_engine(state.engine, state.file, state.card)
-
-    @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
-    def _reload_engine(self, engine: str, file: Any, card: Any) -> None:
-        """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
-        group: an unload while the request loads must not cancel the loading of the other parts."""
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
 
     @property
     def stepping(self) -> bool:
@@ -451,38 +279,6 @@ class WalkthroughApp(App):
             return
         self.post_message(msg.StepDone(run_id, step))
 
-    def rebuild_prompt(self) -> None:
-        """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a worker."""
-        state = self.state
-        self.playing = False
-        self.controller.stop()
-        state.run_id += 1
-        state.steps = ()
-        state.finished = False
-        if state.file is None:
-            return
-        if Part.TOKENS not in state.loaded and Part.TOKENS not in state.unavailable:
-            # The load is still building the first prompt from the messages as they were (and the tokenizer
-            # it needs): rebuild once its tokens arrive, or they would land after this edit's and win.
-            self._rebuild_after_load = True
-            return
-        opened = parts.OpenedFile(state.path, state.file, state.card)
-        self._prompt_cancel.set()  # the rebuild this one replaces stops its render now
-        self._prompt_cancel = threading.Event()
-        self._rebuild_prompt(opened, state.tokenizer, list(state.messages), state.template_name,
-                             state.template_file, dict(state.unavailable), self._prompt_cancel)
-
-    @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
-    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
-                        template_name: str | None, template_file: Path | None, failed: dict[str, str],
-                        cancel: threading.Event) -> None:
-        """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it posts is
-        dropped (its prompt is an old one)."""
-        self._report(msg.Progress("rendering and tokenizing"))
-        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed, cancel)
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
-
     def set_settings(self, settings: Any) -> None:
         """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""
         self.state.settings = settings
@@ -537,62 +333,6 @@ class WalkthroughApp(App):
                 self.playing = False
             else:
                 self.action_step()
-
-    # ---- moving between stages ----------------------------------------------
-    def _stage_index(self) -> int:
-        ids = stages.ids()
-        return ids.index(self.current_mode) if self.current_mode in ids else 0
-
-    def action_next_stage(self) -> None:
-        ids = stages.ids()
-        self.switch_mode(ids[min(self._stage_index() + 1, len(ids) - 1)])
-
-    def action_previous_stage(self) -> None:
-        self.switch_mode(stages.ids()[max(self._stage_index() - 1, 0)])
-
-    def action_goto_stage(self, stage: str) -> None:
-        if stage in stages.ids():
-            self.switch_mode(stage)
-
-    def action_goto_number(self, number: int) -> None:
-        if 1 <= number <= len(stages.STAGES):
-            self.switch_mode(stages.STAGES[number - 1].id)
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for stage in stages.STAGES:
-            yield SystemCommand(f"Stage {stage.number}: {stage.label}", f"Go to the {stage.label} stage",
-                                lambda stage=stage.id: self.action_goto_stage(stage))
-        if hasattr(screen, "action_glossary"):
-            yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
-            yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
-        # The stage's own keys (step, play, knobs, views...), each under its description.
-        seen = {"Glossary", "Help", "Terms", "Quit", "Next stage", "Previous stage"}
-        for key, active in screen.active_bindings.items():
-            binding = active.binding
-            if active.node is not screen or not binding.description or binding.description in seen:
-                continue  # only the stage's own keys, each once
-            if binding.action.startswith("app.goto"):
-                continue
-            seen.add(binding.description)
-
-            async def run(action: str = binding.action, node=active.node) -> None:
-                await self.run_action(action, node)
-
-            yield SystemCommand(binding.description, f"key {key}", run)
-
-    @property
-    def stage_number(self) -> int:
-        """1-based number of the current stage."""
-        return self._stage_index() + 1
-
-    @property
-    def stage_label(self) -> str:
-        return stages.STAGES[self._stage_index()].label
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self._stage_index() == len(stages.STAGES) - 1
 
 
 def make_app(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import threading
 import time
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         picture_format=args.format,
     )
-    # q on a terminal ends the process at once (WalkthroughApp._end_process_now); elsewhere (textual-serve's
+    # q on a terminal ends the process at once (walkthrough/app_quit.py); elsewhere (textual-serve's
     # pipes) Textual closes the app in order.
     app.end_process_on_quit = sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()
     loop = asyncio.new_event_loop()  # not asyncio.run: its shutdown waits for every worker thread to finish
@@ -130,9 +129,11 @@ def _end_without_workers(code: int) -> None:
         if not any(t.name.startswith(WORKER_THREADS) and t.is_alive() for t in threading.enumerate()):
             return
         time.sleep(0.02)
+    from walkthrough.textual_private import end_process
+
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    end_process(code)
 
 
 def _skip_the_last_collection() -> None:
@@ -143,10 +144,9 @@ def _skip_the_last_collection() -> None:
     model, 1.0-1.3 s of the 1.8-2.3 s from `q` to the process's end. Frozen objects are left out of
     collections (memory is returned to the system at exit all the same): 0.3-0.4 s.
     """
-    import gc
+    from walkthrough.textual_private import skip_last_collection
 
-    gc.disable()
-    gc.freeze()
+    skip_last_collection()
 
 
 def check_inputs(args: argparse.Namespace) -> Path | None:

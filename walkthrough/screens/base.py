@@ -11,7 +11,6 @@ and number come from `walkthrough.screens.stages`, where it is listed once.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
+from walkthrough import textual_private
 from walkthrough.screens import stages
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.stage_text import cursor_row_text, stage_text
@@ -160,12 +160,11 @@ class StageScreen(Screen):
         self._stale = True
         self._terms_pending = False
         # The app reads every stylesheet at start (WalkthroughApp.CSS_PATH), so a new stage is styled when it
-        # mounts. Textual's switch_mode reparses all CSS and restyles every screen, twice, on a screen's first
-        # visit unless the screen is marked as having seen the app's current CSS (Textual 8's private counter).
-        self._css_update_count = self.app._css_update_count
+        # mounts; marked so, its first visit does not restyle every screen (twice).
+        textual_private.mark_styled(self, self.app)
 
     @property
-    def STAGE(self) -> str:  # noqa: N802 - read like the class constant it replaced
+    def STAGE(self) -> str:
         """This stage's id."""
         return self.stage.id
 
@@ -180,7 +179,7 @@ class StageScreen(Screen):
         # the queue is not empty. After a storm of keys and resizes a stage's queue held seconds of restyling, and
         # nothing else ran meanwhile, not even the driver handing over `q` (tests/bench/key_storm.py: SmolLM2,
         # q ignored for 30 s). Let the loop in between events.
-        await asyncio.sleep(0)
+        await textual_private.let_the_loop_in()
 
     def compose(self) -> ComposeResult:
         yield StageBar(self.STAGE)

@@ -1,0 +1,186 @@
+"""Loading the request: the workers that open the file and build each part, and the handlers that store them.
+
+The load worker opens the file, posts it (the File stage paints), then builds
+the tokenizer, the rendered prompt and its tokens, and the engine, posting each
+part as it is built or why it could not be (`PartReady`, `PartFailed`). An
+edit of the messages rebuilds the prompt in its own worker (`rebuild_prompt`);
+an unload prepares the engine again (`_reload_engine`). Workers only post;
+the handlers here, on the UI thread, write the request state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.worker import get_current_worker
+
+from walkthrough.errors import WalkthroughError
+from walkthrough.screens import messages as msg
+from walkthrough.screens import parts
+from walkthrough.screens.parts import Part
+
+FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
+
+
+class LoadsTheRequest(App):
+    """Mixin of the app: the load, prompt and engine workers and the handlers of what they post."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._file_shown = threading.Event()
+        self._prompt_cancel = threading.Event()  # set when a newer rebuild replaces the one in flight
+        self._rebuild_after_load = False  # the messages changed while the load built the first prompt
+
+    @work(thread=True, exclusive=True, group="load", name="load request")
+    def load_request(self, spec: str | None, messages: list[dict[str, str]], template_name: str | None,
+                     template_file: Path | None, engine: str) -> None:
+        """Open the file, then build what the later stages need; each part is posted when built."""
+        worker = get_current_worker()
+        self._report(msg.Progress("opening the file"))
+        try:
+            opened = parts.open_file(spec)
+        except WalkthroughError as exc:
+            self.post_message(msg.LoadFailed(str(exc)))
+            return
+        except OSError as exc:
+            self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
+            return
+        self._report(msg.PartReady(Part.FILE, opened))
+        # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
+        self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
+        if worker.is_cancelled:
+            return
+        failed: dict[str, str] = {}
+        tokenizer = self._build(Part.TOKENIZER, lambda: parts.build_tokenizer(opened.file), failed)
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
+        if worker.is_cancelled:
+            return
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card), failed)
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
+
+    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+                      template_name: str | None, template_file: Path | None, failed: dict[str, str],
+                      cancel: threading.Event | None = None) -> None:
+        """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a render."""
+        rendered = self._build(Part.TEMPLATE, lambda: parts.render_template(
+            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file,
+            cancel=cancel), failed)
+
+        def tokens():
+            if tokenizer is None:
+                raise parts.missing(Part.TOKENIZER, failed, "the file has no usable tokenizer")
+            if rendered is None:
+                raise parts.missing(Part.TEMPLATE, failed, "the file has no chat template")
+            return parts.build_tokens(tokenizer, rendered.source, messages,
+                                      parts.template_origin(opened.file, template_file), cancel)
+
+        self._build(Part.TOKENS, tokens, failed)
+
+    def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
+        """(Worker) build one part and post it, or post why it cannot be built; returns the value or None."""
+        self._report(msg.Progress(f"preparing {part}"))
+        try:
+            value = build()
+        except WalkthroughError as exc:
+            failed[part] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
+            failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
+        else:
+            self._report(msg.PartReady(part, value))
+            return value
+        self._report(msg.PartFailed(part, failed[part]))
+        return None
+
+    def _report(self, message: msg.FromWorker) -> None:
+        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops it."""
+        message.worker = get_current_worker()
+        self.post_message(message)
+
+    def on_progress(self, message: msg.Progress) -> None:
+        if message.stale:
+            return
+        self.status = f"{message.what}…" if message.what else ""
+
+    def on_part_ready(self, message: msg.PartReady) -> None:
+        if message.stale:
+            return
+        if message.part is Part.RUN:
+            self.start_run()
+            return
+        self.state.store(message.part, message.value)
+        if message.part is Part.FILE:
+            self.call_after_refresh(self._file_drawn)
+        self._prompt_settled(message.part)
+
+    def _file_drawn(self) -> None:
+        """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
+        self.first_screen_at = time.time()
+        self._file_shown.set()
+        if self.exit_at_end and not self.autoplay:
+            self.exit(0)
+
+    def on_part_failed(self, message: msg.PartFailed) -> None:
+        if message.stale:
+            return
+        self.state.mark_unavailable(message.part, message.reason)
+        self._prompt_settled(message.part)
+
+    def _prompt_settled(self, part: Part) -> None:
+        """A prompt's tokens arrived (or could not be built): an edit made while the load built the first
+        prompt, from the messages as they were, is rebuilt now (`rebuild_prompt`)."""
+        if part is Part.TOKENS and self._rebuild_after_load:
+            self._rebuild_after_load = False
+            self.rebuild_prompt()
+
+    def on_load_failed(self, message: msg.LoadFailed) -> None:
+        self.error = message.error
+        self.exit(return_code=2)
+
+    @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
+    def _reload_engine(self, engine: str, file: Any, card: Any) -> None:
+        """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
+        group: an unload while the request loads must not cancel the loading of the other parts."""
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
+
+
+    def rebuild_prompt(self) -> None:
+        """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a worker."""
+        state = self.state
+        self.playing = False
+        self.controller.stop()
+        state.run_id += 1
+        state.steps = ()
+        state.finished = False
+        if state.file is None:
+            return
+        if Part.TOKENS not in state.loaded and Part.TOKENS not in state.unavailable:
+            # The load is still building the first prompt from the messages as they were (and the tokenizer
+            # it needs): rebuild once its tokens arrive, or they would land after this edit's and win.
+            self._rebuild_after_load = True
+            return
+        opened = parts.OpenedFile(state.path, state.file, state.card)
+        self._prompt_cancel.set()  # the rebuild this one replaces stops its render now
+        self._prompt_cancel = threading.Event()
+        self._rebuild_prompt(opened, state.tokenizer, list(state.messages), state.template_name,
+                             state.template_file, dict(state.unavailable), self._prompt_cancel)
+
+    @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
+    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+                        template_name: str | None, template_file: Path | None, failed: dict[str, str],
+                        cancel: threading.Event) -> None:
+        """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it posts is
+        dropped (its prompt is an old one)."""
+        self._report(msg.Progress("rendering and tokenizing"))
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed, cancel)
+        self._report(msg.PartReady(Part.RUN, None))
+        self._report(msg.Progress(""))
+
