@@ -332,34 +332,71 @@ def test_custom_alignment_governs_offsets(tmp_path):
 # ---- a file cut short -------------------------------------------------------------------
 
 
-def _two_tensor_file() -> tuple[bytes, int, int, int]:
-    """A valid file with tensors 'a' (1001 F32, so padding follows it) and 'b' (512 F32).
+def _two_tensor_file(gap: int = 0) -> tuple[bytes, int, int, int]:
+    """A valid file with tensors 'a' (1001 F32, so padding follows it) and 'b' (512 F32), `gap` bytes
+    (a multiple of 32) more than the padding between them.
 
     Returns the bytes and the absolute positions where 'a' ends, 'b' starts and 'b' ends.
     """
     metadata = {"general.name": (V.STRING, "cut")}
-    tensors = [Tensor("a", (1001,)), Tensor("b", (512,))]
+    b_offset = 4 * 1001 + -(4 * 1001) % 32 + gap
+    tensors = [Tensor("a", (1001,)), Tensor("b", (512,), offset=b_offset)]
     data_start = len(build_gguf(metadata, tensors, with_data=False))
     a_end = data_start + 4 * 1001
-    b_start = a_end + -a_end % 32
+    b_start = data_start + b_offset
     return build_gguf(metadata, tensors), a_end, b_start, b_start + 4 * 512
 
 
-def test_file_cut_inside_the_last_tensor(tmp_path):
+def partial(tmp_path: Path, blob: bytes):
+    """Open a file cut after its header: it opens, with `missing` set; return the file."""
+    f = open_gguf(write(tmp_path, blob))
+    assert f.missing is not None
+    return f
+
+
+def test_file_cut_inside_the_last_tensor_is_a_partial_download(tmp_path):
     blob, _, _, b_end = _two_tensor_file()
-    cut = b_end - 100
-    refused(
-        tmp_path,
-        blob[:cut],
-        "shorter than its tensor table",
-        "'b' is cut",
-        "100 of its 2048 bytes",
-        "download",
-    )
+    f = partial(tmp_path, blob[: b_end - 100])
+    assert (f.missing.tensors, f.missing.missing_bytes, f.missing.first_cut) == (("b",), 100, True)
+    assert f.tensor_bytes("a").nbytes == 4 * 1001
+    with pytest.raises(GGUFError, match="tensor b's data is not in the file: it is a partial download"):
+        f.tensor_bytes("b")
+    with pytest.raises(GGUFError, match="the numpy engine needs every weight"):
+        f.require_whole("the numpy engine")
 
 
-def test_file_cut_inside_the_first_tensor(tmp_path):
+def test_file_cut_inside_the_first_tensor_is_a_partial_download(tmp_path):
     blob, a_end, _, b_end = _two_tensor_file()
+    cut = a_end - 1000
+    f = partial(tmp_path, blob[:cut])
+    assert (f.missing.tensors, f.missing.missing_bytes, f.missing.first_cut) == (("a", "b"), b_end - cut, True)
+    assert "2 of 2 tensors: a (cut), b" in f.missing.warning()
+    for name in "ab":
+        with pytest.raises(GGUFError, match="partial download"):
+            f.tensor_bytes(name)
+
+
+def test_file_cut_in_the_padding_before_a_tensor_is_a_partial_download(tmp_path):
+    blob, a_end, b_start, b_end = _two_tensor_file()
+    assert b_start > a_end
+    f = partial(tmp_path, blob[:a_end])
+    assert (f.missing.tensors, f.missing.missing_bytes, f.missing.first_cut) == (("b",), b_end - a_end, False)
+
+
+def test_file_whole_has_nothing_missing(tmp_path):
+    blob, _, _, _ = _two_tensor_file()
+    assert open_gguf(write(tmp_path, blob)).missing is None
+
+
+def test_file_cut_with_a_gap_between_tensors_is_refused(tmp_path):
+    """Data no GGUF writer lays out (a gap before 'b') and cut short: damaged, not a partial download."""
+    blob, _, _, b_end = _two_tensor_file(gap=64)
+    refused(tmp_path, blob[: b_end - 100], "shorter than its tensor table", "'b' is cut",
+            "100 of its 2048 bytes", "download")
+
+
+def test_file_cut_inside_the_first_tensor_with_a_gap_is_refused(tmp_path):
+    blob, a_end, _, b_end = _two_tensor_file(gap=64)
     cut = a_end - 1000
     message = refused(
         tmp_path, blob[:cut], "'a' is cut", "1000 of its 4004 bytes", "1 tensor(s) after it"
@@ -367,19 +404,13 @@ def test_file_cut_inside_the_first_tensor(tmp_path):
     assert f"{b_end - cut} bytes shorter" in message
 
 
-def test_file_cut_in_the_padding_before_a_tensor(tmp_path):
-    blob, a_end, b_start, b_end = _two_tensor_file()
-    assert b_start > a_end
-    refused(
-        tmp_path,
-        blob[:a_end],
-        "'b'",
-        f"starts at byte {b_start}, past the end",
-        f"{b_end - a_end} bytes shorter",
-    )
+def test_file_cut_in_the_gap_before_a_tensor_is_refused(tmp_path):
+    blob, a_end, b_start, b_end = _two_tensor_file(gap=64)
+    refused(tmp_path, blob[:a_end], "'b'", f"starts at byte {b_start}, past the end",
+            f"{b_end - a_end} bytes shorter")
 
 
-@pytest.mark.parametrize("keep", [24, 30, 40, 60, 100, 200])
+@pytest.mark.parametrize("keep", [24, 30, 40, 60, 100, 120])
 def test_file_cut_inside_the_header(tmp_path, keep):
     blob, _, _, _ = _two_tensor_file()
     refused(tmp_path, blob[:keep], "(at byte")

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if value < 1:
             raise WalkthroughError(f"{name} {value}: must be at least 1")
     hw = pick(load_profiles(args.hardware_file), args.hardware)[0]
-    f = open_model(args.model)
+    f = open_model(args.model, runs="bench")
     card = build_card(f)
     began = time.perf_counter()
     model = load_model(args.engine, f, card)

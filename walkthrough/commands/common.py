@@ -33,16 +33,26 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
                         "needs pip install 'walkthrough[llama]')")
 
 
-def open_model(spec: str | os.PathLike | None) -> GGUFFile:
+def open_model(spec: str | os.PathLike | None, *, runs: str | None = None) -> GGUFFile:
     """The opened `GGUFFile` for MODEL (first shard of a split model; the bundled tiny model for None).
 
+    A partial download (`inspect.partial`) opens with one warning line, or, when the command `runs` the
+    model (`runs` names what needs the weights, e.g. "trace"), is refused with a one-line error.
+
     Raises:
-        WalkthroughError: nothing found for `spec`, or the file is not a readable GGUF.
+        WalkthroughError: nothing found for `spec`, the file is not a readable GGUF, or it is a partial
+            download and `runs` is set.
     """
     from walkthrough.inspect.gguf import open_gguf
     from walkthrough.inspect.locate import model_path
 
-    return open_gguf(model_path(spec))
+    f = open_gguf(model_path(spec))
+    if f.missing is not None:
+        if runs is not None:
+            f.close()
+            f.require_whole(runs)
+        warn(f"{f.path.name}: {f.missing.warning()}")
+    return f
 
 
 def warn(message: str) -> None:

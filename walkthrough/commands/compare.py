@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if len(args.models) > 2:
         raise WalkthroughError(f"compare takes two files, A and B; got {len(args.models)}")
     spec_a, spec_b = ([None, None] + list(args.models))[-2:]
-    fa, fb = open_model(spec_a), open_model(spec_b)
+    fa, fb = open_model(spec_a, runs="compare"), open_model(spec_b, runs="compare")
     a, b = Model(fa), Model(fb)
     tok = tokenizer(fa, required=args.ids is None)
     if args.ids is None and args.prompt is None and args.messages is None:

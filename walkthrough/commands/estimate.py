@@ -119,7 +119,7 @@ def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> A
     from walkthrough.engine.engines import load_model
     from walkthrough.engine.measured import time_request
 
-    f = open_model(args.model)
+    f = open_model(args.model, runs="estimate --measure")
     try:
         return time_request(load_model(args.engine, f, card), prompt, output)
     finally:

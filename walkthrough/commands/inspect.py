@@ -66,6 +66,8 @@ def inspect_json(f, card) -> dict[str, Any]:
         "file": str(f.path),
         "files": [str(p) for p in f.paths],
         "file_size": f.file_size,
+        "missing": None if f.missing is None else {
+            "bytes": f.missing.missing_bytes, "data_bytes": f.missing.data_bytes, "tensors": list(f.missing.tensors)},
         "gguf_version": f.version,
         "architecture": card.architecture,
         "name": card.name,

@@ -83,6 +83,8 @@ def summary_table(f: GGUFFile, card: ModelCard) -> Table:
     table.add_row("file", safe_text(str(f.path)))
     table.add_row("size", f"{human_bytes(f.file_size)} ({f.file_size:,} bytes){shards}, GGUF v{f.version}, "
                           f"{count(len(f.fields), 'metadata key')}, {count(card.n_tensors, 'tensor')}")
+    if f.missing is not None:
+        table.add_row("missing", safe_text(f.missing.summary()))
     table.add_row("architecture", safe_text(card.architecture))
     table.add_row("name", safe_text(card.name) if card.name is not None else "?")
     share = f" ({card.active_share:.1%})" if card.active_share is not None else ""

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "numpy" and (args.measure or speculate):
         raise WalkthroughError(f"--{'measure' if args.measure else 'speculate'} runs on the numpy engine only; "
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
-    f = open_model(args.model)
+    f = open_model(args.model, runs="trace")
     tok = tokenizer(f, required=args.ids is None)
     model = load_model(args.engine, f)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)

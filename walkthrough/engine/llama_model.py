@@ -119,6 +119,7 @@ class LlamaModel:
     engine = "llama.cpp"
 
     def __init__(self, f: GGUFFile, *, card: ModelCard | None = None, n_threads: int | None = None):
+        f.require_whole("the llama.cpp engine")
         self.lib = lib = bindings()
         self.file = f
         self.card = card or build_card(f)

@@ -68,7 +68,12 @@ class Model:
             match_llama_cpp: round each matrix product's input as llama.cpp's CPU backend does for the
                 weight's stored type (`activations`); False gives plain float32 products.
             exact_products: multiply quantized weights exactly as ggml does (`quantdot`; slow).
+
+        Raises:
+            WalkthroughError: the file cannot run (a partial download, an unknown architecture, a tensor
+                missing or bad).
         """
+        f.require_whole("the numpy engine")
         self.file = f
         self.match_llama_cpp = match_llama_cpp
         self.exact_products = exact_products

@@ -25,8 +25,9 @@ what to do: version 1, big-endian files, and every malformed count, length,
 type, shape, alignment or offset listed in the tests (`tests/test_gguf_hostile.py`).
 Every count is checked against the bytes left before anything is allocated or
 looped over. Not checked: that tensor data is packed without gaps (ggml's own
-loader insists on it; this reader only needs the data in order and in bounds),
-and metadata semantics (that is the model card's job).
+loader insists on it; this reader only needs the data in order and in bounds,
+except in a file cut short: only packed data marks a partial download, which
+opens with `GGUFFile.missing` set), and metadata semantics (the model card's job).
 
 Example:
     >>> f = open_gguf("model.gguf")
@@ -54,6 +55,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, G
 from gguf.gguf_reader import GGUFReader
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.inspect import partial
+from walkthrough.inspect.partial import MissingData
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -164,6 +167,7 @@ class _Shard:
     tensors: list[TensorInfo]
     header_end: int  # end of the tensor table (before padding)
     data_offset: int
+    missing: MissingData | None = None  # a partial download's missing data (`inspect.partial`)
 
 
 class _Cursor:
@@ -525,7 +529,8 @@ def _parse_shard(path: Path) -> _Shard:
     header_end = cursor.pos
     data_offset = -(-header_end // alignment) * alignment
     tensors = _place_tensors(raw_infos, cursor, alignment, data_offset)
-    return _Shard(path, size, buf, version, alignment, fields, tensors, header_end, data_offset)
+    missing = _check_data_in_file(tensors, cursor, alignment, data_offset)
+    return _Shard(path, size, buf, version, alignment, fields, tensors, header_end, data_offset, missing)
 
 
 def _place_tensors(
@@ -559,17 +564,26 @@ def _place_tensors(
             )
         tensors.append(TensorInfo(name, shape, ggml_type, data_offset + rel_offset, nbytes, 0, info_offset))
         prev_name, prev_offset, prev_end = name, rel_offset, rel_offset + nbytes
-    _check_data_in_file(tensors, cursor)
     return tensors
 
 
-def _check_data_in_file(tensors: list[TensorInfo], cursor: _Cursor) -> None:
-    """Refuse a file shorter than its (ordered) tensor table says, naming the first tensor not in it."""
+def _check_data_in_file(
+    tensors: list[TensorInfo], cursor: _Cursor, alignment: int, data_offset: int
+) -> MissingData | None:
+    """What a file shorter than its (ordered) tensor table lacks, or None when all its data is there.
+
+    A cut file whose tensors are packed as every GGUF writer packs them (each at the previous one's end,
+    rounded up to the alignment) is a partial download: it opens, and the record says what is missing.
+    Any other file whose data runs past its end is refused as damaged, naming the first tensor not in it.
+    """
     size = cursor.size
     for i, t in enumerate(tensors):
         if t.offset + t.nbytes <= size:
             continue
         last = tensors[-1]
+        if _packed(tensors, alignment, data_offset):
+            return MissingData(last.offset + last.nbytes - size, sum(x.nbytes for x in tensors),
+                               tuple(x.name for x in tensors[i:]), len(tensors), t.offset < size)
         short = f"the file is {last.offset + last.nbytes - size} bytes shorter than its tensor table says"
         if t.offset > size:
             raise cursor.fail(
@@ -585,6 +599,19 @@ def _check_data_in_file(tensors: list[TensorInfo], cursor: _Cursor) -> None:
             size,
             CUT,
         )
+    return None
+
+
+def _packed(tensors: list[TensorInfo], alignment: int, data_offset: int) -> bool:
+    """Whether each tensor starts where a GGUF writer puts it: the previous one's end, rounded up to the
+    alignment (gguf-py's GGUFWriter, ggml's gguf_add_tensor), the first at the start of the data."""
+    expected = data_offset
+    for t in tensors:
+        if t.offset != expected:
+            return False
+        end = t.offset + t.nbytes
+        expected = end + -end % alignment
+    return True
 
 
 def _decode_strings(buf, field: MetadataField) -> list[str]:
@@ -726,6 +753,9 @@ class GGUFFile:
                 self.tensors[t.name] = t if index == 0 else TensorInfo(
                     t.name, t.shape, t.ggml_type, t.offset, t.nbytes, index, t.info_offset
                 )
+        self.missing: MissingData | None = partial.merge([s.missing for s in shards], len(self.tensors),
+                                                         self.data_bytes)
+        self._absent = frozenset(self.missing.tensors) if self.missing else frozenset()
         self._decoded: dict[str, Any] = {}
         self._read = 0  # bytes of lazy values read so far, against READ_BUDGET
 
@@ -742,6 +772,7 @@ class GGUFFile:
 
     @property
     def data_bytes(self) -> int:
+        """Bytes of tensor data the tensor table describes (on disk or, for a partial download, not)."""
         return sum(t.nbytes for t in self.tensors.values())
 
     def layout(self) -> dict[str, int]:
@@ -828,11 +859,26 @@ class GGUFFile:
 
     # ---- tensor data -----------------------------------------------------------
     def tensor_bytes(self, name: str) -> np.ndarray:
-        """The raw stored bytes of a tensor, as a read-only uint8 view of the mapped file."""
+        """The raw stored bytes of a tensor, as a read-only uint8 view of the mapped file.
+
+        Raises:
+            GGUFError: the file is a partial download without this tensor's data (`missing`).
+        """
         t = self.tensors[name]
+        if name in self._absent:
+            raise GGUFError(f"{self.path.name}: {self.missing.tensor_refusal(name)}")
         return np.frombuffer(
             self._shards[t.shard].buf, dtype=np.uint8, count=t.nbytes, offset=t.offset
         )
+
+    def require_whole(self, what: str) -> None:
+        """Refuse a partial download for `what` (e.g. "the numpy engine"), which reads the weights.
+
+        Raises:
+            GGUFError: some tensor data is missing; the message says how much, which, and what to do.
+        """
+        if self.missing is not None:
+            raise GGUFError(f"{self.path.name}: {self.missing.refusal(what)}")
 
     def close(self) -> None:
         """Drop the mappings (views handed out keep theirs alive until they go)."""
@@ -852,7 +898,8 @@ class GGUFFile:
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF file (any shard of a split model opens all of them).
 
-    Only the headers are read; tensor data stays on disk until `tensor_bytes` is used.
+    Only the headers are read; tensor data stays on disk until `tensor_bytes` is used. A partial download
+    (data cut short, header whole) opens with `missing` saying what it lacks (`inspect.partial`).
 
     Raises:
         GGUFError: the file is not a valid GGUF; the message says what and where.

@@ -140,6 +140,9 @@ def overview(f, card, engine_note: Text) -> Group:
         f"  {human_bytes(f.file_size)}{shards}, GGUF v{f.version}, "
         f"{count(len(f.fields), 'metadata key')}, {count(len(f.tensors), 'tensor')}, alignment {f.alignment}"
     )
+    if f.missing is not None:
+        head.append("\n")
+        head.append_text(safe_text(f.missing.warning(), "bold yellow"))
     share = f" ({card.active_share:.0%})" if card.active_share is not None else ""
     params = Text()
     params.append(f"{human_count(card.n_params)} parameters", style="bold")
