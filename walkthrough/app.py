@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.binding import Binding, BindingType
@@ -27,6 +27,7 @@ from walkthrough.app_keys import TypeaheadKeys
 from walkthrough.app_load import LoadsTheRequest
 from walkthrough.app_quit import EndsAtOnce
 from walkthrough.app_stages import StageModes
+from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.safewrite import Writer, run_inputs
@@ -279,7 +280,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
             return
         self.post_message(msg.StepDone(run_id, step))
 
-    def set_settings(self, settings: Any) -> None:
+    def set_settings(self, settings: SamplerSettings) -> None:
         """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""
         self.state.settings = settings
         self.controller.set_settings(settings)

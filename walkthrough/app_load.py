@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App
@@ -24,6 +24,11 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.screens import messages as msg
 from walkthrough.screens import parts
 from walkthrough.screens.parts import Part
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.card import ModelCard
+    from walkthrough.inspect.gguf import GGUFFile
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
 
@@ -65,7 +70,7 @@ class LoadsTheRequest(App):
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 
-    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None, messages: list[dict[str, str]],
                       template_name: str | None, template_file: Path | None, failed: dict[str, str],
                       cancel: threading.Event | None = None) -> None:
         """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a render."""
@@ -144,7 +149,7 @@ class LoadsTheRequest(App):
         self.exit(return_code=2)
 
     @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
-    def _reload_engine(self, engine: str, file: Any, card: Any) -> None:
+    def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard) -> None:
         """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
         group: an unload while the request loads must not cancel the loading of the other parts."""
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
@@ -174,7 +179,7 @@ class LoadsTheRequest(App):
                              state.template_file, dict(state.unavailable), self._prompt_cancel)
 
     @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
-    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: Any, messages: list[dict[str, str]],
+    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None, messages: list[dict[str, str]],
                         template_name: str | None, template_file: Path | None, failed: dict[str, str],
                         cancel: threading.Event) -> None:
         """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it posts is

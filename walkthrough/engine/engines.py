@@ -1,8 +1,8 @@
 """Choosing an engine: numpy (always there, the glass box) or llama.cpp (the optional extra, real speed).
 
-Both give a model with `card`, `file`, `config.n_layers` / `config.mixers` /
-`config.end_ids` and `check_ids`, and a session with the same `prefill` /
-`decode` / `feed` and the same `Step` records, so callers pick an engine once:
+Both give a model that is an `Engine` and a session that is a `Session`
+(`engine.protocol`: the same `prefill` / `decode` / `feed` and the same `Step`
+records), so callers pick an engine once:
 
     model = load_model("llama.cpp", f, card)      # WalkthroughError with the install line if it is missing
     session = new_session(model, record_attention=True, n_ctx=len(ids) + 120)
@@ -13,12 +13,13 @@ numpy engine would take seconds per token and llama.cpp is installed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.units import binary_bytes
 
 if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
+    from walkthrough.engine.protocol import Engine, Session
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile
 
@@ -35,7 +36,7 @@ def check_engine(name: str) -> str:
     return name
 
 
-def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Any:
+def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Engine:
     """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
 
     Raises:
@@ -50,23 +51,30 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Any:
     return Model(f, card=card)
 
 
-def new_session(model: Any, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
-                auto_checkpoints: bool = True, measure_surprisal: bool = False, attention_rows: bool = False):
+def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
+                auto_checkpoints: bool = True, measure_surprisal: bool = False,
+                attention_rows: bool = False) -> Session:
     """A fresh session on the model's engine.
 
     `n_ctx` (positions) sizes llama.cpp's context (numpy's cache grows); `auto_checkpoints` is the numpy
     session's (llama.cpp's takes none: a hybrid model's state rewinds to the start). `measure_surprisal`
     (every prompt token's surprisal) and `attention_rows` (every row of the attention weights) work on both.
     """
-    if getattr(model, "engine", "numpy") == "llama.cpp":
+    from walkthrough.engine.llama_model import LlamaModel
+    from walkthrough.engine.model import Model
+
+    if isinstance(model, LlamaModel):
         from walkthrough.engine.llama_session import LlamaSession
 
         return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx,
                             measure_surprisal=measure_surprisal, attention_rows=attention_rows)
-    from walkthrough.engine.session import Session
+    if isinstance(model, Model):
+        from walkthrough.engine.session import Session as NumpySession
 
-    return Session(model, kv_type=kv_type, record_attention=record_attention, auto_checkpoints=auto_checkpoints,
-                   measure_surprisal=measure_surprisal, attention_rows=attention_rows)
+        return NumpySession(model, kv_type=kv_type, record_attention=record_attention,
+                            auto_checkpoints=auto_checkpoints, measure_surprisal=measure_surprisal,
+                            attention_rows=attention_rows)
+    raise TypeError(f"no engine runs a {type(model).__name__}")
 
 
 def advice(card: ModelCard, engine: str) -> str | None:

@@ -40,7 +40,7 @@ import time
 import numpy as np
 
 from walkthrough.engine import surprisal
-from walkthrough.engine.checkpoints import Checkpoints
+from walkthrough.engine.checkpoints import Checkpoint, Checkpoints
 from walkthrough.engine.llama_capture import Capture, Progress
 from walkthrough.engine.llama_model import LlamaModel, recent_log
 from walkthrough.engine.pass_cost import PassShape
@@ -124,7 +124,7 @@ class LlamaSession(Session):
         """True when some layer keeps a fixed state that cannot be truncated (hybrid models)."""
         return "linear" in self.model.config.mixers
 
-    def checkpoint(self):
+    def checkpoint(self, *, keep: bool = True) -> Checkpoint:
         raise WalkthroughError("the llama.cpp engine keeps no checkpoints of a hybrid model's state")
 
     def rewind(self, position: int) -> int:

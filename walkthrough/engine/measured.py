@@ -28,9 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from walkthrough.units import fmt
+
+if TYPE_CHECKING:
+    from walkthrough.engine.costs import Estimate
+    from walkthrough.engine.hardware import Profile
+    from walkthrough.engine.protocol import Engine
+    from walkthrough.engine.steps import Step
 
 PREFILL_CHUNK = 512  # llama.cpp's default n_ubatch: prompt tokens per pass
 PROMPT_STRIDE = 7919  # a prime: successive prompt ids land far apart in the vocabulary
@@ -72,7 +78,7 @@ class Measured:
                 "bandwidth_bytes_per_s": self.bandwidth}
 
 
-def measure(steps: Sequence[Any]) -> Measured | None:
+def measure(steps: Sequence[Step]) -> Measured | None:
     """The measured figures of a run's Steps, on the engine that ran them (None before its prefill has finished)."""
     prefill = [s for s in steps if s.phase == "prefill"]
     if not prefill or prefill[-1].sample is None:
@@ -101,7 +107,7 @@ def spread_ids(n: int, n_vocab: int, end_ids: frozenset[int]) -> list[int]:
     return ids
 
 
-def time_request(model: Any, prompt_tokens: int, output_tokens: int) -> Measured:
+def time_request(model: Engine, prompt_tokens: int, output_tokens: int) -> Measured:
     """Run one request on a loaded model (either engine) and measure it: greedy, exactly `output_tokens` picked."""
     from walkthrough.engine.engines import new_session
     from walkthrough.engine.sampler import Sampler
@@ -120,12 +126,12 @@ def measured_here(engine: str) -> str:
     return f"measured here, {engine} engine"
 
 
-def modelled_for(hw: Any) -> str:
+def modelled_for(hw: Profile) -> str:
     """How a figure the roofline predicts for a hardware profile (`hardware.Profile`) is labelled."""
     return f"modelled for {hw.id}"
 
 
-def comparison_title(hw: Any, m: Measured) -> str:
+def comparison_title(hw: Profile, m: Measured) -> str:
     """The title over `compare`'s rows: which machine the model is for, which engine was measured."""
     return f"{modelled_for(hw)} (ceiling, realistic) beside {measured_here(m.engine)}"
 
@@ -143,7 +149,7 @@ def _or_dash(value: float | None, unit: str) -> str:
     return "-" if value is None else fmt(value, unit)
 
 
-def compare(e: Any, m: Measured) -> list[Comparison]:
+def compare(e: Estimate, m: Measured) -> list[Comparison]:
     """Modelled beside measured for an estimate (`costs.Estimate`) of the same request sizes on the profile."""
     hw = e.hardware
     rows = []

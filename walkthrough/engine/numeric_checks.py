@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.textsafe import visible
+
+if TYPE_CHECKING:
+    from walkthrough.engine.config import Config
+    from walkthrough.engine.weights import Weights
+    from walkthrough.inspect.gguf import GGUFFile
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Metadata keys (after "{arch}.") holding a float the engine reads, and whether 0 is allowed: a RoPE
@@ -79,7 +84,7 @@ def positive_number(value: Any, key: str, where: str, *, zero: bool = False) -> 
     return number
 
 
-def check_metadata(f: Any, arch: str) -> None:
+def check_metadata(f: GGUFFile, arch: str) -> None:
     """Every `FLOAT_KEYS` entry present in the file is a finite number above 0 (or 0 where allowed)."""
     for suffix, zero in FLOAT_KEYS.items():
         key = f"{arch}.{suffix}"
@@ -87,13 +92,13 @@ def check_metadata(f: Any, arch: str) -> None:
             positive_number(f.get(key), key, f.path.name, zero=zero)
 
 
-def check_config(config: Any, where: str) -> None:
+def check_config(config: Config, where: str) -> None:
     """The run's float hyperparameters are finite and above 0."""
     for name in ("norm_eps", "rope_base", "rope_freq_scale", "rope_base_swa"):
         positive_number(getattr(config, name), name, where)
 
 
-def check_small_tensors(f: Any, weights: Any, n_embd: int) -> None:
+def check_small_tensors(f: GGUFFile, weights: Weights, n_embd: int) -> None:
     """Every 1-D tensor is finite and below the float32-overflow scale (see the module docstring)."""
     bound = FLOAT32_MAX / math.sqrt(max(n_embd, 1))
     for name, info in f.tensors.items():

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.prefix_break import Break, Held, explain
@@ -35,6 +35,9 @@ from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.session import Session, stop_when
 from walkthrough.engine.steps import Step, totals
 from walkthrough.inspect.chat import ChatTokens, chat_tokens
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 NOT_WEIGHTS = ("kv_cache", "state", "total")  # bytes_read groups that are not weights
 
@@ -100,7 +103,7 @@ class Turn:
         return out
 
 
-def answer_text(tokenizer: Any, ids: list[int], end_ids: frozenset[int]) -> str:
+def answer_text(tokenizer: GGUFTokenizer, ids: list[int], end_ids: frozenset[int]) -> str:
     """The answer as a chat client sends it back: the chosen tokens' text, end-of-turn tokens left out."""
     return tokenizer.decode([i for i in ids if i not in end_ids])
 
@@ -128,7 +131,7 @@ class Conversation:
     def __init__(
         self,
         session: Session,
-        tokenizer: Any,
+        tokenizer: GGUFTokenizer,
         template: str,
         *,
         settings: SamplerSettings | None = None,
