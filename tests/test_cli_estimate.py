@@ -142,3 +142,31 @@ def test_default_model_is_the_bundled_one(capsys):
     else:
         assert code == 2
         assert "bundled model" in captured.err and captured.err.strip().count("\n") == 0
+
+
+def test_every_speed_carries_its_band_or_says_why_not(fixtures_dir, capsys):
+    path = fixtures(fixtures_dir)[0]
+    for row in run_json(capsys, str(path), "--context", "200", "--prompt-tokens", "100", "--output-tokens", "50"):
+        hw = row["hardware"]["id"]
+        for key in ("decode_band", "prefill_band"):
+            band = row[key]
+            assert band["text"], (hw, key)
+            if band["fraction"] is None:
+                assert band["text"].startswith("no band:"), (hw, key)
+            else:
+                assert band["text"].startswith(f"±{band['fraction'] * 100:.0f}%: backend {band['family']}")
+    bands = {r["hardware"]["id"]: r["decode_band"] for r in run_json(capsys, str(path))}
+    assert bands["rtx-4090"]["family"] == "CUDA" and bands["rtx-4090"]["machine_runs"] >= 2
+    assert bands["cpu-here"]["fraction"] is None and "names no backend" in bands["cpu-here"]["text"]
+
+
+def test_evidence_lists_nearest_measured_runs_with_sources(fixtures_dir, capsys):
+    path = str(fixtures(fixtures_dir)[0])
+    out = run_json(capsys, path, "--hardware", "laptop-860m", "--evidence")
+    runs = out[0]["evidence"]
+    assert len(runs) == 5
+    assert runs[0]["machine"] == "laptop-860m"  # this very machine's runs first
+    assert all(r["source"].startswith(("https://", "seed:")) for r in runs)
+    assert main(["estimate", path, "--hardware", "laptop-860m", "--evidence"]) == 0
+    text = capsys.readouterr().out
+    assert "nearest measured runs (ROCm/Vulkan)" in text and "seed:002" in text

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from walkthrough.engine import fitted
 from walkthrough.engine.budget import (
     FITS,
     NO_FIT,
@@ -18,6 +19,7 @@ from walkthrough.engine.budget import (
     memory_plan,
 )
 from walkthrough.engine.costs import (
+    card_shape,
     decode,
     decode_ceiling,
     estimate,
@@ -115,7 +117,7 @@ def test_memory_needed_adds_up(cards, profiles):
 
 
 def test_decode_reads_weights_kv_and_state(cards, profiles):
-    hw = profiles["rtx-4090"]
+    hw = profiles["cpu-here"]  # no backend family: the roofline at the profile's decode efficiency
     for name, card in cards.items():
         d = decode(card, hw, 200, "f16")
         expected = card.bytes_per_token + card.kv_bytes_per_token["f16"] * 200 + 2 * card.state_bytes
@@ -123,7 +125,18 @@ def test_decode_reads_weights_kv_and_state(cards, profiles):
         assert d.ceiling.value == pytest.approx(hw.bandwidth / expected)
         assert d.tokens_per_s.value == pytest.approx(d.ceiling.value * hw.decode_efficiency)
         assert decode(card, hw, 250).tokens_per_s.value < d.tokens_per_s.value
-        assert d.slow_share.value == 0
+        assert d.slow_share.value == 0 and d.band is None
+
+
+def test_decode_on_a_profile_with_a_backend_is_the_fitted_model_with_its_band(cards, profiles):
+    hw = profiles["rtx-4090"]
+    for name, card in cards.items():
+        d = decode(card, hw, 200, "f16")
+        rate, band = fitted.decode_rate(card_shape(card), hw, 200)
+        assert d.tokens_per_s.value == pytest.approx(rate), name
+        assert d.band == band and band.family == "CUDA" and band.runs >= 8 and band.fraction > 0
+        assert d.tokens_per_s.value < d.ceiling.value
+        assert decode(card, hw, 20000).tokens_per_s.value < d.tokens_per_s.value  # attention grows with depth
 
 
 def test_moe_decode_reads_only_the_routed_experts(cards):
@@ -134,7 +147,7 @@ def test_moe_decode_reads_only_the_routed_experts(cards):
 
 
 def test_prefill_flops_time_and_roofline(cards, profiles):
-    for hw in (profiles["laptop-860m"], profiles["cpu-here"]):
+    for hw in (profiles["cpu-here"],):
         for name, card in cards.items():
             p = prefill(card, hw, 200)
             assert p.flops_per_token.value > 2 * card.n_params_active, name
@@ -143,6 +156,17 @@ def test_prefill_flops_time_and_roofline(cards, profiles):
             assert p.seconds.value >= p.flops_per_token.value * 200 / hw.compute * (1 - 1e-9)
             assert p.seconds.value >= card.bytes_per_token / (hw.bandwidth * hw.decode_efficiency)
             assert prefill(card, hw, 400).seconds.value > p.seconds.value
+
+
+def test_prefill_on_a_profile_with_a_backend_is_fitted_and_banded(cards, profiles):
+    hw = profiles["laptop-860m"]
+    for name, card in cards.items():
+        p = prefill(card, hw, 200)
+        seconds, band = fitted.prefill_seconds(card_shape(card), hw, 200, 512)
+        assert p.seconds.value == pytest.approx(seconds), name
+        assert p.seconds.value == pytest.approx(200 / p.tokens_per_s.value)
+        assert p.band == band and band.family == "ROCm/Vulkan" and band.machine_runs == 2
+        assert prefill(card, hw, 2000).seconds.value > p.seconds.value
 
 
 def test_attention_flops_grow_with_the_prompt(cards, profiles):
@@ -253,12 +277,16 @@ def test_offloaded_decode_pays_for_the_slow_part(profiles):
     fast = decode(card, hw, 4096)
     assert 0 < slow.slow_share.value < 1
     assert slow.tokens_per_s.value < fast.tokens_per_s.value
-    fast_bytes, slow_bytes = (dict(slow.tokens_per_s.inputs)[k].value for k in ("fast_bytes", "slow_bytes"))
+    roofline = dict(slow.tokens_per_s.inputs)["roofline_with_offload"]
+    fast_bytes, slow_bytes = (dict(roofline.inputs)[k].value for k in ("fast_bytes", "slow_bytes"))
     assert fast_bytes + slow_bytes == pytest.approx(slow.bytes_per_token.value)
     host = hw.host
     expected = 1 / (fast_bytes / (hw.bandwidth * hw.decode_efficiency)
                     + slow_bytes / (host.bandwidth * host.decode_efficiency))
-    assert slow.tokens_per_s.value == pytest.approx(expected)
+    assert roofline.value == pytest.approx(expected)
+    # the fitted speed, slowed as much as the roofline slows with the offload
+    all_fast = 1 / (slow.bytes_per_token.value / (hw.bandwidth * hw.decode_efficiency))
+    assert slow.tokens_per_s.value == pytest.approx(fast.tokens_per_s.value * expected / all_fast)
 
 
 def test_dense_model_offloads_whole_layers(profiles):

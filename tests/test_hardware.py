@@ -103,6 +103,8 @@ def test_hardware_file_may_be_a_list_and_name_a_bundled_host(tmp_path):
         ({"name": ""}, "name"),
         ({"compute_tflops": True}, "compute_tflops"),
         ({"id": "Bad Id!"}, "id"),
+        ({"backend": "OpenCL"}, "backend"),
+        ({"machine": 7}, "machine"),
     ],
 )
 def test_malformed_profile_is_one_clear_line(tmp_path, change, field):

@@ -52,6 +52,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--images", metavar="N[xWxH]",
                    help="add N images (default 1024x768 each) to the prompt, counted by --mmproj's projector")
     p.add_argument("--mmproj", metavar="F", help="the model's multimodal projector file (mmproj-*.gguf)")
+    p.add_argument("--evidence", action="store_true",
+                   help="list the measured runs nearest to this request behind each profile's fitted figures, "
+                   "with their sources")
     p.add_argument("--measure", action="store_true",
                    help="also run the request here and show what it measured beside each estimate")
     add_engine_argument(p)
@@ -77,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     measured = _measure(args, card, prompt, output) if args.measure else None
     if args.json:
         records = [dict(as_json(path, card, e), images=images) for e in results]
+        if args.evidence:
+            for record, e in zip(records, results):
+                record["evidence"] = [_run_json(r) for r in evidence_runs(card, e)]
         if measured is not None:
             from walkthrough.engine.measured import compare
 
@@ -88,8 +94,31 @@ def run(args: argparse.Namespace) -> int:
     if images is not None:
         print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
               f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
-    print_tables(path, card, results, measured)
+    print_tables(path, card, results, measured, evidence=args.evidence)
     return 0
+
+
+def evidence_runs(card: Any, e: Any, k: int = 5) -> list[Any]:
+    """The measured runs nearest to this request on the estimate's profile (its family's corpus runs)."""
+    from walkthrough.engine import fitted
+    from walkthrough.engine.costs import card_shape
+
+    return fitted.evidence(card_shape(card, e.cache_type), e.hardware, k) if e.fits else []
+
+
+def _run_json(r: Any) -> dict[str, Any]:
+    return {"machine": r.machine.id, "backend": r.backend, "model": r.model.id, "quant": r.quant,
+            "test": r.test, "n": r.n, "depth": r.depth, "tokens_per_s": r.tokens_per_s,
+            "bytes_per_token": r.bytes_per_token, "source": r.source, "date": r.date}
+
+
+def _band_json(band: Any, e: Any) -> dict[str, Any]:
+    from walkthrough.engine.costs import no_band_reason
+
+    if band is None:
+        return {"fraction": None, "text": no_band_reason(e)}
+    return {"fraction": band.fraction, "family": band.family, "runs": band.runs, "machines": band.machines,
+            "machine_runs": band.machine_runs, "text": band.describe()}
 
 
 def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
@@ -172,6 +201,8 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
         "decode_tokens_per_s_ceiling": e.decode.ceiling.value if e.fits else None,
         "decode_tokens_per_s": e.decode.tokens_per_s.value if e.fits else None,
         "decode_slow_share": e.decode.slow_share.value if e.fits else None,
+        "decode_band": _band_json(e.decode.band, e) if e.fits else None,
+        "prefill_band": _band_json(e.prefill.band, e) if e.fits else None,
         "prefill_tokens_per_s": e.prefill.tokens_per_s.value if e.fits else None,
         "prefill_bound": e.prefill.bound if e.fits else None,
         "ttft_s": e.prefill.seconds.value if e.fits else None,
@@ -198,7 +229,7 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
 # --- the tables ------------------------------------------------------------------------------
 
 
-def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None) -> None:
+def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None, evidence: bool = False) -> None:
     """One Rich table per profile; file and profile text is shown literally (never as markup)."""
     from rich.console import Console
     from rich.table import Table
@@ -221,8 +252,26 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
         console.print(table)
         if measured is not None:
             _print_measured(console, e, measured)
-        if hw.compute_basis == "peak":
+        if hw.compute_basis == "peak" and e.fits and e.prefill.band is None:
             console.print(Text("  compute is a peak figure: prefill times are a lower bound", style="dim"))
+        if evidence:
+            _print_evidence(console, card, e)
+
+
+def _print_evidence(console: Any, card: Any, e: Any) -> None:
+    from rich.text import Text
+
+    runs = evidence_runs(card, e)
+    if not runs:
+        console.print(Text("  no measured runs behind this profile's figures (no backend family, or it does not fit)",
+                           style="dim"))
+        return
+    console.print(Text(f"  nearest measured runs ({runs[0].family}):"))
+    for r in runs:
+        depth = f" @ depth {r.depth:,}" if r.depth else ""
+        console.print(Text(f"    {r.machine.id}, {r.model.id} {r.quant}, {r.test} {r.n}{depth}: "
+                           f"{r.tokens_per_s:,.1f} tokens/s ({r.bytes_per_token / 1e9:.2f} GB read per token)"))
+        console.print(Text(f"      {r.source}, {r.date}", style="dim"))
 
 
 def _print_measured(console: Any, e: Any, measured: Any) -> None:

@@ -6,8 +6,12 @@ hardware profile (`walkthrough.engine.hardware.Profile`). Every result is a
 went in, so the app and `walkthrough estimate` can show why, not just what.
 Bytes are decimal (1 GB = 1e9 bytes), as in the worked examples below.
 
-The model (a roofline, max(bytes / bandwidth, FLOPs / compute)); the memory
-budget and offload plan are in `walkthrough.engine.budget`:
+The realistic decode and prefill figures come from the timing model fitted on
+measured runs (`walkthrough.engine.timing`, via `walkthrough.engine.fitted`) when
+the profile names its backend family, each with its error band; otherwise, and for
+the ceilings, offload and several users, the roofline below (max(bytes /
+bandwidth, FLOPs / compute)). The memory budget and offload plan are in
+`walkthrough.engine.budget`:
 - Decode: bytes read per token = the card's weights read per token (only the
   routed experts used) + the whole KV cache at the current context + the
   recurrent state read and written. Ceiling = bandwidth / bytes; realistic
@@ -32,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from walkthrough.engine import sram
+from walkthrough.engine import fitted, sram, timing
 from walkthrough.engine.budget import (
     MICRO_BATCH,
     NO_FIT,
@@ -49,12 +53,18 @@ from walkthrough.engine.budget import (
     state_bytes,
 )
 from walkthrough.engine.figure import Figure, derived, given
+from walkthrough.engine.fitted import Band
 from walkthrough.engine.hardware import Profile
 from walkthrough.inspect.card import ModelCard
 from walkthrough.units import fmt
 from walkthrough.words import count
 
 SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
+USERS_SCALED = "roofline per-user speed x (fitted single-user speed / roofline single-user speed)"
+FITTED_DECODE = ("timing model fitted on measured runs: weights / (eff x bw) + per-layer + per-expert-call costs "
+                 "+ KV cache at context / bw")
+FITTED_PREFILL = ("timing model fitted on measured runs: matmul and attention FLOPs / (eff x compute) + "
+                  "per-micro-batch layer, expert and weight-read costs")
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
 MAX_USERS_SHOWN = 1 << 12
 
@@ -128,6 +138,24 @@ def experts_touched(card: ModelCard, tokens: int) -> float:
     return 1.0 - (1.0 - min(card.n_experts_used or 0, card.n_experts) / card.n_experts) ** tokens
 
 
+def card_shape(card: ModelCard, cache_type: str = "f16") -> timing.Shape:
+    """The card in the timing model's terms (what a token reads and computes)."""
+    trunk = [layer for layer in card.layers if not layer.mtp]
+    n_moe = sum(1 for layer in trunk if layer.ffn == "moe")
+    float_bytes = sum(card.bytes_by_type.get(t, 0) for t in timing.FLOAT_QUANTS)
+    return timing.Shape(
+        weight_bytes=card.bytes_per_token,
+        batch_bytes=_batch_reads(card, MICRO_BATCH, Placement())[0],
+        layers=len(trunk),
+        expert_calls=n_moe * ((card.n_experts_used or 0) + card.n_shared_experts),
+        experts=n_moe * (card.n_experts + card.n_shared_experts),
+        kv_bytes_per_position=card.kv_bytes(1, cache_type) or 0,
+        attn_flops_per_pair=_attention_flops(card, 1),
+        params_active=card.n_params_active,
+        float_weights=float_bytes > sum(card.bytes_by_type.values()) / 2,
+    )
+
+
 # --- decode ----------------------------------------------------------------------------------
 
 
@@ -135,8 +163,9 @@ def experts_touched(card: ModelCard, tokens: int) -> float:
 class Decode:
     bytes_per_token: Figure  # everything read to produce one token
     ceiling: Figure  # tokens/s at full bandwidth
-    tokens_per_s: Figure  # tokens/s at the profile's decode efficiency
+    tokens_per_s: Figure  # tokens/s from the fitted timing model (else at the profile's decode efficiency)
     slow_share: Figure  # share of the time spent reading from host RAM (0 without offload)
+    band: Band | None = None  # how far tokens_per_s may be off; None: the roofline alone, no band
 
 
 def _split_reads(card: ModelCard, context: int, cache_type: str, placement: Placement) -> tuple[Figure, float]:
@@ -171,6 +200,10 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
     fast = total.value - slow
     if not slow:
         ceiling = decode_ceiling(total, bw)
+        fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
+        if fit is not None:
+            real = derived(fit[0], "tokens/s", FITTED_DECODE, ceiling=ceiling)
+            return Decode(total, ceiling, real, given(0.0, "", "no offload"), fit[1])
         real = derived(ceiling.value * eff.value, "tokens/s", "ceiling x decode efficiency",
                        ceiling=ceiling, efficiency=eff)
         return Decode(total, ceiling, real, given(0.0, "", "no offload"))
@@ -185,6 +218,12 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
                    "1 / (fast bytes / (fast bw x eff) + slow bytes / (slow bw x host eff))",
                    efficiency=eff, host_efficiency=given(host.decode_efficiency, "", f"host {host.id}"), **parts)
     share = derived(r_slow / (r_fast + r_slow), "", "time reading system RAM / time per token")
+    fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
+    if fit is not None:  # the fitted speed in fast memory, slowed as much as the roofline slows with this offload
+        r_all, _ = _seconds(total.value, 0.0, hw, efficient=True)
+        real = derived(fit[0] * r_all / (r_fast + r_slow), "tokens/s",
+                       "fitted speed x (roofline time in fast memory / roofline time with this offload)",
+                       roofline_with_offload=real)
     return Decode(total, ceiling, real, share)
 
 
@@ -197,6 +236,7 @@ class Prefill:
     tokens_per_s: Figure
     seconds: Figure  # time to first token
     bound: str  # "compute" or "memory": which side of the roofline set most of the time
+    band: Band | None = None  # how far the fitted figures may be off; None: the roofline alone
 
 
 def _batch_reads(card: ModelCard, tokens: int, placement: Placement) -> tuple[float, float]:
@@ -239,8 +279,21 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
                    "max(weights read / (bw x eff), FLOPs / compute)",
                    flops_per_token=per_token, compute=compute,
                    bandwidth=given(hw.bandwidth_gbs * 1e9, "B/s", hw.sources.get("bandwidth_gbs", hw.origin)))
+    bound = "compute" if compute_time >= memory_time else "memory"
+    fit = None if slow_any(card, placement) else fitted.prefill_seconds(card_shape(card), hw, prompt_tokens,
+                                                                         micro_batch)
+    if fit is not None:
+        rate = derived(prompt_tokens / fit[0], "tokens/s", FITTED_PREFILL, flops_per_token=per_token,
+                       compute=compute)
+        ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
+        return Prefill(per_token, rate, ttft, bound, fit[1])
     ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
-    return Prefill(per_token, rate, ttft, "compute" if compute_time >= memory_time else "memory")
+    return Prefill(per_token, rate, ttft, bound)
+
+
+def slow_any(card: ModelCard, placement: Placement) -> bool:
+    """Whether anything of one micro-batch is read from host RAM (offload: the fitted model does not cover it)."""
+    return bool(_batch_reads(card, MICRO_BATCH, placement)[1])
 
 
 # --- several users ---------------------------------------------------------------------------
@@ -294,7 +347,21 @@ def users_table(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
         n *= 2
     if also not in rows:
         rows[also] = users_row(card, hw, also, context, cache_type, placement, fit)
-    return [rows[k] for k in sorted(rows)], max_users(card, hw, context, cache_type)
+    out = [rows[k] for k in sorted(rows)]
+    if fitted.family(hw):
+        one = rows.get(1) or users_row(card, hw, 1, context, cache_type, placement, fit)
+        single = decode(card, hw, context, cache_type, placement).tokens_per_s
+        out = [_scaled(r, single, one.per_user) for r in out]
+    return out, max_users(card, hw, context, cache_type)
+
+
+def _scaled(row: UsersRow, single: Figure, roofline_single: Figure) -> UsersRow:
+    """A roofline users row brought to the fitted single-user speed (same ratio for every row)."""
+    k = single.value / roofline_single.value
+    per_user = derived(row.per_user.value * k, "tokens/s", USERS_SCALED, roofline=row.per_user,
+                       fitted_single_user=single, roofline_single_user=roofline_single)
+    total = derived(row.users * per_user.value, "tokens/s", "users x per-user tokens/s", per_user=per_user)
+    return UsersRow(row.users, per_user, total, row.limit)
 
 
 # --- the whole request -----------------------------------------------------------------------
@@ -370,6 +437,25 @@ def _why(fig: Figure) -> str:
     return f"{fig.formula} ({values})" if values else fig.formula or fig.source
 
 
+def no_band_reason(e: Estimate) -> str:
+    """Why an estimate's speeds carry no error band (the roofline alone)."""
+    if e.chips is not None:
+        return "no band: an SRAM machine, modelled as a pipeline of chips (roofline)"
+    if e.memory.placement.describe() and e.decode is not None and e.decode.slow_share.value:
+        return "no band: part of the model is read from system RAM, which the fitted model does not cover (roofline)"
+    if not fitted.family(e.hardware):
+        return "no band: the profile names no backend family, so its typed decode efficiency is used (roofline)"
+    return "no band: the profile's family has no measured runs of this phase (roofline)"
+
+
+def banded(fig: Figure, band: Band | None, e: Estimate) -> tuple[str, str]:
+    """A figure's value with its band ('11.7 tokens/s, ±20%') and why (the band's runs, then the formula)."""
+    if band is None:
+        return _show(fig), f"{no_band_reason(e)}; {_why(fig)}"
+    value = _show(fig) if band.fraction is None else f"{_show(fig)}, ±{band.fraction * 100:.0f}%"
+    return value, f"{band.describe()}; {_why(fig)}"
+
+
 def rows(e: Estimate) -> list[Row]:
     """An estimate's figures as labelled rows: memory and verdict, then (if it fits) decode, prefill, users."""
     m = e.memory
@@ -388,17 +474,27 @@ def rows(e: Estimate) -> list[Row]:
     out += [
         Row("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
         Row("decode ceiling", _show(d.ceiling), (SRAM_PIPELINE if e.chips is not None else "") + _why(d.ceiling)),
-        Row("decode", _show(d.tokens_per_s), _why(d.tokens_per_s)),
+        Row("decode", *banded(d.tokens_per_s, d.band, e)),
     ]
     if d.slow_share.value:
         out.append(Row("time in system RAM", _show(d.slow_share), d.slow_share.formula))
     out += [
-        Row("prefill", _show(p.tokens_per_s), f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token"),
-        Row(f"first token ({e.prompt_tokens} prompt)", _show(p.seconds), _why(p.seconds)),
-        Row(f"answer ({count(e.output_tokens, 'token')})", _show(e.answer), _why(e.answer)),
+        Row("prefill", banded(p.tokens_per_s, p.band, e)[0],
+            f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token; " + banded(p.tokens_per_s, p.band, e)[1]),
+        Row(f"first token ({e.prompt_tokens} prompt)", *banded(p.seconds, p.band, e)),
+        Row(f"answer ({count(e.output_tokens, 'token')})", _show(e.answer),
+            "within the first-token and decode bands; " + _why(e.answer)),
     ]
+    fit = int(e.max_users.value)
     for r in e.users_rows:
-        out.append(Row(f"{count(r.users, 'user')}, {e.context} tokens each",
-                       f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound"))
+        label = f"{count(r.users, 'user')}, {e.context} tokens each"
+        if r.limit == "memory":
+            out.append(Row(label, f"does not fit ({count(fit, 'user')} fit)",
+                           "their KV caches exceed the memory left after the weights"))
+            continue
+        how = ("the fitted single-user speed, shared as the roofline shares it" if r.per_user.formula == USERS_SCALED
+               else "roofline at the profile's decode efficiency")
+        out.append(Row(label, f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound ({how}; "
+                       "no band of its own)"))
     out.append(Row("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
     return out

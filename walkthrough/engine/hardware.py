@@ -5,7 +5,9 @@ its source. Users add or override profiles (same format, matched by `id`) in
 `$XDG_CONFIG_HOME/walkthrough/hardware.json` (default `~/.config/...`) or in a
 file named with `--hardware-file`. A user profile may leave out `sources`; every
 other field is checked, and a malformed file raises a `HardwareFileError` naming
-the file, the profile and the field.
+the file, the profile and the field. `backend` (CUDA, Metal, ROCm/Vulkan or CPU)
+lets the timing model fitted on measured runs predict for the profile
+(`walkthrough.engine.fitted`); `machine` names the corpus machine it is, if any.
 
 Example of a user file:
     {"profiles": [{"id": "my-box", "name": "My box", "memory_gib": 32,
@@ -24,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from walkthrough.engine.corpus import FAMILIES
 from walkthrough.errors import WalkthroughError
 
 GIB = 1 << 30
@@ -54,6 +57,8 @@ class Profile:
     host: Profile | None = None  # where offloaded layers/experts live (discrete GPUs)
     sources: dict[str, str] = field(default_factory=dict)
     origin: str = "bundled"  # "bundled" or the user file it came from
+    backend: str = ""  # backend family for the fitted timing model ("" : none, the roofline alone)
+    machine: str = ""  # the corpus machine this profile is (its measured runs scale the fit)
 
     @property
     def memory_bytes(self) -> int:
@@ -157,6 +162,10 @@ def _check_entry(entry: Any, where: str, *, bundled: bool) -> None:
         fail("compute_basis", f"must be one of {', '.join(COMPUTE_BASES)}")
     if not isinstance(entry.get("compute_precision", ""), str):
         fail("compute_precision", "must be a string")
+    if entry.get("backend", "") not in ("", *FAMILIES):
+        fail("backend", f"must be one of {', '.join(FAMILIES)} (or left out)")
+    if not isinstance(entry.get("machine", ""), str):
+        fail("machine", "must be the id of a machine of the measured-runs corpus, or left out")
     host = entry.get("host")
     if host is not None and not isinstance(host, str):
         fail("host", "must be the id of another profile or null")
@@ -202,6 +211,8 @@ def _profile(entry: dict[str, Any], origin: str, host: Profile | None) -> Profil
         host=host,
         sources=dict(entry.get("sources", {})),
         origin=origin,
+        backend=entry.get("backend", ""),
+        machine=entry.get("machine", ""),
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from walkthrough.engine.budget import NO_FIT
+from walkthrough.engine.costs import Estimate, no_band_reason
 from walkthrough.engine.hardware import Profile
 from walkthrough.engine.request_size import RequestSize, estimate_for
 from walkthrough.inspect.card import ModelCard
@@ -32,6 +33,8 @@ class MachineRow:
     realistic: float | None  # at the profile's decode efficiency
     first_token: float | None  # seconds
     chips: int | None  # SRAM profiles: chips the request needs
+    band: float | None = None  # the decode figure's band (+/- fraction); None: no band
+    band_text: str = ""  # where the band comes from, or why there is none
 
 
 def machine_rows(card: ModelCard, profiles: Iterable[Profile], size: RequestSize) -> list[MachineRow]:
@@ -47,8 +50,17 @@ def machine_rows(card: ModelCard, profiles: Iterable[Profile], size: RequestSize
         out.append(MachineRow(
             hw.id, e.hardware.name, m.usable.value, e.hardware.bandwidth, m.verdict, where,
             e.decode.ceiling.value if e.decode else None, e.decode.tokens_per_s.value if e.decode else None,
-            e.prefill.seconds.value if e.prefill else None, int(e.chips.value) if e.chips is not None else None))
+            e.prefill.seconds.value if e.prefill else None, int(e.chips.value) if e.chips is not None else None,
+            *_band(e)))
     return out
+
+
+def _band(e: Estimate) -> tuple[float | None, str]:
+    if e.decode is None:
+        return None, "does not fit"
+    if e.decode.band is None:
+        return None, no_band_reason(e)
+    return e.decode.band.fraction, e.decode.band.describe()
 
 
 def sort_rows(rows: list[MachineRow], key: str) -> list[MachineRow]:

@@ -23,7 +23,7 @@ from walkthrough.words import count
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
 Y_TICKS = 5
-RACE_LABEL = 27  # columns of a lane's name and rate
+RACE_LABEL = 33  # columns of a lane's name, rate and band
 FAR = 4  # a flat line this many times above the other curves is written, not drawn
 FIT_WORD = {FITS: "yes", OFFLOAD: "offload", NO_FIT: "no"}
 
@@ -101,11 +101,13 @@ def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
     for name in ("memory", "GB/s", "fits", "ceiling", "decode", "1st token"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
-        speed = (f"{r.ceiling:.3g}", f"{r.realistic:.3g}", fmt(r.first_token, "s")) \
+        band = f"±{r.band * 100:.0f}%" if r.band is not None else "±?"
+        speed = (f"{r.ceiling:.3g}", f"{r.realistic:.3g}{band}", fmt(r.first_token, "s")) \
             if r.realistic is not None else ("-", "-", "-")
         name = safe_text(r.id) + (Text(f" x{r.chips:,}", style="dim") if r.chips else Text(""))
         table.add_row(name, fmt(r.memory_bytes, "B"), f"{r.bandwidth / 1e9:,.0f}", FIT_WORD[r.verdict], *speed)
-    table.caption = "ceiling and decode in tokens/s (mid-answer); x N: SRAM chips the request needs"
+    table.caption = ("ceiling and decode in tokens/s (mid-answer); ±: decode's band, the fitted model's error on "
+                     "machines left out (±?: roofline only, no band); x N: SRAM chips the request needs")
     table.caption_justify = "left"
     return table
 
@@ -120,7 +122,8 @@ def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Te
         written = "".join(pieces[:n]).replace("\n", " ")
         end = f" done {fmt(finish_time(lane, len(pieces)), 's')}" if n == len(pieces) else ""
         room = max(width - RACE_LABEL - len(end) - 3, 8)
-        out.append(f"{lane.label[:14]:<14} {lane.tokens_per_s:>9.3g}/s ", style="bold" if n else "dim")
+        band = f"±{lane.band * 100:.0f}%" if lane.band is not None else ""
+        out.append(f"{lane.label[:14]:<14} {lane.tokens_per_s:>9.3g}/s {band:>5} ", style="bold" if n else "dim")
         out.append_text(safe_text(written[-room:]))
         out.append(end + "\n", style="dim")
     return out
