@@ -283,8 +283,11 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
     fit = None if slow_any(card, placement) else fitted.prefill_seconds(card_shape(card), hw, prompt_tokens,
                                                                          micro_batch)
     if fit is not None:
+        spec = fitted.hardware(hw)
+        where = f"corpus machine {hw.machine}" if hw.machine else f"profile {hw.id}"
+        peak = given(spec.compute or 0.0, "FLOP/s", f"spec peak at the backend's precision ({where})")
         rate = derived(prompt_tokens / fit[0], "tokens/s", FITTED_PREFILL, flops_per_token=per_token,
-                       compute=compute)
+                       spec_compute=peak)
         ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
         return Prefill(per_token, rate, ttft, bound, fit[1])
     ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
