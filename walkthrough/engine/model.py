@@ -84,6 +84,7 @@ class Model:
         check_small_tensors(f, self.weights, self.config.n_embd)  # NaN/Inf norm weights refused before a pass
         self.tied_output = not self.weights.has(OUTPUT)
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
+        # (two threads filling it at once write the same value under a key: one dict store each, no lock needed)
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kwargs) -> Model:

@@ -15,6 +15,10 @@ Matrices of the types `quantdot` multiplies as llama.cpp does (Q8_0, Q4_0,
 Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can instead be fetched `packed`: their
 integer codes and block scales, cached the same way, never dequantized.
 
+The cache is safe when two threads reach it: its order, evictions and byte
+counters change under a lock (dequantizing runs outside it; two threads that
+miss the same tensor at once both dequantize it, and the cache keeps one).
+
 Every type `gguf.quants` can dequantize works (F32, F16, BF16, Q4_0, Q4_1,
 Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
 `WalkthroughError` naming the tensor.
@@ -22,6 +26,7 @@ Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -76,6 +81,17 @@ class Weights:
         self._cache: OrderedDict[object, np.ndarray | quantdot.Packed] = OrderedDict()
         self._cached_bytes = 0
         self.dequantized_bytes = 0  # bytes of float32 (or packed) weights produced so far (a measure of work)
+        self._lock = threading.Lock()  # guards the cache's order and the two counters
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes the cache holds now (at most `max_cache_bytes`)."""
+        return self._cached_bytes
+
+    def cached(self) -> dict[object, np.ndarray | quantdot.Packed]:
+        """What the cache holds now, least recently used first (a copy)."""
+        with self._lock:
+            return dict(self._cache)
 
     def has(self, name: str) -> bool:
         return name in self.file.tensors
@@ -85,22 +101,29 @@ class Weights:
 
     # ---- cache -------------------------------------------------------------------
     def _cached(self, key: object):
-        value = self._cache.get(key)
-        if value is not None:
-            self._cache.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._cache.get(key)
+            if value is not None:
+                self._cache.move_to_end(key)
+            return value
 
     def _remember(self, key: object, value):
-        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the bounded cache."""
-        self.dequantized_bytes += value.nbytes
-        if value.nbytes > self.max_cache_bytes:
+        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the bounded cache; returns
+        the value cached under `key` (another thread's, when it cached the same tensor first)."""
+        with self._lock:
+            self.dequantized_bytes += value.nbytes
+            if value.nbytes > self.max_cache_bytes:
+                return value
+            held = self._cache.get(key)
+            if held is not None:
+                self._cache.move_to_end(key)
+                return held
+            self._cache[key] = value
+            self._cached_bytes += value.nbytes
+            while self._cached_bytes > self.max_cache_bytes:
+                _, old = self._cache.popitem(last=False)
+                self._cached_bytes -= old.nbytes
             return value
-        self._cache[key] = value
-        self._cached_bytes += value.nbytes
-        while self._cached_bytes > self.max_cache_bytes:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old.nbytes
-        return value
 
     # ---- access ------------------------------------------------------------------
     def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
