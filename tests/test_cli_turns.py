@@ -5,13 +5,24 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from conftest import FIXTURES_DIR
+from gguf.constants import GGUFValueType
+from gguf_builder import rewrite_gguf
 
 from walkthrough.cli import main
 
 REFERENCE = FIXTURES_DIR / "reference"
 HYBRID = REFERENCE / "ref-qwen35moe-f32.gguf"
 DENSE_MOE = REFERENCE / "ref-qwen2moe-f32.gguf"
+
+
+@pytest.fixture(scope="module")
+def four_calls_model(tmp_path_factory) -> str:
+    """The dense MoE reference with a 2,048-token context: the four calls' requests (about 900 tokens with
+    their system prompt) are longer than its declared 256, which trace refuses."""
+    path = tmp_path_factory.mktemp("context") / "ref-qwen2moe-2048.gguf"
+    return str(rewrite_gguf(DENSE_MOE, path, {"qwen2moe.context_length": (GGUFValueType.UINT32, 2048)}))
 
 
 def _records(capsys, *args: str) -> list[dict]:
@@ -63,8 +74,8 @@ def test_an_answer_that_does_not_come_back_as_the_same_tokens_is_explained(capsy
         assert second["reuse"]["checkpoint"] == second["reuse"]["reused"] <= second["reuse"]["differs_at"]
 
 
-def test_the_four_calls_say_what_each_reused_and_why(capsys):
-    records = _records(capsys, str(DENSE_MOE), "--prompt", "abc abc", "--four-calls", "--steps", "1")
+def test_the_four_calls_say_what_each_reused_and_why(capsys, four_calls_model):
+    records = _records(capsys, four_calls_model, "--prompt", "abc abc", "--four-calls", "--steps", "1")
     turns = [r for r in records if "turn" in r and "phase" not in r]
     assert [t["turn"] for t in turns] == ["request", "follow-up", "edit", "new chat"]
     assert [t["reuse"]["stop"] for t in turns] == ["empty", "held", "differs", "differs"]
@@ -79,8 +90,8 @@ def test_the_four_calls_say_what_each_reused_and_why(capsys):
     assert summary["computed"] == sum(t["cost"]["computed"] for t in turns)
 
 
-def test_measure_adds_without_reuse_and_cold_and_warm_starts(capsys):
-    records = _records(capsys, str(DENSE_MOE), "--prompt", "abc", "--four-calls", "--steps", "2", "--measure")
+def test_measure_adds_without_reuse_and_cold_and_warm_starts(capsys, four_calls_model):
+    records = _records(capsys, four_calls_model, "--prompt", "abc", "--four-calls", "--steps", "2", "--measure")
     turns = [r for r in records if "turn" in r and "phase" not in r]
     for t in turns:  # the same request from an empty cache computes every prompt token
         assert t["without_reuse"]["computed"] == t["prompt_tokens"]

@@ -49,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from walkthrough.engine.context_fit import check_fits
     from walkthrough.engine.costs import estimate
     from walkthrough.engine.engines import load_model
     from walkthrough.engine.hardware import load_profiles, pick
@@ -61,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     hw = pick(load_profiles(args.hardware_file), args.hardware)[0]
     f = open_model(args.model, runs="bench")
     card = build_card(f)
+    check_fits(card.context_length, args.prompt_tokens, args.output_tokens, "--output-tokens",
+               "lower --prompt-tokens")
     began = time.perf_counter()
     model = load_model(args.engine, f, card)
     load_seconds = time.perf_counter() - began

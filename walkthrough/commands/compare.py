@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.commands.common import open_model
     from walkthrough.commands.trace import prompt_ids, token_pieces, tokenizer
     from walkthrough.engine.compare import compare_models
+    from walkthrough.engine.context_fit import check_fits
     from walkthrough.engine.model import Model
     from walkthrough.errors import WalkthroughError
     from walkthrough.inspect.locate import DEFAULT_REQUEST
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         args.messages = str(DEFAULT_REQUEST)
     ids = prompt_ids(fa, tok, args)
     a.check_ids(ids)
+    check_fits(a.card.context_length, len(ids), args.steps, "--steps")
     result = compare_models(a, b, ids, args.steps)
     record = comparison_json(result, str(fa.path), str(fb.path), token_pieces(fa, tok))
     if args.json:

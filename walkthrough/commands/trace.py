@@ -113,6 +113,7 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool, default
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the model, build the prompt ids, run the request, print each pass as it ends."""
+    from walkthrough.engine.context_fit import check_fits
     from walkthrough.engine.engines import load_model, new_session
     from walkthrough.engine.sampler import Sampler, SamplerSettings
     from walkthrough.errors import WalkthroughError
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             raise WalkthroughError("--four-calls plays turns; speculative decoding (--speculate) runs one request")
         ids = prompt_ids(f, tok, args)  # every message rendered as one request
         model.check_ids(ids)
+        check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         passes = _speculative_passes(model, ids, Sampler(settings), args, speculate)
         _print(passes(), model, piece, as_json=as_json, logits=args.logits)
         return 0
@@ -148,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
         ids = prompt_ids(f, tok, args)
         model.check_ids(ids)
+        check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps,
                               measure_surprisal=as_json)
 

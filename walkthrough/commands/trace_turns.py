@@ -14,6 +14,7 @@ from typing import Any
 
 from walkthrough.commands.common import warn
 from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
+from walkthrough.engine.context_fit import check_fits
 from walkthrough.engine.engines import new_session
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import SamplerSettings
@@ -43,6 +44,7 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
         if not chat.ids:
             raise WalkthroughError("the rendered prompt has no tokens")
         model.check_ids(chat.ids)
+        check_fits(model.card.context_length, len(chat.ids), args.steps, "--steps")  # turns grow the prompt
         if several and not as_json:
             print(f"== {label}: {count(len(request), 'message')}, {count(len(chat.ids), 'prompt token')}")
         steps = talk.ask(request, label)

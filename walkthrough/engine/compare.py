@@ -29,6 +29,7 @@ import numpy as np
 
 from walkthrough.engine import surprisal as sp
 from walkthrough.engine.model import Model
+from walkthrough.engine.numeric_checks import InvalidNumbers, check_logits
 from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.session import Session
 from walkthrough.errors import WalkthroughError
@@ -96,20 +97,33 @@ def check_same_vocabulary(a: Model, b: Model) -> None:
 
 
 def all_logits(model: Model, ids: list[int]) -> np.ndarray:
-    """[n, V] float32 logits at every position of `ids`, one prefill pass (F16 KV cache, as llama.cpp)."""
+    """[n, V] float32 logits at every position of `ids`, one prefill pass (F16 KV cache, as llama.cpp).
+
+    Raises:
+        InvalidNumbers: a logit is NaN or infinite (the file's weights are broken): no measure of it means
+            anything, and A's greedy run refuses the same in its sampler.
+    """
     step = next(Session(model).prefill(ids, all_logits=True))
+    check_logits(step.all_logits, model.file.path.name)
     return step.all_logits
 
 
 def greedy_answer(model: Model, prompt: list[int], max_tokens: int) -> list[int]:
-    """The model's greedy continuation of `prompt` (up to max_tokens, ending at an end-of-turn token)."""
+    """The model's greedy continuation of `prompt` (up to max_tokens, ending at an end-of-turn token).
+
+    Raises:
+        InvalidNumbers: the sampler met NaN or infinite logits; the line names the file.
+    """
     session, sampler = Session(model), Sampler.greedy()
     last = None
-    for last in session.prefill(prompt, sampler=sampler):
-        pass
-    answer = [last.chosen]
-    if not last.stopped:
-        answer += [step.chosen for step in session.decode(sampler, max_tokens - 1)]
+    try:
+        for last in session.prefill(prompt, sampler=sampler):
+            pass
+        answer = [last.chosen]
+        if not last.stopped:
+            answer += [step.chosen for step in session.decode(sampler, max_tokens - 1)]
+    except InvalidNumbers as exc:
+        raise InvalidNumbers(f"{model.file.path.name}, answering greedily: {exc}") from None
     return answer[:max_tokens]
 
 

@@ -26,7 +26,9 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.block_fields import Decoded, decode
 from walkthrough.inspect.block_layout import LAYOUTS, BitsPerWeight, bits_per_weight, field_offsets
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
+from walkthrough.textsafe import visible
 
+MAX_INDEX_DIGITS = 20  # a block index has at most as many digits as 2**64: no file has more blocks
 FLOAT_BLOCK = 32  # values shown as one "block" of a float tensor (the size of Q4_0 / Q8_0 blocks)
 
 
@@ -63,11 +65,22 @@ class Block:
 def parse_block_spec(spec: str) -> tuple[str, int]:
     """"TENSOR[:INDEX]" -> (tensor name, block index); the index defaults to 0.
 
-    Example: "blk.0.attn_q.weight:3" -> ("blk.0.attn_q.weight", 3); "output.weight" -> ("output.weight", 0).
+    Whatever follows the last colon must be a block index: ASCII digits, at most `MAX_INDEX_DIGITS` of
+    them (more than any tensor has blocks; Python refuses to read 4,300 or more).
+
+    Example: "blk.0.attn_q.weight:3" -> ("blk.0.attn_q.weight", 3); "output.weight" -> ("output.weight", 0);
+    "output.weight:-1", "output.weight:x" -> WalkthroughError.
+
+    Raises:
+        WalkthroughError: the index is not a whole number from 0, in one line.
     """
     name, sep, index = spec.rpartition(":")
-    if not sep or not index.strip().lstrip("-").isdigit():
+    if not sep:
         return spec, 0
+    if not (index.isascii() and index.isdigit() and len(index) <= MAX_INDEX_DIGITS):
+        shown = visible(index[:MAX_INDEX_DIGITS]) + ("..." if len(index) > MAX_INDEX_DIGITS else "")
+        raise WalkthroughError(f"--block {visible(name)}:{shown}: the block index must be a whole number from 0 "
+                               f"with at most {MAX_INDEX_DIGITS} digits, e.g. --block {visible(name)}:3")
     return name, int(index)
 
 
