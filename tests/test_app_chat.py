@@ -118,7 +118,7 @@ async def test_t_switches_to_a_named_chat_template(fixtures_dir, tmp_path):
         assert default_ids == chat_tokens(app.state.tokenizer, templates["default"], MESSAGES).ids
         await pilot.press("2", "v")
         await pilot.pause()
-        assert "template default  (1 of 2: default, plain; t switches)" in screen_text(app)
+        assert "template default  (1 of 2: default, plain; t switches, r: plain text)" in screen_text(app)
         await pilot.press("t")
         await settle(pilot)
         assert app.state.template_name == "plain" and app.state.template_source == named

@@ -42,7 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"tokens the answer may have before the run stops it (default {MAX_NEW_TOKENS})")
     parser.add_argument("--template", metavar="F.jinja", help="use this chat template file instead of the model's")
     parser.add_argument("--template-name", metavar="NAME",
-                        help="one of the model's named chat templates (tokenizer.chat_template.NAME)")
+                        help="one of the model's named chat templates (tokenizer.chat_template.NAME), or a "
+                        "built-in one (chatml, gemma, llama3, ...)")
+    parser.add_argument("--raw", action="store_true",
+                        help="plain text, no chat template: the messages' text is the prompt (r on the Chat "
+                        "stage switches); the default for a file without a template")
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--draft", metavar="MODEL",
                         help="a smaller GGUF with the same vocabulary, a drafter on the Speculate stage")
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         draft=draft,
         template=args.template,
-        template_name=args.template_name,
+        template_name=plain_or(args.template_name, args.raw),
         autoplay=args.autoplay,
         exit_at_end=args.exit_at_end,
         screenshots=args.screenshots,
@@ -149,6 +153,13 @@ def _skip_the_last_collection() -> None:
     skip_last_collection()
 
 
+def plain_or(template_name: str | None, raw: bool) -> str | None:
+    """The app's template choice: plain text for --raw (`template.PLAIN`), else --template-name's."""
+    from walkthrough.inspect.template import PLAIN
+
+    return PLAIN if raw else template_name
+
+
 def check_inputs(args: argparse.Namespace) -> Path | None:
     """Every one-line error the app's options can cause, before the screen is taken (or a recording starts).
 
@@ -160,6 +171,8 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
 
     model_path(args.model)  # a missing file is a one-line error before the screen is taken
     draft = model_path(args.draft) if args.draft is not None else None
+    if args.raw and (args.template is not None or args.template_name is not None):
+        raise WalkthroughError("--raw uses no template; drop --template / --template-name")
     if args.template is not None:
         if args.template_name is not None:
             raise WalkthroughError("--template and --template-name both pick a template; give one of them")

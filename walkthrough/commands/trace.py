@@ -28,7 +28,11 @@ those of plain decoding. A summary of the rounds follows the table.
 rendered with the model's chat template (generation prompt added) and tokenized
 as llama.cpp's chat path does, except that text typed in a message never becomes
 special tokens (`walkthrough.inspect.chat`); `--ids` feeds raw token ids and
-skips the template. Sampling defaults to greedy (temperature 0)
+skips the template. `--raw` (and a file without a chat template, with a warning)
+makes the text itself the prompt, tokenized as llama.cpp's completion does: BOS
+first when the file says `add_bos_token`, special-token text read as special
+(`chat.completion_tokens`); `--template-name` picks one of the file's named
+templates or one of llama.cpp's built-in ones (`inspect.builtin_templates`). Sampling defaults to greedy (temperature 0)
 so a trace is reproducible; the other knobs default to llama.cpp's.
 
 Turns: a `--messages` file with several user messages is played as a chat
@@ -109,6 +113,11 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool, default
     source.add_argument("--prompt", metavar="TEXT", help="one user message, rendered with the chat template")
     source.add_argument("--messages", metavar="F.json", help=f"a JSON list of {{role, content}} messages{default}")
     source.add_argument("--ids", metavar="1,2,3", help="raw token ids, comma-separated (no template)")
+    p.add_argument("--raw", action="store_true",
+                   help="plain text, no chat template: the text is the prompt, tokenized as llama.cpp's "
+                   "completion does (BOS as the file says); the default for a file without a template")
+    p.add_argument("--template-name", metavar="NAME",
+                   help="one of the file's named templates, or a built-in one (chatml, gemma, llama3, ...)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,19 +145,22 @@ def run(args: argparse.Namespace) -> int:
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)
+    source = None if args.ids is not None else request_template(f, args)
     if speculate:
         if args.four_calls:
             raise WalkthroughError("--four-calls plays turns; speculative decoding (--speculate) runs one request")
-        ids = prompt_ids(f, tok, args)  # every message rendered as one request
+        ids = prompt_ids(f, tok, args, source)  # every message rendered as one request
         model.check_ids(ids)
         check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         passes = _speculative_passes(model, ids, Sampler(settings), args, speculate)
         _print(passes(), model, piece, as_json=as_json, logits=args.logits)
         return 0
-    if args.ids is not None:
+    if args.ids is not None or source is None:
         if args.four_calls:
-            raise WalkthroughError("--four-calls needs messages (--prompt or --messages), not --ids")
-        ids = prompt_ids(f, tok, args)
+            raise WalkthroughError("--four-calls plays chat turns through a template; give --template-name NAME"
+                                   if source is None and args.ids is None else
+                                   "--four-calls needs messages (--prompt or --messages), not --ids")
+        ids = prompt_ids(f, tok, args, source)
         model.check_ids(ids)
         check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps,
@@ -161,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from walkthrough.commands.trace_turns import play
 
-    return play(f, model, tok, settings, args, as_json=as_json, printer=_print, piece=piece)
+    return play(f, model, tok, settings, args, source, as_json=as_json, printer=_print, piece=piece)
 
 
 def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):
@@ -219,8 +231,26 @@ def tokenizer(f, *, required: bool):
         return None
 
 
-def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
-    """Token ids of the request: --ids as given, or --prompt / --messages through the chat template."""
+def request_template(f, args: argparse.Namespace) -> str | None:
+    """The chat template the request goes through (`--template-name`, else the file's), or None for plain
+    text: `--raw`, or a file without a template (said in one warning line, with what else there is)."""
+    from walkthrough.errors import WalkthroughError
+    from walkthrough.inspect.template import PLAIN, choose_template, no_template_advice
+
+    name = getattr(args, "template_name", None)
+    if getattr(args, "raw", False):
+        if name is not None:
+            raise WalkthroughError("--raw uses no template; drop --template-name")
+        name = PLAIN
+    source = choose_template(f, name, where=f.path.name)
+    if source is None and name is None:
+        warn(f"{f.path.name} has no chat template: {no_template_advice(f)}")
+    return source
+
+
+def prompt_ids(f, tok, args: argparse.Namespace, source: str | None | bool = True) -> list[int]:
+    """Token ids of the request: --ids as given, or --prompt / --messages through the chat template
+    `source` (True: the one `request_template` picks), or as plain text when it is None."""
     from walkthrough.errors import WalkthroughError
 
     if args.ids is not None:
@@ -231,12 +261,17 @@ def prompt_ids(f, tok, args: argparse.Namespace) -> list[int]:
         if not ids:
             raise WalkthroughError("--ids is empty; give at least one token id")
         return ids
-    from walkthrough.inspect.chat import chat_tokens
-    from walkthrough.inspect.template import load_messages, select_template
+    from walkthrough.inspect.chat import chat_tokens, completion_tokens
+    from walkthrough.inspect.template import load_messages
 
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
-    source = select_template(f, where=f.path.name)
-    chat = chat_tokens(tok, source, messages, add_generation_prompt=True, origin=f"chat template of {f.path.name}")
+    if source is True:
+        source = request_template(f, args)
+    if source is None:
+        chat = completion_tokens(tok, messages)
+    else:
+        chat = chat_tokens(tok, source, messages, add_generation_prompt=True,
+                           origin=f"chat template of {f.path.name}")
     for warning in chat.warnings:
         warn(warning)
     ids = chat.ids

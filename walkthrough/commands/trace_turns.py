@@ -20,17 +20,17 @@ from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.turns import Conversation, FourCalls, summarize
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.template import load_messages, select_template
+from walkthrough.inspect.template import load_messages
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import visible
 from walkthrough.words import count
 
 
-def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespace, *, as_json: bool,
-         printer: Callable, piece: Callable[[int], str]) -> int:
-    """Run the request (or its turns, or the four calls), printing each request's passes then its reuse."""
+def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespace, source: str, *,
+         as_json: bool, printer: Callable, piece: Callable[[int], str]) -> int:
+    """Run the request (or its turns, or the four calls) through the chat template `source`, printing each
+    request's passes then its reuse."""
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
-    source = select_template(f, where=f.path.name)
     several = args.four_calls or sum(m.get("role") == "user" for m in messages) > 1
     session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several, measure_surprisal=as_json)
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,

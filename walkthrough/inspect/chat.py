@@ -46,7 +46,7 @@ from typing import Any
 
 from walkthrough.inspect.lost import describe_lost, lost_count, utf8
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
-from walkthrough.inspect.template import render
+from walkthrough.inspect.template import PLAIN_SEPARATOR, content_text, plain_text, render
 from walkthrough.inspect.vocab import SPM
 
 C_SPACE = " \t\n\v\f\r"  # what llama.cpp's lstrip/rstrip special tokens eat
@@ -464,6 +464,36 @@ def chat_tokens(
     ]
     tokens, lost = tokens_for_regions(tokenizer, rendered, body)
     return _with_lost(tokenizer, ChatTokens(rendered, head + tokens + tail, regions, warnings, lost))
+
+
+def completion_tokens(tokenizer: Any, messages: list[dict]) -> ChatTokens:
+    """The messages' text as one plain prompt (`template.plain_text`), tokenized as llama.cpp's completion
+    tokenizes a prompt (llama_tokenize with add_special and parse_special): BOS first when the file says
+    `add_bos_token`, EOS last when it says `add_eos_token`, special-token text read as special tokens.
+    Each token knows the message its text came from (None for the blank lines between them).
+
+    Example: a file with add_bos_token and messages [{"content": "The capital of France is"}]
+    -> [BOS, "The", " capital", " of", " France", " is"]
+    """
+    text = plain_text(messages)
+    regions: list[Region] = []
+    pos = 0
+    for i, m in enumerate(messages):
+        if i:
+            regions.append(Region(pos, pos + len(PLAIN_SEPARATOR), None, True))
+            pos += len(PLAIN_SEPARATOR)
+        end = pos + len(content_text(m.get("content")))
+        if end > pos:
+            regions.append(Region(pos, end, i, True))
+        pos = end
+    found, lost = tokenizer.tokenize_accounted(text, parse_special=True)
+    tokens = [ChatToken(t.id, t.piece, t.special, t.start, t.end, _message_at(regions, t.start)) for t in found]
+    if tokenizer.add_bos and tokenizer.bos_id is not None:
+        tokens.insert(0, ChatToken(tokenizer.bos_id, tokenizer.piece(tokenizer.bos_id), True, 0, 0, None))
+    if tokenizer.add_eos and tokenizer.eos_id is not None:
+        tokens.append(ChatToken(tokenizer.eos_id, tokenizer.piece(tokenizer.eos_id), True, len(text), len(text),
+                                None))
+    return _with_lost(tokenizer, ChatTokens(text, tokens, regions, lost=lost))
 
 
 def _with_lost(tokenizer: Any, chat: ChatTokens) -> ChatTokens:

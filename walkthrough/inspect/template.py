@@ -28,26 +28,36 @@ from typing import Any
 from gguf.constants import Keys
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.builtin_templates import BUILTIN, suggest
+from walkthrough.inspect.builtin_templates import choices as builtin_choices
 from walkthrough.inspect.render_process import render_isolated
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 from walkthrough.textsafe import visible
 
 __all__ = [
     "DEFAULT_NAME",
+    "PLAIN",
     "Limits",
     "MessagesError",
     "TemplateError",
     "chat_templates",
     "check_messages",
+    "choose_template",
     "content_text",
     "load_messages",
     "load_template_file",
+    "no_template_advice",
+    "plain_text",
     "read_utf8",
     "render",
     "select_template",
+    "suggest_template",
+    "template_choices",
 ]
 
 DEFAULT_NAME = "default"  # the name `chat_templates` gives `tokenizer.chat_template`
+PLAIN = "plain text"  # the choice of no template: the messages' text is the prompt (llama.cpp's completion)
+PLAIN_SEPARATOR = "\n\n"  # between two messages' text in plain-text mode
 _NAMED_PREFIX = Keys.Tokenizer.CHAT_TEMPLATE_N.split("{", 1)[0]  # "tokenizer.chat_template."
 
 
@@ -85,21 +95,69 @@ def chat_templates(f: Any) -> dict[str, str]:
 
 
 def select_template(f: Any, name: str | None = None, *, where: str = "the model") -> str:
-    """The template called `name` (default: "default") among `chat_templates(f)`.
+    """The template called `name` (default: "default") among `chat_templates(f)`, else the built-in
+    template of that name (`builtin_templates.BUILTIN`, llama.cpp's names).
 
     Raises:
         TemplateError: no such template; the message lists the ones there are.
     """
     templates = chat_templates(f)
-    name = name or DEFAULT_NAME
-    if name in templates:
-        return templates[name]
+    if name in templates or (name is None and DEFAULT_NAME in templates):
+        return templates[name or DEFAULT_NAME]
+    if name in BUILTIN:
+        return BUILTIN[name]
     if not templates:
-        raise TemplateError(
-            f"{where} has no chat template ({Keys.Tokenizer.CHAT_TEMPLATE}); pass --template FILE"
-        )
-    names = ", ".join(visible(n) for n in templates)
+        raise TemplateError(f"{where} has no chat template ({Keys.Tokenizer.CHAT_TEMPLATE}); "
+                            f"{no_template_advice(f)}")
+    names = ", ".join(visible(n) for n in (*templates, *BUILTIN))
     raise TemplateError(f"{where} has no chat template named {visible(name)!r}; it has: {names}")
+
+
+def choose_template(f: Any, name: str | None = None, *, where: str = "the model") -> str | None:
+    """Like `select_template`, but plain text (None) for `PLAIN`, and for a file without a chat template
+    when no name is given: the messages' text is then the prompt (`plain_text`)."""
+    if name == PLAIN or (name is None and not chat_templates(f)):
+        return None
+    return select_template(f, name, where=where)
+
+
+def template_choices(f: Any) -> tuple[str, ...]:
+    """What the app's template key cycles through: the file's templates ("default" first), or, for a
+    file without one, plain text then the built-in templates (the one its name suggests first)."""
+    templates = chat_templates(f)
+    if templates:
+        return tuple(templates)
+    hint = suggest_template(f)
+    return (PLAIN, *builtin_choices(hint[0] if hint else None))
+
+
+def suggest_template(f: Any) -> tuple[str, str] | None:
+    """The built-in template a file's names (or special tokens) point to and why (`builtin_templates.suggest`)."""
+    names = [Path(f.path).name if getattr(f, "path", None) else ""]
+    names += [f.short_text(key, 200) or "" for key in ("general.name", "general.basename", "general.architecture")]
+    return suggest(names, lambda text: _has_token(f, text))
+
+
+def _has_token(f: Any, text: str) -> bool:
+    """Whether the vocabulary (read once, cached by the file) holds a token spelled `text`."""
+    key = Keys.Tokenizer.LIST
+    if key not in f.fields or f.too_big(key) is not None:
+        return False
+    tokens = f.get(key)
+    return isinstance(tokens, list) and text in tokens
+
+
+def no_template_advice(f: Any) -> str:
+    """What to do about a missing chat template: plain text, or a built-in one (the suggested one named)."""
+    hint = suggest_template(f)
+    named = f"--template-name {hint[0]} ({hint[1]})" if hint else "--template-name NAME"
+    return (f"the prompt is plain text (--raw); for a chat, {named}, one of llama.cpp's built-in templates "
+            f"written here: {', '.join(BUILTIN)}; or --template FILE")
+
+
+def plain_text(messages: list[dict]) -> str:
+    """The prompt of plain-text (completion) mode: the messages' text, a blank line between two."""
+    return PLAIN_SEPARATOR.join(content_text(m.get("content")) for m in messages)
 
 
 def read_utf8(

@@ -53,8 +53,8 @@ class OpenedFile:
 class Rendered:
     """The file's chat templates, the one chosen, and what it rendered for the messages."""
 
-    names: tuple[str, ...]  # the file's templates, "default" first
-    source: str
+    names: tuple[str, ...]  # the choices: the file's templates, "default" first (`template.template_choices`)
+    source: str | None  # None: plain text, no template (the messages' text is the prompt)
     text: str
 
 
@@ -84,16 +84,25 @@ def render_template(
     template_file: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> Rendered:
-    """Render the chosen chat template (a file given with --template wins) for the messages; setting `cancel`
-    stops the render (its helper process is killed)."""
-    from walkthrough.inspect.template import chat_templates, load_template_file, render, select_template
+    """Render the chosen chat template (a file given with --template wins) for the messages, or their plain
+    text (`template.PLAIN`, and the default for a file without a template); setting `cancel` stops the
+    render (its helper process is killed)."""
+    from walkthrough.inspect.template import (
+        choose_template,
+        load_template_file,
+        plain_text,
+        render,
+        template_choices,
+    )
 
     if template_file is not None:
-        source = load_template_file(template_file)
+        source: str | None = load_template_file(template_file)
         names: tuple[str, ...] = (template_file.name,)
     else:
-        names = tuple(chat_templates(f))
-        source = select_template(f, template_name, where=f.path.name)
+        names = template_choices(f)
+        source = choose_template(f, template_name, where=f.path.name)
+    if source is None:
+        return Rendered(names, None, plain_text(messages))
 
     def special(token_id: int | None) -> str:
         return "" if token_id is None or tokenizer is None else tokenizer.text_of(token_id)
@@ -109,13 +118,16 @@ def template_origin(f: GGUFFile, template_file: Path | None) -> str:
 
 
 def build_tokens(
-    tokenizer: GGUFTokenizer, source: str, messages: list[dict[str, str]], origin: str,
+    tokenizer: GGUFTokenizer, source: str | None, messages: list[dict[str, str]], origin: str,
     cancel: threading.Event | None = None,
 ) -> ChatTokens:
-    """Tokens of the rendered prompt, each knowing the message it came from (message text never special);
-    setting `cancel` stops its renders."""
-    from walkthrough.inspect.chat import chat_tokens
+    """Tokens of the rendered prompt, each knowing the message it came from (message text never special),
+    or of the plain text when `source` is None (`chat.completion_tokens`); setting `cancel` stops its
+    renders."""
+    from walkthrough.inspect.chat import chat_tokens, completion_tokens
 
+    if source is None:
+        return completion_tokens(tokenizer, messages)
     return chat_tokens(tokenizer, source, messages, origin=origin, cancel=cancel)
 
 

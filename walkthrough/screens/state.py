@@ -79,6 +79,7 @@ class RequestState:
     draft: Path | None = None  # --draft: a draft model for the Speculate stage
     template_file: Path | None = None  # --template: a Jinja file used instead of the model's templates
     template_name: str | None = None  # which of the file's chat templates (None: the default one)
+    _before_plain: str | None = None  # the template chosen before plain text was (`toggle_plain`)
     # Parts, as the loader builds them.
     loaded: frozenset[Part] = frozenset()
     unavailable: dict[str, str] = field(default_factory=dict)  # part -> why it cannot be shown
@@ -175,12 +176,40 @@ class RequestState:
 
         The prompt must be rebuilt after (the app's `rebuild_prompt`).
         """
-        from walkthrough.inspect.template import DEFAULT_NAME
-
-        names, current = self.template_names, self.template_name or DEFAULT_NAME
+        names, current = self.template_names, self.current_template
         if self.template_file is not None or not names or names == (current,):
             return False
         self.template_name = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
+        return True
+
+    @property
+    def current_template(self) -> str:
+        """The name of the template choice in use (`template_name`, else the first of `template_names`)."""
+        return self.template_name or (self.template_names[0] if self.template_names else "")
+
+    @property
+    def plain(self) -> bool:
+        """Whether the prompt is the messages' plain text (no template)."""
+        from walkthrough.inspect.template import PLAIN
+
+        return self.template_file is None and self.current_template == PLAIN
+
+    def toggle_plain(self) -> bool:
+        """Switch between plain text and the template (the one used before, else the first there is);
+        False when there is nothing to switch to (a --template file is fixed). Rebuild the prompt after."""
+        from walkthrough.inspect.template import PLAIN
+
+        if self.template_file is not None:
+            return False
+        if not self.plain:
+            self._before_plain = self.template_name
+            self.template_name = PLAIN
+            return True
+        others = [n for n in self.template_names if n != PLAIN]
+        back = self._before_plain if self._before_plain not in (None, PLAIN) else None
+        if back is None and not others:
+            return False
+        self.template_name = back or (None if self.template_names[0] != PLAIN else others[0])
         return True
 
     # ---- reading the run --------------------------------------------------------------

@@ -22,7 +22,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
-from walkthrough.inspect.template import content_text
+from walkthrough.inspect.template import PLAIN, content_text, suggest_template
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
@@ -89,7 +89,12 @@ the "first token" line compares it with the warm runs.
 
 Source: the template as stored in the file. A file may hold several (the
 default one and named ones such as tool_use): t switches to the next and
-renders the messages with it. Rendered: the text the template wrote, special
+renders the messages with it. r switches to plain text and back: no template,
+the messages' text is the prompt (a blank line between two), tokenized as
+llama.cpp's completion does, BOS first if the file says so; that is how a base
+model continues a text. A file without a chat template starts in plain text,
+and t offers llama.cpp's built-in templates by name (the one the file's name
+suggests first). Rendered: the text the template wrote, special
 tokens in reverse video, each message's text in its own colour, the template's
 own text dimmed. v switches between the three views.
 """
@@ -100,6 +105,7 @@ own text dimmed. v switches between the three views.
         Binding("e", "edit", "Edit", id="template.edit"),
         Binding("d", "delete", "Delete", id="template.delete"),
         Binding("t", "next_template", "Template", id="template.next"),
+        Binding("r", "plain", "Plain text", id="template.plain"),
         Binding("f", "follow_up", "Follow up", id="template.follow_up"),
         Binding("c", "four_calls", "Four calls", id="template.calls"),
         Binding("u", "app.unload", "Unload", id="template.unload"),
@@ -125,6 +131,9 @@ own text dimmed. v switches between the three views.
         source = state.template_source
         self.query_one("#template-source", Static).update(
             Group(self._template_line(), safe_text(source, keep_newlines=True)) if source
+            else Group(self._template_line(), Text("Plain text: no template, the messages' text (a blank line "
+                                                   "between two) is the prompt, tokenized as llama.cpp's "
+                                                   "completion does.")) if state.plain
             else Text(problem or "No template yet.")
         )
         rendered = self.query_one("#template-rendered", Static)
@@ -139,15 +148,20 @@ own text dimmed. v switches between the three views.
             rendered.update(Text.assemble(("Cannot render: ", "bold"), safe_text(problem or "still preparing")))
 
     def _template_line(self) -> Text:
-        """Which of the file's templates is shown, and how to switch."""
+        """Which template is shown (or plain text), and how to switch."""
         state = self.state
         names = state.template_names
-        name = state.template_name or (names[0] if names else "")
+        name = state.current_template
         line = Text.assemble(("template ", "bold"), safe_text(name))
-        if len(names) > 1:
+        if name in names and len(names) > 1:
             line.append(f"  ({names.index(name) + 1} of {len(names)}: ", style="dim")
             line.append_text(safe_text(", ".join(names), "dim"))
-            line.append("; t switches)", style="dim")
+            line.append("; t switches, r: plain text)", style="dim")
+        if state.template_file is None and names and names[0] == PLAIN:
+            line.append("\nThe file has no chat template (a base model?). ", style="italic")
+            hint = suggest_template(state.file) if state.file is not None else None
+            line.append("t tries llama.cpp's built-in templates" + (
+                f"; {hint[0]} first: {hint[1]}" if hint else ""), style="italic")
         return line
 
     def _list_messages(self) -> None:
@@ -220,6 +234,14 @@ own text dimmed. v switches between the three views.
             self._changed(self.state.messages)
         else:
             self.notify("This file has only one chat template.", title="Template", markup=False)
+
+    def action_plain(self) -> None:
+        """Switch between plain text (the messages' text is the prompt, as llama.cpp's completion) and the
+        template."""
+        if self.state.toggle_plain():
+            self._changed(self.state.messages)
+        else:
+            self.notify("A --template file is in use; plain text is --raw.", title="Plain text", markup=False)
 
     def action_delete(self) -> None:
         index = self._highlighted()
