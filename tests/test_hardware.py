@@ -146,3 +146,9 @@ def test_pick_unknown_name_lists_the_known_ones():
     assert "rtx-9090" in message and "rtx-4090" in message and "cpu-here" in message
     assert pick(profiles, "h200") == [profiles["h200"]]
     assert pick(profiles, None) == list(profiles.values())
+
+
+def test_mac_usable_memory_is_the_default_gpu_wired_limit():
+    mac = load_profiles()["m4-max"]
+    assert mac.usable_bytes <= 0.78 * mac.memory_bytes + 2**30 * 0.1
+    assert "iogpu.wired_limit_mb" in mac.sources["reserved_gib"]

@@ -61,10 +61,16 @@ from walkthrough.words import count
 
 SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
 USERS_SCALED = "roofline per-user speed x (fitted single-user speed / roofline single-user speed)"
-FITTED_DECODE = ("timing model fitted on measured runs: weights / (eff x bw) + per-layer + per-expert-call costs "
-                 "+ KV cache at context / bw")
-FITTED_PREFILL = ("timing model fitted on measured runs: matmul and attention FLOPs / (eff x compute) + "
-                  "per-micro-batch layer, expert and weight-read costs")
+FITTED = "timing model fitted on measured runs: "
+
+
+def fitted_formula(phase: str, moe: bool) -> str:
+    """The fitted model's terms in words (expert terms only for a mixture-of-experts model)."""
+    if phase == "decode":
+        fixed = "per-layer and per-expert-call costs" if moe else "per-layer costs"
+        return f"{FITTED}weights / (eff x bw) + {fixed} + KV cache at context / bw"
+    fixed = "layer, expert and weight-read costs" if moe else "layer and weight-read costs"
+    return f"{FITTED}matmul and attention FLOPs / (eff x compute) + per-micro-batch {fixed}"
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
 MAX_USERS_SHOWN = 1 << 12
 
@@ -202,7 +208,7 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
         ceiling = decode_ceiling(total, bw)
         fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
         if fit is not None:
-            real = derived(fit[0], "tokens/s", FITTED_DECODE, ceiling=ceiling)
+            real = derived(fit[0], "tokens/s", fitted_formula("decode", card.is_moe), ceiling=ceiling)
             return Decode(total, ceiling, real, given(0.0, "", "no offload"), fit[1])
         real = derived(ceiling.value * eff.value, "tokens/s", "ceiling x decode efficiency",
                        ceiling=ceiling, efficiency=eff)
@@ -286,7 +292,8 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
         spec = fitted.hardware(hw)
         where = f"corpus machine {hw.machine}" if hw.machine else f"profile {hw.id}"
         peak = given(spec.compute or 0.0, "FLOP/s", f"spec peak at the backend's precision ({where})")
-        rate = derived(prompt_tokens / fit[0], "tokens/s", FITTED_PREFILL, flops_per_token=per_token,
+        rate = derived(prompt_tokens / fit[0], "tokens/s", fitted_formula("prefill", card.is_moe),
+                       flops_per_token=per_token,
                        spec_compute=peak)
         ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
         return Prefill(per_token, rate, ttft, bound, fit[1])
