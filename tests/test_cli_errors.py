@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from conftest import FIXTURES_DIR, REPO_ROOT
@@ -54,15 +55,17 @@ def free_port() -> int:
 
 
 class RecordingServer:
-    """Stands in for textual-serve's Server: records what would be served instead of serving forever."""
+    """Stands in for serve's GuardedServer: records what would be served instead of serving forever."""
 
-    started: list[tuple[str, str, int]] = []
+    started: ClassVar[list[tuple[str, str, int]]] = []
+    options: ClassVar[list[dict]] = []  # loopback, token, max_visitors of each server started
 
-    def __init__(self, command: str, host: str, port: int, title: str | None = None) -> None:
-        self.command, self.host, self.port = command, host, port
+    def __init__(self, command: str, *, host: str, port: int, **options) -> None:
+        self.command, self.host, self.port, self.server_options = command, host, port, options
 
     def serve(self) -> None:
         RecordingServer.started.append((self.command, self.host, self.port))
+        RecordingServer.options.append(self.server_options)
 
 
 def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
@@ -137,7 +140,7 @@ def test_no_model_means_the_bundled_one(command, tmp_path, capsys, monkeypatch):
     """Every command opens the same file for a missing MODEL (a fixture stands in for the tiny model)."""
     monkeypatch.setattr(locate, "BUNDLED_MODEL", REFERENCE)
     if command == "serve":
-        monkeypatch.setattr("textual_serve.server.Server", RecordingServer)
+        monkeypatch.setattr("walkthrough.serving_web.server.GuardedServer", RecordingServer)
     code, out, err = run_cli(capsys, command_argv(command, tmp_path))
     assert code == 0, err
     if command == "inspect":

@@ -1,7 +1,8 @@
 """`walkthrough serve`: what each visitor's process runs, and bad arguments as one line (no server started).
 
-textual-serve's `Server` is replaced by `RecordingServer`, so these tests check
-the command and address handed to it; tests/test_serve_browser.py serves for real.
+serve's `GuardedServer` is replaced by `RecordingServer`, so these tests check
+the command, address and guards handed to it; tests/test_serve_guard.py and
+tests/test_serve_browser.py serve for real.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
 def recording(monkeypatch):
     pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install '.[test]')")
     RecordingServer.started.clear()
-    monkeypatch.setattr("textual_serve.server.Server", RecordingServer)
+    RecordingServer.options.clear()
+    monkeypatch.setattr("walkthrough.serving_web.server.GuardedServer", RecordingServer)
     return RecordingServer.started
 
 
@@ -54,6 +56,7 @@ def test_a_busy_port_is_one_line(recording, capsys):
     (["--port", "0"], "from 1 to 65535"),
     (["--host", "no-such-host.invalid"], "cannot resolve"),
     (["--hardware", "no-such-machine"], "no-such-machine"),
+    (["--max-visitors", "0"], "--max-visitors 0"),
 ])
 def test_bad_arguments_are_one_line(argv, needle, recording, capsys):
     code, out, err = run_cli(capsys, ["serve", *argv])
@@ -67,11 +70,30 @@ def test_missing_textual_serve_says_how_to_install(monkeypatch, capsys):
     assert_one_line_error(code, out, err, "pip install 'walkthrough[serve]'")
 
 
-def test_another_address_is_served_only_when_named_and_with_a_warning(recording, capsys):
+def test_another_address_is_served_only_when_named_with_a_warning_and_a_token(recording, capsys):
     code, out, err = run_cli(capsys, ["serve", "--host", "0.0.0.0", "--port", free_port()])
     assert code == 0
     assert recording[0][1] == "0.0.0.0"
     assert err.startswith("walkthrough: warning: listening on 0.0.0.0") and err.count("\n") == 1
+    [first] = RecordingServer.options
+    assert first["loopback"] is False and len(first["token"]) >= 32
+    run_cli(capsys, ["serve", "--host", "0.0.0.0", "--port", free_port()])
+    assert RecordingServer.options[1]["token"] != first["token"]  # made anew for each launch
+
+
+def test_localhost_needs_no_token_and_the_visitor_cap_comes_from_memory(recording, capsys, monkeypatch):
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.serving_web import capacity
+
+    with open_gguf(REFERENCE) as gguf:
+        per_visitor = capacity.visitor_bytes(t.n_elements for t in gguf.tensors.values())
+    monkeypatch.setattr(capacity, "available_memory", lambda: 7 * per_visitor + per_visitor // 2)
+    run_cli(capsys, ["serve", REFERENCE, "--port", free_port()])
+    run_cli(capsys, ["serve", REFERENCE, "--port", free_port(), "--max-visitors", "3"])
+    default, given = RecordingServer.options
+    assert default["loopback"] is True and default["token"] is None
+    assert default["max_visitors"] == 7  # room for 7.5 visitors' apps
+    assert given["max_visitors"] == 3
 
 
 @pytest.mark.parametrize(("host", "local"), [

@@ -8,7 +8,10 @@ which each process maps read-only.
 
 Listening on localhost is the default. Any other address must be named with
 `--host`, and then whoever can reach that address can run the app, read the
-model's metadata and make this machine compute: the command says so on start.
+model's metadata and make this machine compute: the command says so on start,
+and the page and websocket then need a token made for this launch, printed once
+in the URL. The checks on every request and packet are in `walkthrough/serving_web/`
+(docs/serve.md: what is refused and why).
 
 Example:
     walkthrough serve --port 8000          # then open http://localhost:8000
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import secrets
 import shlex
 import socket
 import sys
@@ -46,6 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--messages", metavar="F.json", help="chat messages for every visitor's app")
     p.add_argument("--seed", type=int, default=0, help="sampling seed for every visitor's app (default 0)")
     p.add_argument("--hardware", metavar="NAME", help="first hardware profile on the Costs stage")
+    p.add_argument("--max-visitors", type=int, metavar="N",
+                   help="app processes at once; more visitors are asked to come back "
+                   "(default: the memory available now / what one visitor's app may use)")
 
 
 def is_loopback(host: str) -> bool:
@@ -91,10 +98,11 @@ def app_command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from walkthrough.serving_web.capacity import visitor_bytes
     from walkthrough.textsafe import visible
 
-    with open_model(args.model):  # a bad model is one line now, not an error page in every visitor's browser
-        pass
+    with open_model(args.model) as gguf:  # a bad model is one line now, not an error page in every browser
+        per_visitor = visitor_bytes(t.n_elements for t in gguf.tensors.values())
     if args.messages is not None:
         from walkthrough.screens.state import load_messages
 
@@ -104,12 +112,31 @@ def run(args: argparse.Namespace) -> int:
 
         pick(load_profiles(), args.hardware)
     try:
-        from textual_serve.server import Server
+        import textual_serve.server  # noqa: F401 (the extra is installed)
     except ImportError:
         raise WalkthroughError(f"serving needs textual-serve, which is not installed: {INSTALL_HINT}") from None
+    from walkthrough.serving_web import server as guarded
+
+    max_visitors = visitor_cap(args.max_visitors, per_visitor)
     check_port_free(args.host, args.port)
-    if not is_loopback(args.host):
-        print(f"walkthrough: warning: listening on {visible(args.host)}: anyone who can reach it can run the app "
-              "on this machine and read the model's metadata", file=sys.stderr)
-    Server(app_command(args), host=args.host, port=args.port, title="walkthrough").serve()
+    loopback = is_loopback(args.host)
+    if not loopback:
+        print(f"walkthrough: warning: listening on {visible(args.host)}: anyone who can reach it and has the "
+              "token in the URL below can run the app on this machine and read the model's metadata",
+              file=sys.stderr)
+    token = None if loopback else secrets.token_urlsafe(24)
+    guarded.GuardedServer(app_command(args), host=args.host, port=args.port, loopback=loopback, token=token,
+                          max_visitors=max_visitors).serve()
     return 0
+
+
+def visitor_cap(max_visitors: int | None, per_visitor: int) -> int:
+    """`--max-visitors`, checked, or the default this machine's available memory allows (`per_visitor` each)."""
+    from walkthrough.serving_web.capacity import available_memory, default_max_visitors
+
+    if max_visitors is None:
+        return default_max_visitors(available_memory(), per_visitor)
+    if max_visitors < 1:
+        raise WalkthroughError(f"--max-visitors {max_visitors}: at least 1 visitor (or leave it out for the "
+                               "default from this machine's memory)")
+    return max_visitors
