@@ -1,20 +1,24 @@
 """`walkthrough serve` in a real browser: headless Chromium opens the page, a person's keys move the app.
 
 Two tabs are two visitors: each gets its own app process, so one can step
-Prefill while the other still shows the File stage. Every check reads the
-screenshot (OCR), so what is asserted is what a visitor sees; the PNGs are kept
-in pytest's temporary folder. Skipped, with the reason, where textual-serve,
+Prefill while the other still shows the File stage. Every check of the app reads
+the screenshot (OCR), so what is asserted is what a visitor sees; the PNGs are
+kept in pytest's temporary folder. With `--max-visitors 2`, a third tab is told
+the places are taken, and stopping the server tells the open pages why their
+session ended (the page's visible text, read from the page). Skipped, with the reason, where textual-serve,
 Chromium or Tesseract is missing (`.ci/run` installs all three).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,7 +56,8 @@ def server():
         pytest.skip(str(exc))
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    process = subprocess.Popen([sys.executable, "-m", "walkthrough", "serve", "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-m", "walkthrough", "serve", "--port", str(port),
+                                "--max-visitors", "2"],
                                cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while True:
@@ -64,7 +69,7 @@ def server():
                 process.kill()
                 pytest.fail(f"walkthrough serve did not start: {process.stderr.read().decode()[-2000:]}")
             time.sleep(0.2)
-    yield f"http://localhost:{port}/"
+    yield SimpleNamespace(url=f"http://localhost:{port}/", process=process)
     process.terminate()
     try:
         process.wait(timeout=10)
@@ -72,10 +77,20 @@ def server():
         process.kill()
 
 
+async def _visible_text(page, selector: str, wanted: str, timeout: float = 60.0) -> str:
+    """The visible text of `selector` on `page` once it contains `wanted` (or after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = await page.evaluate(f"document.querySelector({selector!r})?.innerText ?? ''") or ""
+        if wanted in text or time.monotonic() > deadline:
+            return text
+        await asyncio.sleep(0.5)
+
+
 async def test_two_visitors_walk_their_own_apps_in_a_browser(server, tmp_path):
     async with Browser() as browser:
-        first = await browser.open(server)
-        second = await browser.open(server)
+        first = await browser.open(server.url)
+        second = await browser.open(server.url)
 
         text = await first.wait_for_text(FILE_STAGE, tmp_path / "1-file.png")
         assert shows(text, FILE_STAGE), f"first screen is not the File stage: {text[:400]}"
@@ -96,3 +111,13 @@ async def test_two_visitors_walk_their_own_apps_in_a_browser(server, tmp_path):
         text = await second.wait_for_text(FILE_STAGE, tmp_path / "5-second-visitor.png")
         assert shows(text, FILE_STAGE), f"second visitor does not see its own File stage: {text[:400]}"
         assert not shows(text, PREFILL_AFTER)
+
+        # Both places are taken: a third visitor is told so, and no app starts for it.
+        third = await browser.open(server.url)
+        text = await _visible_text(third, "body", "--max-visitors 2")
+        assert "--max-visitors 2" in text and "try again" in text, text
+
+        # Stopping the server ends the sessions, and the page says why.
+        server.process.terminate()
+        text = await _visible_text(first, ".ended", "the server stopped")
+        assert "Session ended" in text and "the server stopped" in text, text

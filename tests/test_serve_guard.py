@@ -136,3 +136,18 @@ async def test_hostile_sizes_and_packets_leave_the_app_running_and_the_console_c
     [ended] = server.log_lines("visitor 1 ended")
     assert "malformed packets ignored" in ended
     assert all(line.startswith(("walkthrough: serving", "walkthrough serve: ")) for line in console.splitlines())
+
+
+async def test_stopping_the_server_ends_every_visitors_app_and_tells_the_page(tmp_path):
+    with served(tmp_path) as server:
+        async with aiohttp.ClientSession() as session, session.ws_connect(server.ws_url()) as ws:
+            assert screen_size(await read_screen(ws))
+            processes = server.processes()
+            os.killpg(server.process.pid, signal.SIGTERM)  # what Ctrl+C does too
+            closing = await asyncio.wait_for(ws.receive(), END_WAIT)
+            while closing.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):  # the app's last frames
+                closing = await asyncio.wait_for(ws.receive(), END_WAIT)
+            assert closing.type == aiohttp.WSMsgType.CLOSE and closing.extra == "the server stopped"
+            server.process.wait(timeout=END_WAIT)
+        assert processes and not any(map(alive, processes)), "an app outlived the server"
+    assert server.log_lines("visitor 1 ended"), server.console()
