@@ -88,16 +88,20 @@ def test_embedding_rows_without_the_whole_matrix(stacked):
     assert np.abs(rows - embedding[[4, 0, 4]]).max() < 0.05
 
 
-def test_cache_budget_evicts_least_recently_used(stacked):
+def test_a_full_cache_keeps_what_it_holds(stacked):
+    """Passes read the weights in the same order: a full cache keeps its first weights (evicting the least
+    recently used one would evict each weight just before it is read again)."""
     path, _, _ = stacked
     w = Weights(open_gguf(path), max_cache_bytes=2 * 3 * 32 * 4)  # room for two experts
     for e in (0, 1, 2):
         w.expert("blk.0.ffn_up_exps.weight", e)
     before = w.dequantized_bytes
-    w.expert("blk.0.ffn_up_exps.weight", 2)  # still cached
+    for e in (0, 1):  # still cached
+        w.expert("blk.0.ffn_up_exps.weight", e)
     assert w.dequantized_bytes == before
-    w.expert("blk.0.ffn_up_exps.weight", 0)  # evicted: decoded again
+    w.expert("blk.0.ffn_up_exps.weight", 2)  # no room: decoded again
     assert w.dequantized_bytes == before + 3 * 32 * 4
+    assert w.cached_bytes == 2 * 3 * 32 * 4
 
 
 def _metadata(f) -> dict:

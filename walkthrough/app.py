@@ -125,7 +125,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
         self.state.listen(self._state_written)
         self.switch_mode(stages.STAGES[0].id)
         s = self.state
-        self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine)
+        self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine, s.max_memory)
         self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
@@ -183,7 +183,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
         state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
         state.unloads += 1
         self.start_run()
-        self._reload_engine(state.engine, state.file, state.card)
+        self._reload_engine(state.engine, state.file, state.card, state.max_memory)
 
     @property
     def stepping(self) -> bool:
@@ -354,6 +354,7 @@ def make_app(
     engine: str = "numpy",
     overwrite: bool = False,
     picture_format: str = "svg",
+    max_memory: int | None = None,
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
@@ -367,7 +368,8 @@ def make_app(
     state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware,
                          max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
-                         template_file=Path(template) if template is not None else None, engine=engine)
+                         template_file=Path(template) if template is not None else None, engine=engine,
+                         max_memory=max_memory)
     writer = Writer(run_inputs(model, draft, messages if not isinstance(messages, list) else None, template),
                     overwrite=overwrite)
     if screenshots is not None:

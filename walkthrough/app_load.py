@@ -44,7 +44,7 @@ class LoadsTheRequest(App):
 
     @work(thread=True, exclusive=True, group="load", name="load request")
     def load_request(self, spec: str | None, messages: list[dict[str, str]], template_name: str | None,
-                     template_file: Path | None, engine: str) -> None:
+                     template_file: Path | None, engine: str, max_memory: int | None = None) -> None:
         """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
         self._report(msg.Progress("opening the file"))
@@ -66,7 +66,8 @@ class LoadsTheRequest(App):
         self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
         if worker.is_cancelled:
             return
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card), failed)
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card, max_memory),
+                    failed)
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 
@@ -149,10 +150,10 @@ class LoadsTheRequest(App):
         self.exit(return_code=2)
 
     @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
-    def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard) -> None:
+    def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard, max_memory: int | None = None) -> None:
         """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
         group: an unload while the request loads must not cancel the loading of the other parts."""
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card), {})
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card, max_memory), {})
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 

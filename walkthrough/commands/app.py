@@ -50,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--draft", metavar="MODEL",
                         help="a smaller GGUF with the same vocabulary, a drafter on the Speculate stage")
-    from walkthrough.commands.common import add_engine_argument
+    from walkthrough.commands.common import add_engine_argument, add_memory_argument
 
     add_engine_argument(parser)
+    add_memory_argument(parser)
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
     parser.add_argument("--pace", type=PACE, default=2.0, metavar="SECONDS",
                         help="seconds between autoplay moves (default 2)")
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         overwrite=args.overwrite,
         picture_format=args.format,
+        max_memory=args.max_memory,
     )
     # q on a terminal ends the process at once (walkthrough/app_quit.py); elsewhere (textual-serve's
     # pipes) Textual closes the app in order.

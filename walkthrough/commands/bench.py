@@ -20,7 +20,13 @@ import json
 import sys
 import time
 
-from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model
+from walkthrough.commands.common import (
+    add_engine_argument,
+    add_memory_argument,
+    add_model_argument,
+    memory_report,
+    open_model,
+)
 from walkthrough.errors import WalkthroughError
 
 DEFAULT_PROMPT = 64
@@ -38,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_model_argument(p)
     add_engine_argument(p)
+    add_memory_argument(p)
     p.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT, metavar="N",
                    help=f"prompt length in tokens (default {DEFAULT_PROMPT})")
     p.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT, metavar="N",
@@ -65,15 +72,16 @@ def run(args: argparse.Namespace) -> int:
     check_fits(card.context_length, args.prompt_tokens, args.output_tokens, "--output-tokens",
                "lower --prompt-tokens")
     began = time.perf_counter()
-    model = load_model(args.engine, f, card)
+    model = load_model(args.engine, f, card, args.max_memory)
     load_seconds = time.perf_counter() - began
+    memory = memory_report(model, args.prompt_tokens + args.output_tokens, args.prompt_tokens)
     measured = time_request(model, args.prompt_tokens, args.output_tokens)
     context = args.prompt_tokens + args.output_tokens
     e = estimate(card, hw, context, args.prompt_tokens, args.output_tokens)
     rows = compare(e, measured)
     if args.json:
         record = {"model": {"path": str(f.path), "name": card.name, "architecture": card.architecture},
-                  "engine": measured.engine, "load_s": load_seconds, "hardware": hw.id,
+                  "engine": measured.engine, "load_s": load_seconds, "hardware": hw.id, "memory": memory,
                   "measured": measured.to_json(),
                   "rows": [row._asdict() for row in rows]}
         json.dump(record, sys.stdout, indent=2, allow_nan=False)
@@ -81,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_comparison(f"{card.name or f.path.name} on the {measured.engine} engine: loaded in {load_seconds:.1f} s; "
                      f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated",
-                     comparison_title(hw, measured), rows)
+                     comparison_title(hw, measured), rows, memory)
     return 0
 
 
-def print_comparison(title: str, table_title: str, rows) -> None:
+def print_comparison(title: str, table_title: str, rows, memory: str | None = None) -> None:
     """The title line and the modelled-beside-measured table (file and profile text shown literally)."""
     from rich.console import Console
 
@@ -93,6 +101,8 @@ def print_comparison(title: str, table_title: str, rows) -> None:
 
     console = Console()
     console.print(safe_text(title))
+    if memory:
+        console.print(safe_text(memory))
     console.print(comparison_table(table_title, rows))
 
 

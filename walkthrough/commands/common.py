@@ -33,6 +33,37 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
                         "needs pip install 'walkthrough[llama]')")
 
 
+def add_memory_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-memory SIZE` (`args.max_memory`, bytes; None: the default budget, a share of free memory)."""
+    parser.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
+                        help="the numpy engine's budget for dequantized weights, e.g. 512M or 2G (default: "
+                        "half the free memory); a larger model still runs, decoding the rest again on use")
+
+
+def memory_size(text: str) -> int:
+    """argparse type of --max-memory: bytes (`engine.memory.parse_size`), a bad size a usage error."""
+    from walkthrough.engine.memory import parse_size
+    from walkthrough.errors import WalkthroughError
+
+    try:
+        return parse_size(text)
+    except WalkthroughError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def memory_report(model, positions: int, chunk: int) -> str:
+    """The line saying what the engine made for this request will hold beside the free memory; a warning
+    line first (on stderr, suggesting llama.cpp) when that will not fit."""
+    from walkthrough.engine.memory import report
+
+    weights = getattr(model, "weights", None)  # the numpy engine's cache (llama.cpp maps the file)
+    line, problem = report(model.file, model.card, model.engine, positions, chunk,
+                           weights.max_cache_bytes if weights is not None else None)
+    if problem:
+        warn(problem)
+    return line
+
+
 def open_model(spec: str | os.PathLike | None, *, runs: str | None = None) -> GGUFFile:
     """The opened `GGUFFile` for MODEL (first shard of a split model; the bundled tiny model for None).
 

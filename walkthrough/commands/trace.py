@@ -57,8 +57,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 
-from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model, warn
+from walkthrough.commands.common import (
+    add_engine_argument,
+    add_memory_argument,
+    add_model_argument,
+    memory_report,
+    open_model,
+    warn,
+)
 from walkthrough.commands.options import PROBABILITY, SEED, TEMPERATURE, finite
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
@@ -78,6 +86,7 @@ def add_parser(subparsers) -> None:
     )
     add_model_argument(p)
     add_engine_argument(p)
+    add_memory_argument(p)
     add_request_arguments(p, required=True)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                    help=f"tokens to generate (default {DEFAULT_STEPS}; fewer if an end-of-turn token comes)")
@@ -141,11 +150,17 @@ def run(args: argparse.Namespace) -> int:
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
     f = open_model(args.model, runs="trace")
     tok = tokenizer(f, required=args.ids is None)
-    model = load_model(args.engine, f)
+    model = load_model(args.engine, f, max_memory=args.max_memory)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)
     source = None if args.ids is not None else request_template(f, args)
+
+    def printer_for(ids: list[int]):
+        """`_print`, its table headed by what the engine will hold for this request (a warning on stderr
+        when that will not fit the free memory)."""
+        memory = memory_report(model, len(ids) + args.steps, args.chunk)
+        return partial(_print, memory=None if as_json else memory)
     if speculate:
         if args.four_calls:
             raise WalkthroughError("--four-calls plays turns; speculative decoding (--speculate) runs one request")
@@ -153,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         model.check_ids(ids)
         check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         passes = _speculative_passes(model, ids, Sampler(settings), args, speculate)
-        _print(passes(), model, piece, as_json=as_json, logits=args.logits)
+        printer_for(ids)(passes(), model, piece, as_json=as_json, logits=args.logits)
         return 0
     if args.ids is not None or source is None:
         if args.four_calls:
@@ -169,11 +184,12 @@ def run(args: argparse.Namespace) -> int:
         sampler = Sampler(settings)
 
         passes = session.generate(ids, sampler, args.steps, chunk=args.chunk, all_logits=args.logits)
-        _print(passes, model, piece, as_json=as_json, logits=args.logits)
+        printer_for(ids)(passes, model, piece, as_json=as_json, logits=args.logits)
         return 0
     from walkthrough.commands.trace_turns import play
 
-    return play(f, model, tok, settings, args, source, as_json=as_json, printer=_print, piece=piece)
+    printer = printer_for(prompt_ids(f, tok, args, source))  # sized by the first request
+    return play(f, model, tok, settings, args, source, as_json=as_json, printer=printer, piece=piece)
 
 
 def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):
@@ -197,7 +213,8 @@ def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace
     return passes
 
 
-def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True) -> None:
+def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = True,
+           memory: str | None = None) -> None:
     if as_json:
         from walkthrough.engine.surprisal import run_summary
 
@@ -215,7 +232,7 @@ def _print(passes, model, piece, *, as_json: bool, logits: bool, header: bool = 
         return
     from walkthrough.commands.trace_view import print_trace
 
-    print_trace(model, passes, piece, out=sys.stdout, header=header)
+    print_trace(model, passes, piece, out=sys.stdout, header=header, memory=memory)
 
 
 def tokenizer(f, *, required: bool):

@@ -78,11 +78,13 @@ def _top(step: Step, piece: Callable[[int], str]) -> Text:
 
 
 def print_trace(
-    model: Model, steps: Iterable[Step], piece: Callable[[int], str], *, out: TextIO, header: bool = True
+    model: Model, steps: Iterable[Step], piece: Callable[[int], str], *, out: TextIO, header: bool = True,
+    memory: str | None = None,
 ) -> None:
     """Print each pass as a table row (rows appear when the whole request has run), then totals.
 
     `header`: start with the model's line (and its layer kinds); False for the later requests of a conversation.
+    `memory`: the line saying what the engine will hold (`engine.memory.report`), printed under the header.
     """
     console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=False)
     if not console.is_terminal:
@@ -95,6 +97,8 @@ def print_trace(
                                 f"{f' ({card.n_experts_used} used)' if card.n_experts else ''}"))
         if set(model.config.mixers) != {"full"}:
             console.print(_kinds_strip(model.config.mixers))
+        if memory:
+            console.print(Text(memory, style="dim"))
     steps = list(steps)
     speculative = any(step.draft is not None for step in steps)
     headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms",

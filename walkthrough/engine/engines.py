@@ -36,8 +36,11 @@ def check_engine(name: str) -> str:
     return name
 
 
-def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Engine:
+def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory: int | None = None) -> Engine:
     """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
+
+    `max_memory` bounds the numpy engine's dequantized weights (default: `memory.default_budget`, a share
+    of the free memory); llama.cpp maps the file as stored and ignores it.
 
     Raises:
         WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
@@ -46,9 +49,10 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None) -> Engine:
         from walkthrough.engine.llama_model import LlamaModel
 
         return LlamaModel(f, card=card)
+    from walkthrough.engine.memory import default_budget
     from walkthrough.engine.model import Model
 
-    return Model(f, card=card)
+    return Model(f, card=card, max_cache_bytes=max_memory or default_budget())
 
 
 def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,

@@ -108,8 +108,26 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             y = quantdot.matmul(x, self.weights.packed(name))
             return self.wrote(y + b if b is not None else y)
+        dtype = ops.product_dtype(self.weights.info(name).n_elements)
+        if not self.weights.whole(name, dtype):
+            self._count_matrix(name, x.shape[0], group)
+            return self.wrote(self._product_by_blocks(name, x, dtype, b))
         w = self.matrix(name, x.shape[0], group)
         return self.wrote(self._rounded_product(name, None, x, w.reshape(-1, x.shape[-1]), b))
+
+    def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
+        """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time (each
+        output value is the same sum over the whole input row: the result does not depend on the blocks)."""
+        xr = self.rounded_input(name, x)
+        info = self.weights.info(name)
+        y = np.empty((x.shape[0], info.shape[1]), np.float32)  # [n, d_out]
+        for r0, r1, block in self.weights.row_blocks(name, dtype):
+            y[:, r0:r1] = ops.linear(xr, block)
+        if b is not None:
+            y = y + b
+        if self.match_llama_cpp and info.ggml_type in quantdot.WITH_OFFSET:  # as `_rounded_product` adds them
+            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, None))
+        return y
 
     def _rounded_product(self, name: str, e: int | None, x: np.ndarray, w: np.ndarray,
                          b: np.ndarray | None = None) -> np.ndarray:

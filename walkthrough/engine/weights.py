@@ -3,7 +3,9 @@
 Nothing is read when a model opens: a tensor's bytes are dequantized (with
 `gguf.quants.dequantize`) the first time the forward pass asks for it and kept
 in a cache bounded by `max_cache_bytes`, so the same weight is never
-dequantized twice per token while it fits. Routed-expert tensors
+dequantized twice per token while it fits (a full cache keeps what it holds, see
+`_remember`; a matrix larger than a share of it is multiplied a block of rows at
+a time and never held whole: `row_blocks`). Routed-expert tensors
 (`blk.N.ffn_{gate,up,down}_exps.weight`, ggml shape [ne0, ne1, n_expert]) are
 sliced per expert from the raw bytes, so only experts a token actually chose
 are ever dequantized. Embedding rows are dequantized one row at a time.
@@ -28,16 +30,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 
 import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from walkthrough.engine import quantdot
+from walkthrough.engine.dequant import dequantize_fast
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 
 DEFAULT_CACHE_BYTES = 4 << 30  # dequantized float32 weights kept in memory (4 GiB)
+WHOLE_SHARE = 0.25  # a matrix larger than this share of the budget is multiplied a block of rows at a time
+BLOCK_BYTES = 32 << 20  # one block of rows of such a matrix, dequantized
 
 
 def row_nbytes(t: TensorInfo) -> int:
@@ -60,6 +66,9 @@ def dequantize_rows(raw: np.ndarray, ggml_type: GGMLQuantizationType, row_len: i
     """
     if ggml_type == GGMLQuantizationType.F32:
         return raw.view(np.float32).reshape(-1, row_len)
+    fast = dequantize_fast(raw, ggml_type)
+    if fast is not None:
+        return fast.reshape(-1, row_len)
     block, size = GGML_QUANT_SIZES[ggml_type]
     rows = raw.reshape(-1, row_len // block * size)
     try:
@@ -108,22 +117,45 @@ class Weights:
             return value
 
     def _remember(self, key: object, value):
-        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the bounded cache; returns
-        the value cached under `key` (another thread's, when it cached the same tensor first)."""
+        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the cache if it has room;
+        returns the value cached under `key` (another thread's, when it cached the same tensor first).
+
+        A full cache keeps what it holds and lets the newcomer go. Every pass reads the weights in the same
+        order, once each: evicting the least recently used one would evict each weight just before its next
+        use (no hits at all once the model is larger than the budget), while keeping the first ones gives a
+        hit for each weight kept, every pass.
+        """
         with self._lock:
             self.dequantized_bytes += value.nbytes
-            if value.nbytes > self.max_cache_bytes:
-                return value
             held = self._cache.get(key)
             if held is not None:
                 self._cache.move_to_end(key)
                 return held
+            if self._cached_bytes + value.nbytes > self.max_cache_bytes:
+                return value
             self._cache[key] = value
             self._cached_bytes += value.nbytes
-            while self._cached_bytes > self.max_cache_bytes:
-                _, old = self._cache.popitem(last=False)
-                self._cached_bytes -= old.nbytes
             return value
+
+    def whole(self, name: str, dtype: type) -> bool:
+        """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
+        `WHOLE_SHARE`); otherwise `row_blocks` multiplies it a block of rows at a time."""
+        key = name if dtype is np.float32 else (name, "float64")
+        t = self.file.tensors[name]
+        return key in self._cache or t.n_elements * np.dtype(dtype).itemsize <= self.max_cache_bytes * WHOLE_SHARE
+
+    def row_blocks(self, name: str, dtype: type) -> Iterator[tuple[int, int, np.ndarray]]:
+        """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,
+        [rows, n_in] in `dtype`), each block at most `BLOCK_BYTES`, none of them cached."""
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))  # [n_out, stored bytes per row]
+        step = max(1, BLOCK_BYTES // (t.shape[0] * np.dtype(dtype).itemsize))
+        for r0 in range(0, raw.shape[0], step):
+            r1 = min(r0 + step, raw.shape[0])
+            block = dequantize_rows(np.ascontiguousarray(raw[r0:r1]), t.ggml_type, t.shape[0], name)
+            with self._lock:
+                self.dequantized_bytes += block.nbytes
+            yield r0, r1, block.astype(dtype, copy=False)
 
     # ---- access ------------------------------------------------------------------
     def get(self, name: str, dtype: type = np.float32) -> np.ndarray:

@@ -128,6 +128,12 @@ with more, ] and [ turn the pages.
             if advice:
                 note.append("\nTry llama.cpp: ", style="bold")
                 note.append(advice)
+            memory, problem = self.state.memory_lines()
+            note.append("\nMemory: ", style="bold")
+            note.append(memory)
+            if problem:
+                note.append("\nWill not fit: ", style="bold yellow")
+                note.append(problem, style="yellow")
             f, card = self.state.file, self.state.card
             measured = closeness.note(f.path.name, f.file_size, set(card.bytes_by_type))
             if measured:

@@ -131,11 +131,12 @@ def build_tokens(
     return chat_tokens(tokenizer, source, messages, origin=origin, cancel=cancel)
 
 
-def prepare_engine(engine: str, f: GGUFFile, card: ModelCard) -> Model:
-    """The named engine's model for this file (`engine.engines.load_model`); its WalkthroughError says why not."""
+def prepare_engine(engine: str, f: GGUFFile, card: ModelCard, max_memory: int | None = None) -> Model:
+    """The named engine's model for this file (`engine.engines.load_model`, the numpy engine's weights
+    bounded by `max_memory`); its WalkthroughError says why not."""
     from walkthrough.engine.engines import load_model
 
-    return load_model(engine, f, card)
+    return load_model(engine, f, card, max_memory)
 
 
 def missing(part: Part, unavailable: dict[str, str], what: str) -> WalkthroughError:

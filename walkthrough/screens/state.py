@@ -92,6 +92,7 @@ class RequestState:
     rendered: str | None = None  # the chat template's output for `messages`
     chat: ChatTokens | None = None  # rendered text, tokens (with their message), regions
     engine: str = "numpy"  # which engine runs the passes: "numpy" or "llama.cpp" (walkthrough.engine.engines)
+    max_memory: int | None = None  # --max-memory: the numpy engine's weight budget (None: a share of free memory)
     model: Model | None = None  # the engine's model (Model or LlamaModel), once it accepts the file
     settings: SamplerSettings | None = None  # the knobs for the passes still to run
     # The run.
@@ -302,6 +303,16 @@ class RequestState:
         from walkthrough.engine.attention_map import AttentionMap
 
         return AttentionMap.from_steps(self.steps, self.model.config)
+
+    def memory_lines(self) -> tuple[str, str | None]:
+        """What the chosen engine will hold for this request beside the free memory, and a warning when it
+        will not fit (`engine.memory`); the engine's real budget once it is made."""
+        from walkthrough.engine.memory import report
+
+        weights = getattr(self.model, "weights", None)  # the numpy engine's cache, once the model is made
+        budget = weights.max_cache_bytes if weights is not None else self.max_memory
+        positions = max(len(self.prompt_ids), 1) + self.max_new_tokens
+        return report(self.file, self.card, self.engine, positions, self.chunk, budget)
 
     def engine_advice(self) -> str | None:
         """Why to run this file on llama.cpp instead (a large file on numpy, llama.cpp installed), else None."""

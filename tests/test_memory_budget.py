@@ -1,0 +1,133 @@
+"""Memory you can see and bound: what the chosen engine will hold beside the free memory (File stage, trace,
+bench), the numpy engine's weights bounded by --max-memory, a model larger than its budget still running
+with the same tokens, and the fast decoders that make a weight decoded again cheap.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from app_support import SIZES, app_for, settle, widget_text
+from conftest import FIXTURES_DIR
+from gguf import quants
+from test_cli_errors import run_cli
+
+from walkthrough.engine import memory
+from walkthrough.engine.dequant import FAST, dequantize_fast
+from walkthrough.engine.memory import Holding, dequantized_bytes, parse_size
+from walkthrough.engine.model import Model
+from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.engine.session import Session
+from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.card import build_card
+from walkthrough.inspect.gguf import open_gguf
+
+LLAMA_Q4 = FIXTURES_DIR / "reference" / "ref-llama-q4_0.gguf"
+QWEN2MOE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
+PROMPT = list(range(3, 40))
+
+
+@pytest.mark.parametrize("qtype", list(FAST), ids=lambda t: t.name)
+def test_fast_decoders_give_gguf_quants_values_bit_for_bit(qtype):
+    """Random bytes (NaN, infinite and subnormal scales included) and real quantized rows."""
+    rng = np.random.default_rng(1)
+    size = FAST[qtype][0]
+    raws = [rng.integers(0, 256, size * 4096, dtype=np.uint8),
+            np.ascontiguousarray(quants.quantize(rng.normal(0, 1, (64, 256)).astype(np.float32), qtype))
+            .view(np.uint8).ravel()]
+    for raw in raws:
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinite scales are part of the test
+            expected = quants.dequantize(raw.reshape(-1, size), qtype).astype(np.float32).reshape(-1)
+            got = dequantize_fast(raw, qtype)
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_sizes_parse_in_binary_units():
+    assert parse_size("512M") == 512 << 20 and parse_size("2G") == 2 << 30 and parse_size("1.5GiB") == 3 << 29
+    for bad in ("lots", "1X", "-2G", "10M"):
+        with pytest.raises(WalkthroughError, match="--max-memory"):
+            parse_size(bad)
+
+
+def _run(path, budget: int) -> tuple[list[int], np.ndarray, Model]:
+    model = Model(open_gguf(path), max_cache_bytes=budget)
+    steps = list(Session(model).generate(PROMPT, Sampler(SamplerSettings()), 6, chunk=16))
+    return [s.chosen for s in steps], steps[-1].logits, model
+
+
+@pytest.mark.parametrize("path", [LLAMA_Q4, QWEN2MOE], ids=lambda p: p.stem)
+def test_a_model_larger_than_its_budget_runs_with_the_same_tokens(path):
+    everything = dequantized_bytes(open_gguf(path))
+    ids, logits, unbounded = _run(path, 4 * everything)
+    assert unbounded.weights.cached_bytes == everything  # the count is what the cache really holds
+    small = everything // 4
+    small_ids, small_logits, bounded = _run(path, small)
+    assert small_ids == ids
+    assert np.abs(small_logits - logits).max() < 1e-5
+    assert 0 < bounded.weights.cached_bytes <= small
+    decoded = bounded.weights.dequantized_bytes
+    assert decoded > unbounded.weights.dequantized_bytes  # what did not fit was decoded again
+
+
+def test_a_matrix_over_a_share_of_the_budget_is_never_held_whole():
+    f = open_gguf(LLAMA_Q4)
+    biggest = max((t for t in f.tensors.values() if len(t.shape) == 2), key=lambda t: t.n_elements)
+    budget = biggest.n_elements * 4 * 2  # the biggest matrix takes half: over WHOLE_SHARE
+    ids, _, model = _run(LLAMA_Q4, budget)
+    assert not any(key in (biggest.name, (biggest.name, "float64")) for key in model.weights.cached())
+    assert ids == _run(LLAMA_Q4, 1 << 30)[0]
+
+
+def test_the_holding_splits_and_warns_with_llama_cpp_s_figure():
+    f = open_gguf(LLAMA_Q4)
+    card = build_card(f)
+    mine = Holding.numpy(f, card, 300, 64, 1 << 30)
+    other = Holding.llama_cpp(f, card, 300, 64)
+    assert mine.weights == dequantized_bytes(f) and other.weights == f.data_bytes
+    assert mine.kv == card.kv_bytes(300, "f32") == 2 * other.kv
+    assert mine.total == mine.weights + mine.kv + mine.activations
+    assert mine.warning(mine.total) is None
+    warning = mine.warning(other.total + 1, other)
+    assert warning is not None and "--engine llama.cpp" in warning and "--max-memory" in warning
+
+
+def test_trace_says_what_the_engine_holds_and_warns_when_it_will_not_fit(capsys, monkeypatch):
+    code, out, err = run_cli(capsys, ["trace", LLAMA_Q4, "--ids", "3,4,5", "--steps", "1", "--max-memory", "256M"])
+    assert code == 0 and err == ""
+    assert "the numpy engine will hold" in out and "free" in out
+    monkeypatch.setattr(memory, "free_memory", lambda: 1 << 10)
+    code, out, err = run_cli(capsys, ["trace", LLAMA_Q4, "--ids", "3,4,5", "--steps", "1"])
+    assert code == 0
+    assert err.startswith("walkthrough: warning: the numpy engine needs") and "--engine llama.cpp" in err
+
+
+def test_a_bad_budget_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        run_cli(capsys, ["trace", LLAMA_Q4, "--ids", "3", "--max-memory", "lots"])
+    assert info.value.code == 2
+    assert "--max-memory 'lots': give a size" in capsys.readouterr().err
+
+
+def test_bench_reports_the_holding(capsys):
+    code, out, _ = run_cli(capsys, ["bench", LLAMA_Q4, "--prompt-tokens", "4", "--output-tokens", "1", "--json",
+                                    "--max-memory", "128M"])
+    assert code == 0
+    assert json.loads(out)["memory"].startswith("the numpy engine will hold")
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_the_file_stage_says_what_the_engine_will_hold(size, monkeypatch):
+    from textual.widgets import Static
+
+    app = app_for(LLAMA_Q4, max_memory=128 << 20)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        assert app.state.model.weights.max_cache_bytes == 128 << 20
+        text = widget_text(app.screen.query_one("#overview-text", Static))
+        assert "Memory: the numpy engine will hold" in text and "Will not fit" not in text
+        monkeypatch.setattr(memory, "free_memory", lambda: 1 << 10)
+        app.screen.refresh_view()
+        text = widget_text(app.screen.query_one("#overview-text", Static))
+    assert "Will not fit: the numpy engine needs" in text and "--engine llama.cpp" in text
