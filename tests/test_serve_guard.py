@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import sys
 
 import aiohttp
 import pytest
@@ -175,3 +176,14 @@ async def test_stopping_the_server_ends_every_visitors_app_and_tells_the_page(tm
             server.process.wait(timeout=END_WAIT)
         assert processes and not any(map(alive, processes)), "an app outlived the server"
     assert server.log_lines("visitor 1 ended"), server.console()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+async def test_a_server_killed_outright_takes_its_visitors_apps_with_it(tmp_path):
+    with served(tmp_path) as server:
+        async with aiohttp.ClientSession() as session, session.ws_connect(server.ws_url()) as ws:
+            assert screen_size(await read_screen(ws))
+            processes = server.processes()
+            os.kill(server.process.pid, signal.SIGKILL)  # no handler runs: the kernel must end the apps
+            server.process.wait(timeout=END_WAIT)
+            assert await wait_until(lambda: not any(map(alive, processes)), END_WAIT), "apps outlived the server"

@@ -3,7 +3,8 @@
 textual-serve's `AppService` runs the command through a shell, asks the app to quit when the websocket
 closes and waits for it forever (a busy app never reads the request), and copies the app's stderr,
 tracebacks included, to the server's console. `Visitor` keeps its packet protocol but
-- runs the command's words directly, in a new session, so the whole group can be signalled;
+- runs the command's words directly, in a new session, so the whole group can be signalled, and (Linux)
+  with a parent-death signal, so that a server killed with SIGKILL takes its visitors' apps with it;
 - `end()`: SIGTERM to the group, SIGKILL after END_GRACE seconds, then waits for the app;
 - keeps only the last STDERR_KEPT bytes of the app's stderr, and reports its last line in one log line.
 """
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
 import shlex
 import signal
+import sys
 from collections import deque
 
 from textual_serve.app_service import AppService
@@ -23,6 +28,28 @@ END_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 STDERR_KEPT = 8192  # bytes of the app's stderr kept for the log line
 PRELUDE = b"__GANGLION__\n"  # what Textual's web driver writes before its first packet
 PRELUDE_LINES = 10  # lines read while waiting for it (textual-serve reads as many)
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal the kernel sends when the parent dies
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    """The C library, loaded in the server before any fork (Linux only), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def _die_with_the_server(server_pid: int) -> None:
+    """Run in the app's process before it executes: SIGKILL it when the server dies, however it dies."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server_pid:  # the server died before the signal was set
+        os._exit(1)
 
 
 class Visitor(AppService):
@@ -41,6 +68,7 @@ class Visitor(AppService):
             *shlex.split(self.command),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=self._build_environment(width=width, height=height), start_new_session=True,
+            preexec_fn=functools.partial(_die_with_the_server, os.getpid()),
         )
         self._stdin = process.stdin
         return process
