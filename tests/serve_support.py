@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -95,6 +95,7 @@ class Served:
     process: subprocess.Popen
     out_path: Path
     err_path: Path
+    seen: set[int] = field(default_factory=set)  # every process found below the server, to stop after the test
 
     def console(self) -> str:
         """Everything the server wrote to its stdout and stderr so far."""
@@ -105,11 +106,15 @@ class Served:
 
     def apps(self) -> list[int]:
         """Process ids of the visitors' apps (the server's children)."""
-        return descendants(self.process.pid, depth=1)
+        found = descendants(self.process.pid, depth=1)
+        self.seen.update(found)
+        return found
 
     def processes(self) -> list[int]:
         """Every process below the server: the apps and what they started."""
-        return descendants(self.process.pid)
+        found = descendants(self.process.pid)
+        self.seen.update(found)
+        return found
 
     def ws_url(self, query: str = "width=80&height=24", token: str | None = None) -> str:
         return f"ws://127.0.0.1:{self.port}/ws" + (f"/{token}" if token else "") + f"?{query}"
@@ -129,8 +134,8 @@ def served(tmp_path: Path, *options: str, host: str = "127.0.0.1"):
         process = subprocess.Popen(
             [sys.executable, "-m", "walkthrough", "serve", "--host", host, "--port", str(port), *options],
             cwd=REPO_ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    server = Served(f"http://{host}:{port}/", port, process, out_path, err_path)
     try:
-        server = Served(f"http://{host}:{port}/", port, process, out_path, err_path)
         deadline = time.monotonic() + START_TIMEOUT
         while not _listening(host, port):
             if process.poll() is not None or time.monotonic() > deadline:
@@ -140,12 +145,19 @@ def served(tmp_path: Path, *options: str, host: str = "127.0.0.1"):
             server.url = match.group(1)
         yield server
     finally:
-        apps = descendants(process.pid)
+        apps = server.seen | set(descendants(process.pid))
         _stop_group(process)
         for pid in apps:  # an app the server failed to end (each runs in a group of its own)
-            if alive(pid):
+            if alive(pid) and b"walkthrough" in _cmdline(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _listening(host: str, port: int) -> bool:
