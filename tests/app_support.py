@@ -72,14 +72,14 @@ async def play_to_the_end(app: WalkthroughApp, size: tuple[int, int], timeout: f
 def hold_passes(app: WalkthroughApp) -> tuple[threading.Event, threading.Event]:
     """Make each pass wait, once started, until `release` is set (at most 10 s): returns (release, started)."""
     release, started = threading.Event(), threading.Event()
-    real_pass = app.controller.next_pass
+    real_pass = app.runs.next_pass
 
     def held_pass(*args, **kwargs):
         started.set()
         release.wait(10)
         return real_pass(*args, **kwargs)
 
-    app.controller.next_pass = held_pass
+    app.runs.next_pass = held_pass
     return release, started
 
 

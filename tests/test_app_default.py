@@ -44,20 +44,23 @@ async def test_quitting_while_playing_leaves_no_worker_running(fixtures_dir):
     started: list[int] = []
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        real_pass = app.controller.next_pass
+        real_pass = app.runs.next_pass
 
         def counted(*args, **kwargs):
             started.append(1)
             return real_pass(*args, **kwargs)
 
-        app.controller.next_pass = counted
+        app.runs.next_pass = counted
         await pilot.press("5", "enter")
         await pilot.pause(0.3)
         assert app.playing
         await pilot.press("q")
     assert not [w for w in app.workers if w.is_running]
-    assert app.controller._lock.acquire(timeout=5)  # no pass is still running in a thread
-    app.controller._lock.release()
+    for _ in range(100):  # no pass is still running in a thread (it stops within a layer)
+        if app.runs.idle():
+            break
+        await asyncio.sleep(0.05)
+    assert app.runs.idle() and app.runs.current_job is None
     passes = len(started)
     await asyncio.sleep(0.3)
     assert len(started) == passes  # and none starts after the app is gone

@@ -1,16 +1,17 @@
-"""The four-calls screen: the worker posts each call and the measured starts; the screen shows what they say."""
+"""The four calls: the app's workers post each call and the measured starts into `state.calls`; the screen shows them."""
 
 from __future__ import annotations
 
-from textual.app import App
+from app_support import settle
 
+from walkthrough.app import make_app
 from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST
 from walkthrough.inspect.template import load_messages, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
+from walkthrough.screens import messages as msg
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
-from walkthrough.screens.messages import FromWorker
 
 
 def _calls() -> CallsInput:
@@ -25,24 +26,25 @@ def _calls() -> CallsInput:
 
 async def test_the_four_calls_play_and_are_measured():
     seen: list = []
-    app = App()
+    app = _app()
     async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await settle(pilot)
         screen = FourCallsScreen(_calls())
         await app.push_screen(screen)
         await app.workers.wait_for_complete()
         await pilot.pause()
-        played = [m.turn for m in seen if isinstance(m, FourCallsScreen.Played)]
+        played = [m.turn for m in seen if isinstance(m, msg.CallPlayed)]
         assert [t.label for t in played] == ["request", "follow-up", "edit", "new chat"]
         assert played[1].reuse.reused == len(played[0].chat.ids) + len(played[0].answer) - 1
         assert played[2].cause is not None and played[2].cause.cause == "edited"
-        finished = [m for m in seen if isinstance(m, FourCallsScreen.Finished)]
+        finished = [m for m in seen if isinstance(m, msg.CallsFinished)]
         assert len(finished) == 1 and finished[0].summary.turns == 4
         for turn in played:
             assert f"{turn.label}: {turn.reuse.reused} of {turn.reuse.prompt} prompt tokens reused" in screen.shown
         await pilot.press("c")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        started = [m for m in seen if isinstance(m, FourCallsScreen.Started)]
+        started = [m for m in seen if isinstance(m, msg.StartsMeasured)]
         cold, warm, kept = started[0].starts
         assert cold.first_token > cold.passes > 0 and warm.first_token > 0 and kept.first_token > 0
         assert "cold, a fresh process" in screen.shown and "keep-alive" in screen.shown
@@ -62,27 +64,34 @@ def _reference(calls: CallsInput) -> list[tuple[str, int, list[int]]]:
     return [(t.label, t.reuse.reused, t.answer) for t in talk.turns]
 
 
-def _spy_posts(screen: FourCallsScreen) -> list[tuple[object, bool]]:
-    """(worker, cancelled when it posted) for every message the screen's workers post from now on."""
+def _app():
+    """The app on the bundled model (the calls run as jobs of its run service, into its state)."""
+    return make_app(None, None)
+
+
+def _spy_posts(app) -> list[tuple[object, bool]]:
+    """(worker, cancelled when it posted) for every message the four calls' workers post from now on."""
     posted: list[tuple[object, bool]] = []
-    real = screen.post_message
+    real = app.post_message
+    kinds = (msg.CallPassed, msg.CallPlayed, msg.CallsFinished, msg.StartsMeasured, msg.CallsFailed)
 
     def spy(message):
-        if isinstance(message, FromWorker):
+        if isinstance(message, kinds):
             posted.append((message.worker, message.worker.is_cancelled))
         return real(message)
 
-    screen.post_message = spy
+    app.post_message = spy
     return posted
 
 
 async def _played(pilot) -> tuple[FourCallsScreen, list[tuple[object, bool]]]:
     """The screen pushed and its four calls played; then what its workers post is spied on."""
+    await settle(pilot)
     screen = FourCallsScreen(_calls())
     await pilot.app.push_screen(screen)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-    return screen, _spy_posts(screen)
+    return screen, _spy_posts(pilot.app)
 
 
 async def test_a_replay_stops_the_play_within_a_layer_and_plays_as_if_uncancelled(monkeypatch):
@@ -90,10 +99,11 @@ async def test_a_replay_stops_the_play_within_a_layer_and_plays_as_if_uncancelle
 
     calls = _calls()
     gate = LayerGate(monkeypatch, hold=lambda worker: worker.name == "play the four calls", at=2)
-    app = App()
+    app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         screen = FourCallsScreen(calls)
-        posted = _spy_posts(screen)
+        posted = _spy_posts(app)
         await app.push_screen(screen)
         await gate.wait_held(pilot)  # the first call's first pass, at its second layer
         first, layers = gate.held, gate.ran[gate.held]
@@ -105,15 +115,15 @@ async def test_a_replay_stops_the_play_within_a_layer_and_plays_as_if_uncancelle
         await pilot.pause()
         assert posted and not any(cancelled for _, cancelled in posted)  # nothing posted once cancelled
         assert all(worker is not first for worker, _ in posted[-5:])  # the play after r posted the calls
-        assert [(t.label, t.reuse.reused, t.answer) for t in screen.turns] == _reference(calls)
-        assert screen.summary is not None and screen.summary.turns == 4
+        assert [(t.label, t.reuse.reused, t.answer) for t in app.state.calls.turns] == _reference(calls)
+        assert app.state.calls.summary is not None and app.state.calls.summary.turns == 4
 
 
 async def test_closing_the_screen_stops_the_warm_start_within_a_layer(monkeypatch):
     from app_support import LayerGate
 
     gate = LayerGate(monkeypatch, hold=lambda worker: worker.name == "measure cold and warm starts", at=1)
-    app = App()
+    app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
         screen, posted = await _played(pilot)
         await pilot.press("c")  # the cold start's process, then the warm start here: held at its first layer
@@ -128,9 +138,9 @@ async def test_closing_the_screen_stops_the_warm_start_within_a_layer(monkeypatc
 
 
 async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
-    app = App()
+    app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
-        screen, posted = await _played(pilot)
+        _, posted = await _played(pilot)
         await pilot.press("c")
         measuring = next(w for w in app.workers if w.name == "measure cold and warm starts")
         await pilot.press("r")  # while the fresh process starts
@@ -138,7 +148,8 @@ async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
         await pilot.pause()
         assert measuring.is_cancelled
         assert not any(worker is measuring for worker, _ in posted)
-        assert screen.started is None and screen.summary is not None and not screen.status.startswith("stopped")
+        calls = app.state.calls
+        assert calls.starts is None and calls.summary is not None and not calls.status.startswith("stopped")
 
 
 async def test_c_during_the_play_waits_for_the_four_calls_and_does_not_cancel_them(monkeypatch):
@@ -146,15 +157,16 @@ async def test_c_during_the_play_waits_for_the_four_calls_and_does_not_cancel_th
 
     shown: list[FourCallsScreen] = []
     gate = LayerGate(monkeypatch, at=1,  # held at the first layer after the first call was shown
-                     hold=lambda worker: worker.name == "play the four calls" and bool(shown and shown[0].turns))
-    app = App()
+                     hold=lambda worker: worker.name == "play the four calls" and bool(shown and shown[0].played.turns))
+    app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
         shown.append(FourCallsScreen(_calls()))
         screen = shown[0]
         await app.push_screen(screen)
         await gate.wait_held(pilot)
         playing = gate.held
-        assert screen.turns and screen.summary is None
+        assert app.state.calls.turns and app.state.calls.summary is None
         assert screen.check_action("starts", ()) is None  # greyed in the footer while the calls play
         await pilot.press("c")
         assert not playing.is_cancelled
@@ -162,5 +174,5 @@ async def test_c_during_the_play_waits_for_the_four_calls_and_does_not_cancel_th
         gate.release.set()
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert screen.summary is not None and screen.summary.turns == 4
+        assert app.state.calls.summary is not None and app.state.calls.summary.turns == 4
         assert screen.check_action("starts", ()) is True

@@ -67,7 +67,7 @@ async def test_an_edit_replacing_a_rebuild_keeps_the_newer_prompt(fixtures_dir, 
         await work_returned(pilot, threads[0])
         await settle(pilot)
         assert list(state.prompt_ids) == want and state.messages == newer
-        assert app.controller._run is not None and list(app.controller._run.plan.prompt_ids) == want
+        assert app.runs.plan is not None and list(app.runs.plan.prompt_ids) == want
 
 
 async def test_a_second_unload_keeps_the_model_prepared_last(fixtures_dir, monkeypatch):
@@ -150,4 +150,4 @@ async def test_an_edit_while_the_request_loads_keeps_the_edited_prompt(fixtures_
         origin = parts.template_origin(state.file, state.template_file)
         want = list(parts.build_tokens(state.tokenizer, state.template_source, edited, origin).ids)
         assert list(state.prompt_ids) == want and state.messages == edited
-        assert app.controller._run is not None and list(app.controller._run.plan.prompt_ids) == want
+        assert app.runs.plan is not None and list(app.runs.plan.prompt_ids) == want

@@ -1,4 +1,7 @@
-"""Pilot tests of the Speculate stage: rounds run in a worker, the answer is Decode's, keys change k and the drafter."""
+"""Pilot tests of the Speculate stage: rounds run in a worker, the answer is Decode's, keys change k and the drafter.
+
+The stage's run lives in the request state (`state.speculation`), read here through `_run(screen)`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from app_support import app_for, screen_text, settle
 from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.session import Session
 from walkthrough.screens import stages
+from walkthrough.screens.messages import RoundDone
 
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 MODEL = "ref-qwen2moe-f32.gguf"
@@ -28,8 +32,8 @@ async def test_rounds_write_the_answer_of_plain_decoding(fixtures_dir):
         assert screen.STAGE == "speculate"
         await _press(pilot, "space", 4)  # the prompt, then three rounds
         state = app.state
-        assert screen.prefill is not None and len(screen.rounds) == 3
-        answer = [screen.prefill.chosen] + [t for r in screen.rounds for t in r.generated]
+        assert _run(screen).prefill is not None and len(_run(screen).rounds) == 3
+        answer = [_run(screen).prefill.chosen] + [t for r in _run(screen).rounds for t in r.generated]
         session, sampler = Session(state.model), Sampler(SamplerSettings(temperature=0.0))
         first = list(session.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
         plain = [first] + [s.chosen for s in session.decode(sampler, len(answer) - 1)]
@@ -50,14 +54,14 @@ async def test_keys_change_k_and_the_drafter_and_restart_the_stage_run(fixtures_
         screen = app.screen
         await _press(pilot, "space", 2)
         await _press(pilot, "plus", 2)
-        assert screen.k == 5 and screen.rounds == [] and screen.prefill is None
+        assert _run(screen).k == 5 and _run(screen).rounds == () and _run(screen).prefill is None
         await _press(pilot, "space", 2)
-        assert len(screen.rounds[0].draft.tokens) <= 5 and screen.rounds[0].draft.k == 5
+        assert len(_run(screen).rounds[0].draft.tokens) <= 5 and _run(screen).rounds[0].draft.k == 5
         await _press(pilot, "d")  # MTP: this file has no MTP block, which the stage says in one line
         await _press(pilot, "space")
-        assert screen.drafter == "mtp" and "no multi-token-prediction block" in screen_text(app)
+        assert _run(screen).drafter == "mtp" and "no multi-token-prediction block" in screen_text(app)
         await _press(pilot, "d")
-        assert screen.drafter == "lookup" and screen.error is None
+        assert _run(screen).drafter == "lookup" and _run(screen).error is None
 
 
 async def test_a_draft_model_given_to_the_app_is_a_third_drafter(fixtures_dir):
@@ -68,9 +72,9 @@ async def test_a_draft_model_given_to_the_app_is_a_third_drafter(fixtures_dir):
         await _press(pilot, STAGE_KEY)
         screen = app.screen
         await _press(pilot, "d", 2)
-        assert screen.drafter == "draft"
+        assert _run(screen).drafter == "draft"
         await _press(pilot, "space", 3)
-        assert screen.rounds and all(r.draft.accepted == len(r.draft.tokens) for r in screen.rounds)
+        assert _run(screen).rounds and all(r.draft.accepted == len(r.draft.tokens) for r in _run(screen).rounds)
         assert "drafter draft" in screen_text(app) and "alpha = " in screen_text(app)
 
 
@@ -88,21 +92,26 @@ def _reference(state, k: int, rounds: int) -> list:
     return [first.chosen] + [(r.draft.tokens, r.generated) for r in islice(steps, rounds)]
 
 
+def _run(screen):
+    """The stage's run, as the app keeps it."""
+    return screen.app.state.speculation
+
+
 def _shown(screen) -> list:
-    return [screen.prefill.chosen] + [(r.draft.tokens, r.generated) for r in screen.rounds]
+    return [_run(screen).prefill.chosen] + [(r.draft.tokens, r.generated) for r in _run(screen).rounds]
 
 
-def _spy_rounds(screen) -> list[tuple[object, bool]]:
+def _spy_rounds(app) -> list[tuple[object, bool]]:
     """(worker, cancelled when it posted) for every RoundDone posted from now on."""
     posted: list[tuple[object, bool]] = []
-    real = screen.post_message
+    real = app.post_message
 
     def spy(message):
-        if isinstance(message, type(screen).RoundDone):
+        if isinstance(message, RoundDone):
             posted.append((message.worker, message.worker.is_cancelled))
         return real(message)
 
-    screen.post_message = spy
+    app.post_message = spy
     return posted
 
 
@@ -121,7 +130,7 @@ async def _held_round(pilot, gate, armed: list[bool]):
     await settle(pilot)
     await _press(pilot, STAGE_KEY)
     screen = pilot.app.screen
-    posted = _spy_rounds(screen)
+    posted = _spy_rounds(pilot.app)
     await _press(pilot, "space", 2)
     armed[0] = True
     await pilot.press("space")
@@ -135,15 +144,15 @@ async def test_leaving_the_stage_stops_the_round_within_a_layer_and_the_run_goes
         screen, held, layers, posted = await _held_round(pilot, gate, armed)
         await pilot.press("1")
         await pilot.pause()
-        assert held.is_cancelled and not screen.busy
+        assert held.is_cancelled and not _run(screen).busy
         await gate.wait_returned(pilot)
         assert gate.ran[held] == layers  # no layer began after the cancel
         await settle(pilot)
-        assert len(screen.rounds) == 1
+        assert len(_run(screen).rounds) == 1
         await _press(pilot, STAGE_KEY)
         await _press(pilot, "space", 2)  # the run built again (its prompt and round 1 computed, not shown twice)
         assert not any(cancelled for _, cancelled in posted)
-        assert _shown(screen) == _reference(app.state, screen.k, 3)
+        assert _shown(screen) == _reference(app.state, _run(screen).k, 3)
 
 
 async def test_a_restart_stops_the_round_within_a_layer_and_runs_as_if_uncancelled(fixtures_dir, monkeypatch):
@@ -151,12 +160,12 @@ async def test_a_restart_stops_the_round_within_a_layer_and_runs_as_if_uncancell
     async with app.run_test(size=(80, 24)) as pilot:
         screen, held, layers, posted = await _held_round(pilot, gate, armed)
         await pilot.press("r")
-        assert held.is_cancelled and screen.rounds == [] and screen.prefill is None
+        assert held.is_cancelled and _run(screen).rounds == () and _run(screen).prefill is None
         await gate.wait_returned(pilot)
         assert gate.ran[held] == layers
         await _press(pilot, "space", 3)
         assert not any(cancelled for _, cancelled in posted)
-        assert _shown(screen) == _reference(app.state, screen.k, 2)
+        assert _shown(screen) == _reference(app.state, _run(screen).k, 2)
 
 
 async def test_an_overlay_on_the_stage_lets_the_round_finish(fixtures_dir, monkeypatch):
@@ -169,5 +178,5 @@ async def test_an_overlay_on_the_stage_lets_the_round_finish(fixtures_dir, monke
         await pilot.press("escape")
         await gate.wait_returned(pilot)
         await settle(pilot)
-        assert len(screen.rounds) == 2 and not screen.busy and len(posted) == 3
-        assert _shown(screen) == _reference(app.state, screen.k, 2)
+        assert len(_run(screen).rounds) == 2 and not _run(screen).busy and len(posted) == 3
+        assert _shown(screen) == _reference(app.state, _run(screen).k, 2)

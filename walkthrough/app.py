@@ -3,11 +3,13 @@
 `make_app(...)` builds it for the CLI (`walkthrough [MODEL]`) and for tests alike.
 
 The contract: workers (loading the parts, running a pass) compute a value and
-post it in a message (`walkthrough.screens.messages`); only the handlers here,
-on the UI thread, write `self.state`. Every write is seen by `_state_written`,
-which refuses writes from another thread and redraws the screens once per batch
-(the `state_changed` reactive carries the names of the fields that changed).
-The engine side of a run lives in `self.controller` (session, lock, passes).
+post it in a message (`walkthrough.screens.messages`); only the handlers here
+and in the mixins, on the UI thread, write `self.state`. Every write is seen by
+`_state_written`, which refuses writes from another thread and redraws the
+screens once per batch (the `state_changed` reactive carries the names of the
+fields that changed). Every pass on the model (the stage's run, Speculate's
+rounds, the four calls, the warm starts) is a job of `self.runs`, the run
+service, which holds the model's one lock.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive, var
 from textual.worker import get_current_worker
 
+from walkthrough.app_calls import PlaysTheCalls
 from walkthrough.app_keys import TypeaheadKeys
 from walkthrough.app_load import LoadsTheRequest
 from walkthrough.app_quit import EndsAtOnce
+from walkthrough.app_speculate import SpeculatesRounds
 from walkthrough.app_stages import StageModes
 from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.session import Cancelled
@@ -37,7 +41,7 @@ from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay, check_pictu
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.parts import Part
 from walkthrough.screens.registry import stage_screens
-from walkthrough.screens.run import PromptSource, RunController, RunPlan
+from walkthrough.screens.run import PromptSource, RunPlan, RunService
 from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
 
@@ -50,7 +54,8 @@ class WrongThread(RuntimeError):
     """The request state was written from a worker thread (only the UI thread writes it)."""
 
 
-class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
+class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRounds, PlaysTheCalls,
+                     StageModes):
     """One request, stage by stage."""
 
     TITLE = "walkthrough"
@@ -84,7 +89,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
         self.MODES = stage_screens()  # read from the stage list when the app is made
         super().__init__()
         self.state = state
-        self.controller = RunController()
+        self.runs = RunService()  # every pass on the model, one job at a time
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
         self.walk = Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay else None
@@ -141,7 +146,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
     def on_unmount(self) -> None:
         self.release_processes()
         file = self.state.file
-        self.controller.close(file.close if file is not None else lambda: None)
+        self.runs.close(file.close if file is not None else lambda: None)
 
     # ---- running the request ----------------------------------------------------
     def start_run(self) -> None:
@@ -153,13 +158,14 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
         self._in_flight = None
         self.pass_status = ""
         if state.can_run:
-            self.controller.start(RunPlan(state.run_id, state.model, tuple(state.prompt_ids), state.chunk,
-                                          state.max_new_tokens, state.settings,
-                                          attention_rows=state.attention_rows_blocker() is None,
-                                          request=self._prompt_source()))
+            self.runs.start(RunPlan(state.run_id, state.model, tuple(state.prompt_ids), state.chunk,
+                                    state.max_new_tokens, state.settings,
+                                    attention_rows=state.attention_rows_blocker() is None,
+                                    request=self._prompt_source()))
         else:
-            self.controller.stop()
+            self.runs.stop()
         state.loaded = state.loaded | {Part.RUN}
+        self.speculation_follows_the_request()
 
     def _prompt_source(self) -> PromptSource | None:
         """Where the run's prompt comes from (messages, rendering), so its first pass can say why reuse stopped."""
@@ -178,7 +184,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
         if state.file is None or state.card is None:
             return
         self.playing = False
-        self.controller.unload()
+        self.runs.unload()
         state.model = None
         state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
         state.unloads += 1
@@ -246,7 +252,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
     def restart(self) -> None:
         """Run the request again from an empty KV cache, now."""
         self.playing = False
-        self.controller.unload()
+        self.runs.unload()
         self.start_run()
 
     def discard_then(self, then: Callable[[], None]) -> None:
@@ -271,7 +277,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
                 self.post_message(msg.PassProgress(run_id, done, total))
 
         try:
-            step = self.controller.next_pass(run_id, progress, lambda: worker.is_cancelled)
+            step = self.runs.next_pass(run_id, progress, lambda: worker.is_cancelled)
         except Cancelled:
             self.post_message(msg.PassCancelled(run_id))
             return
@@ -283,7 +289,8 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, StageModes):
     def set_settings(self, settings: SamplerSettings) -> None:
         """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""
         self.state.settings = settings
-        self.controller.set_settings(settings)
+        self.runs.set_settings(settings)
+        self.speculation_follows_the_request()
 
     def on_pass_progress(self, message: msg.PassProgress) -> None:
         if message.run_id == self.state.run_id and self.stepping:

@@ -157,12 +157,11 @@ class LoadsTheRequest(App):
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 
-
     def rebuild_prompt(self) -> None:
         """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a worker."""
         state = self.state
         self.playing = False
-        self.controller.stop()
+        self.runs.stop()
         state.run_id += 1
         state.steps = ()
         state.finished = False

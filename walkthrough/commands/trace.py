@@ -68,10 +68,10 @@ from walkthrough.commands.common import (
     warn,
 )
 from walkthrough.commands.options import PROBABILITY, SEED, TEMPERATURE, finite
+from walkthrough.engine.knobs import DEFAULT_DRAFT_MAX
 
 DEFAULT_CHUNK = 512  # llama.cpp's default n_ubatch (common/common.h): tokens per prefill pass
 DEFAULT_STEPS = 16
-DEFAULT_DRAFT_MAX = 3  # llama.cpp's common_params_speculative_draft::n_max (walkthrough.engine.drafters)
 
 
 def add_parser(subparsers) -> None:

@@ -48,7 +48,6 @@ from walkthrough.errors import WalkthroughError
 
 NGRAM_MAX = 4  # llama.cpp's LLAMA_NGRAM_MAX (common/ngram-cache.h)
 NGRAM_MIN = 1  # LLAMA_NGRAM_MIN
-DEFAULT_DRAFT_MAX = 3  # llama.cpp's common_params_speculative_draft::n_max (common/common.h)
 
 
 @dataclass

@@ -23,7 +23,10 @@ from textual.worker import Worker
 from walkthrough.screens.parts import Part
 
 if TYPE_CHECKING:
+    from walkthrough.engine.coldstart import StartTimes
+    from walkthrough.engine.protocol import Engine
     from walkthrough.engine.steps import Step
+    from walkthrough.engine.turns import Summary, Turn
 
 
 @dataclass
@@ -103,4 +106,54 @@ class RunFailed(Message):
     """A pass of run `run_id` raised a WalkthroughError (say, a token outside the vocabulary)."""
 
     run_id: int
+    error: str
+
+
+@dataclass
+class RoundDone(FromWorker):
+    """A round (or the prompt's prefill) of speculative run `run_id` finished; `step` None: the answer is done,
+    or `error` says why the round could not run."""
+
+    run_id: int
+    step: Step | None
+    error: str | None = None
+
+
+@dataclass
+class CallPassed(FromWorker):
+    """A pass of the four calls' current call ended (`what` says which)."""
+
+    what: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CallPassed)
+
+
+@dataclass
+class CallPlayed(FromWorker):
+    """One of the four calls finished, on the calls' own model (kept for the warm starts)."""
+
+    turn: Turn
+    model: Engine
+
+
+@dataclass
+class CallsFinished(FromWorker):
+    """The four calls' sums."""
+
+    summary: Summary
+
+
+@dataclass
+class StartsMeasured(FromWorker):
+    """The first request's first token: cold (a fresh process), warm, warm with its KV cache kept."""
+
+    starts: tuple[StartTimes, StartTimes, StartTimes]
+    prompt_tokens: int
+
+
+@dataclass
+class CallsFailed(FromWorker):
+    """The four calls or their starts stopped: `error` says why."""
+
     error: str

@@ -1,11 +1,22 @@
-"""The run controller: the engine side of the current run (session, sampler, passes), safe from any thread.
+"""The run service: the one owner of the request's model, running every pass on it as a job, one at a time.
 
-The UI thread starts a run with a `RunPlan` (everything the run needs, frozen)
-and changes its sampler knobs; pass workers call `next_pass`, which runs one
-pass under a lock and returns its `Step` (None once the run is finished). The
-controller holds no data the screens read: the Steps travel to the UI thread in
-messages and are stored there (`RequestState.steps`).
+Every pass the app runs goes through here, under its one lock: the stage's
+run (prefill chunks and decoded tokens, `next_pass`), the Speculate stage's
+rounds (`next_round`), the four calls (`steps`) and the warm starts (`job`).
+Two jobs never compute at once, so the model's weight cache, its counters and
+the CPU are never shared by two passes (a Decode play and a Speculate round
+take turns, pass by pass). The service is called from worker threads and
+holds no data the screens read: what a job computes is returned to its
+worker, which posts it in a message; the app stores it in the request state
+on the UI thread. `current_job` names the job holding the lock and `idle()`
+says none does (for the tests and the stage bar).
 
+A job waiting for the lock gives up as soon as its caller cancels it (checked
+every `WAIT_POLL` seconds), and a job computing checks at every layer.
+
+The stage's run. The UI thread starts one with a `RunPlan` (everything the run
+needs, frozen) and changes its sampler knobs; pass workers call `next_pass`,
+which runs one pass and returns its `Step` (None once the run is finished).
 Starting a new run, or `stop()`, cancels the pass in flight: the engine's
 progress hook raises `Cancelled` at the next layer, so `r` and `q` act within
 one layer's time, not one pass's.
@@ -19,24 +30,36 @@ rendered prompt it comes from, the first pass also carries why reuse stopped
 (`Step.cause`, `engine.prefix_break`). `unload()` drops the session and lets
 the app drop its model, so the next run pays the first use of every weight
 again.
+
+The Speculate stage's run (`RoundPlan`, `start_rounds`, `next_round`) has a
+session of its own on the same model. A round cut off by a cancel leaves that
+session mid-round, so the run is dropped; the next round builds it again and
+computes the steps the caller already holds before the new one (same seed,
+same steps). The caller says how many it holds, so a step computed but
+dropped (its worker cancelled just after) is computed again, not skipped.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from walkthrough.engine.session import Cancelled, Progress
+from walkthrough.engine.session import Cancelled, Progress, stop_when
+from walkthrough.errors import WalkthroughError
 
 if TYPE_CHECKING:
-    from walkthrough.engine.model import Model
     from walkthrough.engine.prefix_break import Held
+    from walkthrough.engine.protocol import Engine, Session
     from walkthrough.engine.sampler import Sampler, SamplerSettings
-    from walkthrough.engine.session import Session
     from walkthrough.engine.steps import Step
     from walkthrough.inspect.chat import ChatTokens
+
+WAIT_POLL = 0.05  # seconds between looks at a waiting job's cancel flag
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,7 +67,7 @@ class RunPlan:
     """One run of the request: which model, which prompt, how it is cut and capped, which knobs to start with."""
 
     run_id: int
-    model: Model
+    model: Engine
     prompt_ids: tuple[int, ...]
     chunk: int
     max_tokens: int
@@ -76,27 +99,107 @@ class _Run:
         self.held: Held | None = None  # what the session held when the run began, with where it came from
 
 
-class RunController:
-    """The current run; `start`, `set_settings` and `stop` never block, `next_pass` runs one pass."""
+@dataclass(frozen=True)
+class RoundPlan:
+    """A speculative run of the request (the Speculate stage's), frozen when it starts."""
+
+    run_id: int
+    model: Engine
+    prompt_ids: tuple[int, ...]
+    chunk: int
+    settings: SamplerSettings
+    max_tokens: int
+    drafter: str  # "lookup", "mtp" or "draft"
+    k: int  # drafts per round, at most
+    draft: Path | None = None  # the draft model's file, for drafter "draft"
+
+
+class _Rounds:
+    """A started speculative run: its plan, its cancel flag, its generator of Steps and how many it made."""
+
+    def __init__(self, plan: RoundPlan) -> None:
+        self.plan = plan
+        self.cancel = threading.Event()  # set when another run replaces this one
+        self.steps: Iterator[Step | None] | None = None  # the prompt's last prefill pass, then one per round
+        self.made = 0  # Steps the generator made so far
+        self.report: Progress | None = None  # the pass hook of the call in flight
+
+
+class RunService:
+    """Every pass on the request's model, one job at a time; `start`, `start_rounds`, `set_settings` and
+    `stop` never block, the other calls run a job (from a worker thread)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # one pass at a time (the model's weight cache is shared)
+        self._lock = threading.Lock()  # one job at a time on the model (its weight cache, the cores)
+        self._job: str | None = None  # the job holding the lock
         self._run: _Run | None = None
         self._session: Session | None = None  # kept from run to run (its KV cache is what runs reuse)
         self._source: PromptSource | None = None  # where the tokens the session holds came from
         self._drop = False  # `unload` asked: the next run starts a new session
+        self._rounds: _Rounds | None = None  # the Speculate stage's run
+
+    # ---- jobs ----------------------------------------------------------------------------------
+    @property
+    def current_job(self) -> str | None:
+        """The job computing now ("pass", "speculative round", "four calls", ...), None when idle."""
+        return self._job
+
+    def idle(self) -> bool:
+        """No job holds the model."""
+        return not self._lock.locked()
+
+    @contextmanager
+    def _holding(self, job: str, cancelled: Callable[[], bool]) -> Iterator[None]:
+        """Hold the model for `job`; while another job holds it, wait, or raise Cancelled once `cancelled()`."""
+        while not self._lock.acquire(timeout=WAIT_POLL):
+            if cancelled():
+                raise Cancelled()
+        self._job = job
+        try:
+            yield
+        finally:
+            self._job = None
+            self._lock.release()
+
+    def job(self, name: str, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
+        """Run `work()` as job `name` while holding the model (say, the warm starts).
+
+        Raises:
+            Cancelled: `cancelled()` while waiting for the model (and whatever `work` raises).
+        """
+        with self._holding(name, cancelled):
+            return work()
+
+    def steps(self, name: str, passes: Iterator[T], cancelled: Callable[[], bool] = lambda: False) -> Iterator[T]:
+        """The items of `passes`, each computed as job `name` (other jobs may run between two of them)."""
+        while True:
+            with self._holding(name, cancelled):
+                item = next(passes, None)
+            if item is None:
+                return
+            yield item
+
+    # ---- the stage's run -------------------------------------------------------------------------
+    @property
+    def plan(self) -> RunPlan | None:
+        """The plan of the stage's current run (None: no run)."""
+        run = self._run
+        return None if run is None else run.plan
+
+    def _replace(self, slot: str, new: _Run | _Rounds | None) -> None:
+        """Put `new` in the run slot `slot`; the run it held is cancelled (its pass stops at its next layer)."""
+        old = getattr(self, slot)
+        setattr(self, slot, new)
+        if old is not None:
+            old.cancel.set()
 
     def start(self, plan: RunPlan) -> None:
         """Make `plan` the current run (nothing runs yet); a pass of the previous run stops at its next layer."""
-        old, self._run = self._run, _Run(plan)
-        if old is not None:
-            old.cancel.set()
+        self._replace("_run", _Run(plan))
 
     def stop(self) -> None:
         """No current run; a pass in flight stops at its next layer."""
-        old, self._run = self._run, None
-        if old is not None:
-            old.cancel.set()
+        self._replace("_run", None)
 
     def set_settings(self, settings: SamplerSettings) -> None:
         """New sampler knobs for the passes still to run (a new seed restarts the draws)."""
@@ -116,7 +219,7 @@ class RunController:
             Cancelled: the run was replaced or stopped (before or during the pass), or `cancelled()`.
             WalkthroughError: the engine refused the pass.
         """
-        with self._lock:
+        with self._holding("pass", cancelled):
             run = self._run
             if run is None or run.plan.run_id != run_id or run.cancel.is_set():
                 raise Cancelled()
@@ -146,10 +249,52 @@ class RunController:
         self._drop = True
 
     def close(self, release: Callable[[], None]) -> None:
-        """Stop the run, wait for a pass in flight to let go (within a layer), then call `release`."""
+        """Stop both runs, wait for the job in flight to let go (within a layer), then call `release`."""
         self.stop()
-        with self._lock:
+        self.stop_rounds()
+        with self._holding("close", lambda: False):
             release()
+
+    # ---- the Speculate stage's run ---------------------------------------------------------------
+    def start_rounds(self, plan: RoundPlan) -> None:
+        """Make `plan` the speculative run (nothing runs until `next_round`); a round of the previous one stops
+        at its next layer."""
+        self._replace("_rounds", _Rounds(plan))
+
+    def stop_rounds(self) -> None:
+        """No speculative run; a round in flight stops at its next layer."""
+        self._replace("_rounds", None)
+
+    def next_round(self, run_id: int, shown: int, cancelled: Callable[[], bool] = lambda: False) -> Step | None:
+        """The Step of speculative run `run_id` after the `shown` first ones (the prefill's last pass first), None
+        when the answer is done.
+
+        Args:
+            shown: Steps of this run the caller holds.
+            cancelled: the caller's own stop request (its worker was cancelled), checked at every layer.
+
+        Raises:
+            Cancelled: the run was replaced (before or during the round), or `cancelled()`; the run itself
+                can go on at the next call.
+            WalkthroughError: the engine refused the round.
+        """
+        with self._holding("speculative round", cancelled):
+            run = self._rounds
+            if run is None or run.plan.run_id != run_id or run.cancel.is_set():
+                raise Cancelled()
+            run.report = stop_when(lambda: run.cancel.is_set() or cancelled())
+            try:
+                if run.steps is None or run.made != shown:  # a round was cut off, or its step not kept
+                    run.steps, run.made = _speculative(run.plan, lambda done, total: run.report(done, total)), 0
+                    while run.made < shown:  # the steps the caller holds, computed again
+                        next(run.steps)
+                        run.made += 1
+                step = next(run.steps, None)
+            except Cancelled:
+                run.steps = None  # the exception closed the generator, and its session is mid-round
+                raise
+            run.made += step is not None
+            return step
 
     def _begin(self, run: _Run) -> None:
         from walkthrough.engine.engines import new_session
@@ -160,7 +305,7 @@ class RunController:
         if self._drop:
             session, self._drop = None, False
         keep = (session is not None and session.model is plan.model and session.attention_rows == plan.attention_rows
-                and getattr(plan.model, "engine", "numpy") == "numpy")  # llama.cpp's context is sized per run
+                and plan.model.engine == "numpy")  # llama.cpp's context is sized per run
         if keep:
             session.recover()  # a pass abandoned midway leaves nothing half-done behind
         else:
@@ -202,3 +347,26 @@ def _user_starts(request: PromptSource) -> list[int]:
     from walkthrough.engine.turns import user_starts
 
     return user_starts(request.chat, request.messages)
+
+
+def _speculative(plan: RoundPlan, progress: Progress) -> Iterator[Step | None]:
+    """The prompt's last prefill pass, then one verification pass per round (numpy engine only)."""
+    from walkthrough.engine import speculative
+    from walkthrough.engine.model import Model
+    from walkthrough.engine.sampler import Sampler
+    from walkthrough.engine.session import Session as NumpySession
+
+    if not isinstance(plan.model, Model):
+        raise WalkthroughError("speculative decoding runs on the numpy engine; open the file without "
+                               "--engine llama.cpp to see it")
+    drafter = speculative.make_drafter(plan.drafter, plan.model, draft=plan.draft)
+    session = NumpySession(plan.model, keep_hidden=drafter.needs_hidden)
+    sampler = Sampler(plan.settings)
+    last = None
+    for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk, sampler=sampler,
+                                    progress=progress):
+        pass
+    yield last
+    if not last.stopped:
+        yield from speculative.speculate(session, sampler, drafter, plan.max_tokens - 1, k=plan.k,
+                                         progress=progress)

@@ -1,8 +1,10 @@
 """The request the app follows: the opened file, its card, the messages, tokens, and the passes run so far.
 
 A plain record (no Textual) with one writer: the app's UI thread. Workers build
-values (`walkthrough.screens.parts`, `walkthrough.screens.run`) and post them in
-messages; the app's handlers assign them here. Every assignment of a public
+values (`walkthrough.screens.parts`, the run service `walkthrough.screens.run`)
+and post them in messages; the app's handlers assign them here. Every stage's
+results live here, never on a screen: the stage's run (`steps`), the Speculate
+stage's run (`speculation`), the four calls (`calls`). Every assignment of a public
 field is reported to a listener (the app), which checks it happens on the UI
 thread and redraws the screens once per batch of changes: no field can change
 without the screens hearing of it. Collections are replaced, never changed in
@@ -21,16 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from walkthrough.engine.knobs import MAX_NEW_TOKENS
+from walkthrough.engine.knobs import DEFAULT_DRAFT_MAX, MAX_NEW_TOKENS
 from walkthrough.inspect.locate import DEFAULT_REQUEST
 from walkthrough.screens.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
 if TYPE_CHECKING:
+    from walkthrough.engine.coldstart import StartTimes
     from walkthrough.engine.costs import Estimate
     from walkthrough.engine.hardware import Profile
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.protocol import Engine
     from walkthrough.engine.sampler import SampleResult, SamplerSettings
     from walkthrough.engine.steps import Step
+    from walkthrough.engine.turns import Summary, Turn
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
     from walkthrough.inspect.gguf import GGUFFile
@@ -48,6 +52,48 @@ class FirstToken:
     seconds: float  # the prompt passes' wall time (Step.seconds summed)
     cold: bool  # the first run on a model just made (its weights dequantized on first use)
     engine: str = ""  # the engine that ran the passes ("numpy", "llama.cpp")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The Speculate stage's run of the request: its knobs, the passes it ran, where it stands.
+
+    A new one (the next `run_id`) replaces it whenever the request, its model or its knobs change.
+    """
+
+    run_id: int = 0
+    drafter: str = "lookup"  # "lookup", "mtp" or "draft" (with --draft)
+    k: int = DEFAULT_DRAFT_MAX  # drafts per round, at most
+    prefill: Step | None = None  # the prompt's last pass (it chose the first token)
+    rounds: tuple[Step, ...] = ()  # verification passes, in order
+    finished: bool = False
+    error: str | None = None
+    busy: bool = False  # a round is in flight
+    playing: bool = False  # rounds one after another
+    started_for: tuple | None = None  # the (model, prompt, knobs) it runs on: another one starts it again
+
+    @property
+    def shown(self) -> int:
+        """Steps of this run held here (the prefill's last pass and the rounds)."""
+        return (self.prefill is not None) + len(self.rounds)
+
+    def answer(self) -> list[int]:
+        """Tokens written so far: the prefill's choice, then each round's."""
+        first = [] if self.prefill is None else [self.prefill.chosen]
+        return first + [t for step in self.rounds for t in step.generated]
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The four calls (over the Chat stage): each call's turn, their sums, the cold and warm starts."""
+
+    play: int = 0  # which play of the calls this is (r plays them again)
+    turns: tuple[Turn, ...] = ()
+    summary: Summary | None = None
+    starts: tuple[StartTimes, StartTimes, StartTimes] | None = None  # cold, warm, warm with the KV cache kept
+    prompt_tokens: int = 0  # of the first request, whose first token the starts measure
+    status: str = "starting"  # what is being done, or why it stopped
+    model: Engine | None = None  # the calls' own model, kept for the warm starts
 
 
 def load_messages(path: str | Path | None) -> list[dict[str, str]]:
@@ -93,7 +139,7 @@ class RequestState:
     chat: ChatTokens | None = None  # rendered text, tokens (with their message), regions
     engine: str = "numpy"  # which engine runs the passes: "numpy" or "llama.cpp" (walkthrough.engine.engines)
     max_memory: int | None = None  # --max-memory: the numpy engine's weight budget (None: a share of free memory)
-    model: Model | None = None  # the engine's model (Model or LlamaModel), once it accepts the file
+    model: Engine | None = None  # the engine's model (Model or LlamaModel), once it accepts the file
     settings: SamplerSettings | None = None  # the knobs for the passes still to run
     # The run.
     run_id: int = 0
@@ -103,6 +149,8 @@ class RequestState:
     unloads: int = 0  # times the engine's model and cache were dropped (u): the next run starts cold
     runs_on_model: int = 0  # runs that reached their first token on the current model
     first_tokens: tuple[FirstToken, ...] = ()  # every run's first token so far, oldest first
+    speculation: Speculation = field(default_factory=Speculation)  # the Speculate stage's run
+    calls: Calls | None = None  # the four calls, once played
     profile_index: int = 0
     _profiles: list[Profile] | None = None
     _listener: Callable[[str], None] | None = None

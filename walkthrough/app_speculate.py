@@ -1,0 +1,108 @@
+"""The Speculate stage's run: its rounds are jobs of the run service, their Steps kept in the request state.
+
+The stage asks (`speculate_round`, `play_rounds`, `restart_speculation`) and
+shows `state.speculation`; a round runs in a worker that calls the run service
+(`RunService.next_round`, under the model's one lock, so a round and a pass of
+the Decode play take turns) and posts its Step in a `RoundDone`, which the
+handler here stores on the UI thread. The run starts again (a new `run_id`,
+nothing held) when k or the drafter change, on `r`, and when the request, its
+model or its sampler knobs change (`speculation_follows_the_request`, called
+by the app where those change): drawing never starts work.
+
+Stopping a round: restarting the run, leaving the stage and quitting cancel
+the round in flight, which stops at its next layer and posts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual import work
+from textual.app import App
+from textual.worker import get_current_worker
+
+from walkthrough.engine.session import Cancelled
+from walkthrough.errors import WalkthroughError
+from walkthrough.screens import messages as msg
+from walkthrough.screens.run import RoundPlan
+from walkthrough.screens.state import Speculation
+
+
+class SpeculatesRounds(App):
+    """Mixin of the app: the Speculate stage's rounds."""
+
+    def _speculation_key(self) -> tuple:
+        """What a speculative run is of: the model, the prompt, the sampler knobs."""
+        state = self.state
+        return id(state.model), tuple(state.prompt_ids), state.settings
+
+    def speculation_follows_the_request(self) -> None:
+        """Start the speculative run again if the request, its model or its knobs changed since it began."""
+        if self.state.speculation.started_for != self._speculation_key():
+            self.restart_speculation()
+
+    def restart_speculation(self, *, drafter: str | None = None, k: int | None = None) -> None:
+        """A new speculative run of the request as it is now, with this drafter and k (default: as before);
+        nothing runs until a round is asked for, and a round in flight stops at its next layer."""
+        state = self.state
+        self.stop_round()
+        old = state.speculation
+        new = Speculation(old.run_id + 1, drafter or old.drafter, k or old.k, started_for=self._speculation_key())
+        state.speculation = new
+        if state.can_run:
+            self.runs.start_rounds(RoundPlan(new.run_id, state.model, tuple(state.prompt_ids), state.chunk,
+                                             state.settings, state.max_new_tokens, new.drafter, new.k, state.draft))
+        else:
+            self.runs.stop_rounds()
+
+    def speculate_round(self) -> None:
+        """Run the next round (the prompt's prefill first) in a worker, unless one runs or the answer is done."""
+        s = self.state.speculation
+        if s.busy or s.finished or s.error or not self.state.can_run:
+            return
+        self.state.speculation = replace(s, busy=True)
+        self._round(s.run_id, s.shown)
+
+    def play_rounds(self) -> None:
+        """Rounds one after another (again: stop after the round in flight)."""
+        s = self.state.speculation
+        self.state.speculation = replace(s, playing=not s.playing)
+        if not s.playing:
+            self.speculate_round()
+
+    def stop_round(self) -> None:
+        """Cancel the round in flight (it stops at its next layer and posts nothing); stop playing."""
+        self.workers.cancel_group(self, "speculate")
+        s = self.state.speculation
+        if s.busy or s.playing:
+            self.state.speculation = replace(s, busy=False, playing=False)
+
+    @work(thread=True, group="speculate", name="speculative round")
+    def _round(self, run_id: int, shown: int) -> None:
+        worker = get_current_worker()
+        try:
+            step = self.runs.next_round(run_id, shown, lambda: worker.is_cancelled)
+        except Cancelled:
+            return
+        except WalkthroughError as exc:
+            self.post_message(msg.RoundDone(run_id, None, str(exc), worker=worker))
+            return
+        self.post_message(msg.RoundDone(run_id, step, worker=worker))
+
+    def on_round_done(self, message: msg.RoundDone) -> None:
+        s = self.state.speculation
+        if message.stale or message.run_id != s.run_id:
+            return  # a round stopped, or of a run replaced since (either way `busy` was cleared then)
+        step = message.step
+        if message.error:
+            s = replace(s, error=message.error)
+        elif step is None:
+            s = replace(s, finished=True)
+        elif step.draft is None:
+            s = replace(s, prefill=step, finished=step.stopped)
+        else:
+            s = replace(s, rounds=(*s.rounds, step), finished=step.stopped)
+        playing = s.playing and not s.finished and not s.error
+        self.state.speculation = replace(s, busy=False, playing=playing)
+        if playing:
+            self.speculate_round()
