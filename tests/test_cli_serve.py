@@ -81,19 +81,24 @@ def test_another_address_is_served_only_when_named_with_a_warning_and_a_token(re
     assert RecordingServer.options[1]["token"] != first["token"]  # made anew for each launch
 
 
-def test_localhost_needs_no_token_and_the_visitor_cap_comes_from_memory(recording, capsys, monkeypatch):
+def test_localhost_needs_no_token_and_the_free_memory_sets_the_cap_and_each_apps_budget(
+        recording, capsys, monkeypatch):
+    from walkthrough.engine.memory import MIN_BUDGET, dequantized_bytes
     from walkthrough.inspect.gguf import open_gguf
-    from walkthrough.serving_web import capacity
+    from walkthrough.serving_web.capacity import APP_ALLOWANCE
 
     with open_gguf(REFERENCE) as gguf:
-        per_visitor = capacity.visitor_bytes(t.n_elements for t in gguf.tensors.values())
-    monkeypatch.setattr(capacity, "available_memory", lambda: 7 * per_visitor + per_visitor // 2)
+        weights = dequantized_bytes(gguf)
+    monkeypatch.setattr("walkthrough.engine.memory.free_memory", lambda: 7 * (APP_ALLOWANCE + weights) + 5)
     run_cli(capsys, ["serve", REFERENCE, "--port", free_port()])
     run_cli(capsys, ["serve", REFERENCE, "--port", free_port(), "--max-visitors", "3"])
     default, given = RecordingServer.options
     assert default["loopback"] is True and default["token"] is None
-    assert default["max_visitors"] == 7  # room for 7.5 visitors' apps
+    assert default["max_visitors"] == 7  # room for 7 visitors' apps with all their weights
     assert given["max_visitors"] == 3
+    for (command, _, _), options in zip(recording, RecordingServer.options, strict=True):
+        words = shlex.split(command)
+        assert int(words[words.index("--max-memory") + 1]) == options["weight_budget"] == max(MIN_BUDGET, weights)
 
 
 @pytest.mark.parametrize(("host", "local"), [

@@ -7,7 +7,6 @@ Its visitors run a stand-in command that only waits, so no app is started.
 
 from __future__ import annotations
 
-import math
 import sys
 
 import aiohttp
@@ -97,15 +96,20 @@ def test_packets_the_page_sends():
     assert parse_packet('["focus"]').kind == "focus" and parse_packet('["blur"]').kind == "blur"
 
 
-def test_the_default_cap_shares_out_the_available_memory(tmp_path):
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n")
-    assert capacity.available_memory(str(meminfo)) == 8000000 * 1024
-    assert capacity.visitor_bytes([10, 20]) == capacity.APP_ALLOWANCE + 30 * capacity.WEIGHT_BYTES
-    assert capacity.visitor_bytes([10**12]) == capacity.APP_ALLOWANCE + capacity.DEFAULT_CACHE_BYTES
-    assert capacity.default_max_visitors(10 * 2**30, 2**30 + 1) == 9
-    assert capacity.default_max_visitors(2**20, 2**30) == 1 == capacity.default_max_visitors(None, 2**30)
-    assert math.isfinite(capacity.available_memory() or 0)
+def test_the_free_memory_is_shared_out_between_visitors():
+    gib, allowance, floor = 2**30, capacity.APP_ALLOWANCE, capacity.MIN_BUDGET
+    # A small model: as many visitors as fit, each app's budget all its weights.
+    free = 10 * (allowance + gib) + 5
+    assert capacity.plan(gib, None, free) == capacity.Plan(10, gib, free)
+    # Fewer visitors asked for: each app may hold all its weights; more: each holds its share.
+    assert capacity.plan(gib, 2, 10 * gib).weight_budget == gib
+    assert capacity.plan(8 * gib, 2, 10 * gib).weight_budget == 5 * gib - allowance
+    # A model larger than the memory: one visitor, its weights within what is free (decoded again on use).
+    assert capacity.plan(100 * gib, None, 10 * gib) == capacity.Plan(1, 10 * gib - allowance, 10 * gib)
+    # Never below the engine's minimum budget; one visitor where the free memory is unknown.
+    assert capacity.plan(gib, 1000, 10 * gib).weight_budget == floor
+    assert capacity.plan(gib, None, None) == capacity.Plan(1, gib, None)
+    assert capacity.plan(gib, 3, None).visitors == 3
 
 
 @pytest.fixture

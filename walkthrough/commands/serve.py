@@ -51,8 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed for every visitor's app (default 0)")
     p.add_argument("--hardware", metavar="NAME", help="first hardware profile on the Costs stage")
     p.add_argument("--max-visitors", type=int, metavar="N",
-                   help="app processes at once; more visitors are asked to come back "
-                   "(default: the memory available now / what one visitor's app may use)")
+                   help="app processes at once; more visitors are asked to come back (default: as many as "
+                   "the free memory holds); each app's weights get an equal share of the free memory")
 
 
 def is_loopback(host: str) -> bool:
@@ -84,25 +84,29 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def app_command(args: argparse.Namespace) -> str:
-    """The shell command each visitor's app process runs: this Python, this package, the options given."""
+def app_command(args: argparse.Namespace, weight_budget: int) -> str:
+    """The shell command each visitor's app process runs: this Python, this package, the options given,
+    and the app's share of memory for dequantized weights."""
     words = [sys.executable, "-m", "walkthrough"]
     if args.model is not None:
         words.append(args.model)
     if args.messages is not None:
         words += ["--messages", args.messages]
-    words += ["--seed", str(args.seed)]
+    words += ["--seed", str(args.seed), "--max-memory", str(weight_budget)]
     if args.hardware is not None:
         words += ["--hardware", args.hardware]
     return " ".join(shlex.quote(word) for word in words)
 
 
 def run(args: argparse.Namespace) -> int:
-    from walkthrough.serving_web.capacity import visitor_bytes
+    from walkthrough.engine.memory import dequantized_bytes, free_memory
     from walkthrough.textsafe import visible
 
+    if args.max_visitors is not None and args.max_visitors < 1:
+        raise WalkthroughError(f"--max-visitors {args.max_visitors}: at least 1 visitor (or leave it out for the "
+                               "default from this machine's free memory)")
     with open_model(args.model) as gguf:  # a bad model is one line now, not an error page in every browser
-        per_visitor = visitor_bytes(t.n_elements for t in gguf.tensors.values())
+        dequantized = dequantized_bytes(gguf)
     if args.messages is not None:
         from walkthrough.screens.state import load_messages
 
@@ -116,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise WalkthroughError(f"serving needs textual-serve, which is not installed: {INSTALL_HINT}") from None
     from walkthrough.serving_web import server as guarded
+    from walkthrough.serving_web.capacity import plan
 
-    max_visitors = visitor_cap(args.max_visitors, per_visitor)
+    visitors = plan(dequantized, args.max_visitors, free_memory())
     check_port_free(args.host, args.port)
     loopback = is_loopback(args.host)
     if not loopback:
@@ -125,18 +130,8 @@ def run(args: argparse.Namespace) -> int:
               "token in the URL below can run the app on this machine and read the model's metadata",
               file=sys.stderr)
     token = None if loopback else secrets.token_urlsafe(24)
-    guarded.GuardedServer(app_command(args), host=args.host, port=args.port, loopback=loopback, token=token,
-                          max_visitors=max_visitors).serve()
+    guarded.GuardedServer(app_command(args, visitors.weight_budget), host=args.host, port=args.port,
+                          loopback=loopback, token=token, max_visitors=visitors.visitors,
+                          weight_budget=visitors.weight_budget).serve()
     return 0
 
-
-def visitor_cap(max_visitors: int | None, per_visitor: int) -> int:
-    """`--max-visitors`, checked, or the default this machine's available memory allows (`per_visitor` each)."""
-    from walkthrough.serving_web.capacity import available_memory, default_max_visitors
-
-    if max_visitors is None:
-        return default_max_visitors(available_memory(), per_visitor)
-    if max_visitors < 1:
-        raise WalkthroughError(f"--max-visitors {max_visitors}: at least 1 visitor (or leave it out for the "
-                               "default from this machine's memory)")
-    return max_visitors

@@ -1,52 +1,53 @@
-"""How many visitors `walkthrough serve` admits at once by default: the memory available now, shared out.
+"""How many visitors `walkthrough serve` admits at once, and the weight budget each visitor's app gets.
 
-Each visitor gets an app process of its own, which holds Python, Textual and numpy (APP_ALLOWANCE) and,
-as it runs the model, the weights the numpy engine dequantizes and caches: WEIGHT_BYTES per parameter,
-float64 being the widest it keeps (`ops.linear` multiplies large matrices in float64), at most the
-engine's cache bound. The default is the memory available at launch divided by that, at least one.
-`--max-visitors N` overrides it.
+Each visitor's app holds Python, Textual, numpy, a run's activations and KV cache (APP_ALLOWANCE) and
+the weights the numpy engine dequantizes (`engine.memory.dequantized_bytes`: float32, float64 for the
+matrices it multiplies in float64). By default serve admits as many visitors as the free memory
+(`engine.memory.free_memory`: MemAvailable within the cgroup's limit) holds at that cost, at least one.
+Every app then gets an equal share of the free memory, less APP_ALLOWANCE, as its `--max-memory` weight
+budget (no more than its weights need), so however large the model, the apps together stay within what
+was free: weights beyond a budget are decoded again on use, not held.
 
-Example: 8 GiB available, a 135 M-parameter model -> 256 MiB + 1.08 GB = 1.25 GiB a visitor -> 6.
+Example: 8 GiB free, SmolLM2-135M Q4_1 (634 MiB dequantized) -> 890 MiB a visitor -> 9 visitors,
+each app's weights within 634 MiB; `--max-visitors 40` -> each within 64 MiB (the engine's minimum).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from dataclasses import dataclass
 
+from walkthrough.engine.memory import MIN_BUDGET
 from walkthrough.engine.weights import DEFAULT_CACHE_BYTES
 
-# Python + Textual + numpy + a run's activations of a visitor's app, beside its weights. Measured with
-# tests/bench/serve_visitor_memory.py (2 cores, this project's machine): bundled tiny model 76 MiB
-# resident after the first screen, peak 100 MiB after a prefill chunk and a clamped 100000x100000 resize;
-# SmolLM2-135M Q4_1 111 MiB at the first screen, peak 956 MiB after a prefill chunk (that is, 6.5 bytes
-# per parameter of cached weights, under WEIGHT_BYTES). The rest is headroom for longer runs.
+# Python + Textual + numpy + a run's activations and KV cache, beside the weights. Measured with
+# tests/bench/serve_visitor_memory.py (2 cores, this project's machine): a visitor's app on the bundled
+# tiny model 76 MiB resident at its first screen, peak 100 MiB after a prefill chunk and a clamped
+# 100000x100000 resize; on SmolLM2-135M Q4_1 111 MiB at its first screen. The rest is headroom.
 APP_ALLOWANCE = 256 << 20
-WEIGHT_BYTES = 8  # float64, the widest copy of a weight the numpy engine caches
 
 
-def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
-    """Bytes of memory available to new processes now (Linux MemAvailable), or None where unknown."""
-    try:
-        with open(meminfo, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the kernel writes kB, meaning KiB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+@dataclass(frozen=True)
+class Plan:
+    """Visitors admitted at once and each app's weight budget (bytes), from the free memory."""
+
+    visitors: int
+    weight_budget: int
+    free: int | None  # bytes free when serve started (None: unknown)
 
 
-def visitor_bytes(tensor_elements: Iterable[int]) -> int:
-    """Memory one visitor's app may need: APP_ALLOWANCE + its weight cache (bounded)."""
-    return APP_ALLOWANCE + min(WEIGHT_BYTES * sum(tensor_elements), DEFAULT_CACHE_BYTES)
+def plan(dequantized: int, max_visitors: int | None, free: int | None) -> Plan:
+    """Visitors (`max_visitors`, or what `free` holds at APP_ALLOWANCE + `dequantized` each, at least 1)
+    and each app's weight budget (its share of `free` less APP_ALLOWANCE, at most `dequantized`, at
+    least the engine's MIN_BUDGET; the engine's own bound where the free memory is unknown).
 
-
-def default_max_visitors(available: int | None, per_visitor: int) -> int:
-    """`available // per_visitor`, at least 1; 1 where the available memory is unknown."""
-    if available is None or per_visitor <= 0:
-        return 1
-    return max(1, available // per_visitor)
+    Args:
+        dequantized: bytes of the model's weights as the numpy engine holds them.
+        max_visitors: `--max-visitors`, or None for the default.
+        free: free bytes (`engine.memory.free_memory()`), None if unknown.
+    """
+    if max_visitors is None:
+        max_visitors = max(1, free // (APP_ALLOWANCE + dequantized)) if free is not None else 1
+    if free is None:
+        return Plan(max_visitors, min(dequantized, DEFAULT_CACHE_BYTES) or MIN_BUDGET, None)
+    share = free // max_visitors - APP_ALLOWANCE
+    return Plan(max_visitors, max(MIN_BUDGET, min(dequantized, share)), free)

@@ -34,6 +34,7 @@ from walkthrough.serving_web.guard import (
 )
 from walkthrough.serving_web.visitor import Visitor
 from walkthrough.textsafe import visible
+from walkthrough.units import binary_bytes
 
 log = logging.getLogger("walkthrough.serve")
 PAGE_DIR = Path(__file__).resolve().parent
@@ -67,14 +68,16 @@ class GuardedServer(Server):
         loopback: whether `host` names this machine only (then `Host` headers are checked by name).
         token: required in the page's URL (`?token=`) and the websocket's, or None.
         max_visitors: apps running at once; more are refused with a message the page shows.
+        weight_budget: each app's --max-memory (bytes), for the start line; None if not given.
     """
 
     def __init__(self, command: str, *, host: str, port: int, loopback: bool, token: str | None,
-                 max_visitors: int, title: str = "walkthrough") -> None:
+                 max_visitors: int, weight_budget: int | None = None, title: str = "walkthrough") -> None:
         super().__init__(command, host=host, port=port, title=title, templates_path=PAGE_DIR)
         self.address = ServedAddress(host, port, loopback)
         self.token = token
         self.max_visitors = max_visitors
+        self.weight_budget = weight_budget
         self.visitors: dict[Visitor, web.WebSocketResponse] = {}
         self._numbers = itertools.count(1)
 
@@ -91,7 +94,8 @@ class GuardedServer(Server):
         return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
 
     async def on_startup(self, app: web.Application) -> None:
-        print(f"walkthrough: serving on {self.url()} (at most {self.max_visitors} visitors at once; "
+        each = f", each app's weights within {binary_bytes(self.weight_budget)}" if self.weight_budget else ""
+        print(f"walkthrough: serving on {self.url()} (at most {self.max_visitors} visitors at once{each}; "
               "Ctrl+C stops)", flush=True)
 
     async def on_shutdown(self, app: web.Application) -> None:
