@@ -19,7 +19,7 @@ from walkthrough.errors import WalkthroughError
 if TYPE_CHECKING:
     import threading
 
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.protocol import Engine
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
     from walkthrough.inspect.gguf import GGUFFile
@@ -33,7 +33,7 @@ class Part(StrEnum):
     TOKENIZER = "tokenizer"
     TEMPLATE = "template"  # the chat template rendered for the messages
     TOKENS = "tokens"  # the rendered prompt's tokens, each knowing its message
-    ENGINE = "engine"  # the engine's Model for the file
+    ENGINE = "engine"  # the engine's model for the file (an `Engine`: numpy's Model or LlamaModel)
     RUN = "run"  # a run started (or restarted) from the first token
 
 
@@ -131,7 +131,7 @@ def build_tokens(
     return chat_tokens(tokenizer, source, messages, origin=origin, cancel=cancel)
 
 
-def prepare_engine(engine: str, f: GGUFFile, card: ModelCard, max_memory: int | None = None) -> Model:
+def prepare_engine(engine: str, f: GGUFFile, card: ModelCard, max_memory: int | None = None) -> Engine:
     """The named engine's model for this file (`engine.engines.load_model`, the numpy engine's weights
     bounded by `max_memory`); its WalkthroughError says why not."""
     from walkthrough.engine.engines import load_model

@@ -28,9 +28,11 @@ from walkthrough.inspect.locate import DEFAULT_REQUEST
 from walkthrough.screens.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
 if TYPE_CHECKING:
+    from walkthrough.engine.attention_map import AttentionMap
     from walkthrough.engine.coldstart import StartTimes
     from walkthrough.engine.costs import Estimate
     from walkthrough.engine.hardware import Profile
+    from walkthrough.engine.measured import Measured
     from walkthrough.engine.protocol import Engine
     from walkthrough.engine.sampler import SampleResult, SamplerSettings
     from walkthrough.engine.steps import Step
@@ -346,7 +348,7 @@ class RequestState:
         return (f"every attention row of {positions} positions would take {need / 1e6:,.0f} MB "
                 f"(more than {ROWS_BUDGET / 1e6:,.0f} MB); shorten the request to see the matrix")
 
-    def attention_map(self) -> Any:
+    def attention_map(self) -> AttentionMap:
         """The causal attention matrices of the passes run so far (`engine.attention_map`)."""
         from walkthrough.engine.attention_map import AttentionMap
 
@@ -368,7 +370,7 @@ class RequestState:
 
         return None if self.card is None else advice(self.card, self.engine)
 
-    def measured(self) -> Any:
+    def measured(self) -> Measured | None:
         """What this run's passes measured so far, on the engine that ran them (`engine.measured.Measured`), None
         before the first token."""
         from walkthrough.engine.measured import measure
