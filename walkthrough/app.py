@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import work
 from textual.binding import Binding, BindingType
@@ -44,6 +44,7 @@ from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.run import PromptSource, RunPlan, RunService
 from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
+from walkthrough.units import binary_bytes
 
 PLAY_SECONDS = 0.1  # pause between passes while playing
 PROGRESS_AFTER = 0.3  # seconds into a pass before its progress is shown (short passes would only flood the queue)
@@ -272,9 +273,11 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRound
 
         def progress(done: int, total: int) -> None:
             now = time.monotonic()
-            if now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY:
+            # The head's first use can take longer than all the layers: said whenever it comes.
+            head = head_pending(self.state.model) if done == total else 0
+            if head or (now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY):
                 reported[0] = now
-                self.post_message(msg.PassProgress(run_id, done, total))
+                self.post_message(msg.PassProgress(run_id, done, total, head))
 
         try:
             step = self.runs.next_pass(run_id, progress, lambda: worker.is_cancelled)
@@ -294,7 +297,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRound
 
     def on_pass_progress(self, message: msg.PassProgress) -> None:
         if message.run_id == self.state.run_id and self.stepping:
-            self.pass_status = f"pass: layer {message.done} of {message.total}"
+            self.pass_status = pass_status(message.done, message.total, message.head_bytes)
             self._sync_bindings()
 
     def on_step_done(self, message: msg.StepDone) -> None:
@@ -341,6 +344,23 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRound
                 self.playing = False
             else:
                 self.action_step()
+
+
+def head_pending(model: Any) -> int:
+    """Bytes the model's output head decodes on its first use (`Model.head_pending`; 0 for llama.cpp)."""
+    pending = getattr(model, "head_pending", None)
+    return pending() if pending is not None else 0
+
+
+def pass_status(done: int, total: int, head_bytes: int = 0) -> str:
+    """The stage bar's words for a pass in flight: the layer it is at, then the output head's first use.
+
+    Example: pass_status(18, 18, 1 << 30) -> "pass: layer 18 of 18 done, output head: first use, decoding 1.0 GiB"
+    """
+    if done < total:
+        return f"pass: layer {done} of {total}"
+    head = f", output head: first use, decoding {binary_bytes(head_bytes)}" if head_bytes else ", output head"
+    return f"pass: layer {done} of {total} done{head}"
 
 
 def make_app(

@@ -196,6 +196,18 @@ class Model:
                 positions, n_rot, c.rope_base_swa, c.rope_freq_scale_swa, factors, yarn)
         return p
 
+    def head_pending(self) -> int:
+        """Bytes the output head decodes before its first product (0 once it is held; a head too large for
+        the weight budget decodes a block at a time every pass, `Weights.row_blocks`, and counts too).
+        What a pass does after its last layer, so a progress display can say it (the head of a large
+        vocabulary takes seconds the first time)."""
+        name = EMBEDDING if self.tied_output else OUTPUT
+        info = self.weights.info(name)
+        dtype = ops.product_dtype(info.n_elements)
+        if self.weights.whole(name, dtype) and self.weights.holds(name, dtype):
+            return 0
+        return info.n_elements * np.dtype(dtype).itemsize
+
     def head(self, x: np.ndarray, meter: Meter) -> np.ndarray:
         """[n, d] normed hidden rows -> [n, n_vocab] logits (the tied embedding when there is no output matrix)."""
         head = EMBEDDING if self.tied_output else OUTPUT

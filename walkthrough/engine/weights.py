@@ -137,12 +137,15 @@ class Weights:
             self._cached_bytes += value.nbytes
             return value
 
+    def holds(self, name: str, dtype: type = np.float32) -> bool:
+        """Whether the cache holds the whole tensor in `dtype` now."""
+        return (name if dtype is np.float32 else (name, "float64")) in self._cache
+
     def whole(self, name: str, dtype: type) -> bool:
         """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
         `WHOLE_SHARE`); otherwise `row_blocks` multiplies it a block of rows at a time."""
-        key = name if dtype is np.float32 else (name, "float64")
         t = self.file.tensors[name]
-        return key in self._cache or t.n_elements * np.dtype(dtype).itemsize <= self.max_cache_bytes * WHOLE_SHARE
+        return self.holds(name, dtype) or t.n_elements * np.dtype(dtype).itemsize <= self.max_cache_bytes * WHOLE_SHARE
 
     def row_blocks(self, name: str, dtype: type) -> Iterator[tuple[int, int, np.ndarray]]:
         """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,

@@ -46,17 +46,31 @@ class StageBar(Static):
         self.show(self._status)
 
     def show(self, status: str = "") -> None:
+        """The stages and `status` (parts joined by " · "). The stages shrink before the status is cut: every
+        label, else the others by number only, else the current stage alone; the first part of the status
+        (a pass's "layer N of M") is never cut, what follows it is cut with "…" if it must be."""
         self._status = status
+        width = self.size.width or self.app.size.width
+        first = status.split(" · ")[0].split(", ")[0]
+        bars = [self._stages(style) for style in ("labels", "numbers", "current")]
+        need = [len(status) + 2 if status else 0, len(first) + 2 if first else 0]
+        bar = next((b for n in need for b in bars if b.cell_len + n <= width), bars[-1])
         line = Text(no_wrap=True, overflow="ellipsis")
-        # Every label when they fit; otherwise (nine stages at 80 columns) the others by number only.
-        fits = sum(len(f" {s.number} {s.label} ") for s in stages.STAGES) <= (self.size.width or self.app.size.width)
-        for stage in stages.STAGES:
-            current = stage.id == self.current
-            style = "reverse bold" if current else ""
-            line.append(f" {stage.number} {stage.label} " if fits or current else f" {stage.number} ", style=style)
+        line.append_text(bar)
         if status:
             line.append(f"  {status}", style="italic")
         self.update(line)
+
+    def _stages(self, style: str) -> Text:
+        """The stage list: every label ("labels"), the others by number ("numbers"), the current one alone."""
+        line = Text()
+        for stage in stages.STAGES:
+            current = stage.id == self.current
+            if current or style == "labels":
+                line.append(f" {stage.number} {stage.label} ", style="reverse bold" if current else "")
+            elif style == "numbers":
+                line.append(f" {stage.number} ")
+        return line
 
 
 class TermsLine(Static):

@@ -76,11 +76,13 @@ class LoadFailed(Message):
 
 @dataclass
 class PassProgress(Message):
-    """The pass of run `run_id` in flight has run `done` of `total` layers."""
+    """The pass of run `run_id` in flight has run `done` of `total` layers; once all of them have run, the
+    output head comes, decoding `head_bytes` of weights first (its first use; 0 when it is held)."""
 
     run_id: int
     done: int
     total: int
+    head_bytes: int = 0
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, PassProgress)
