@@ -145,4 +145,14 @@ async def test_another_address_needs_the_launch_token_on_the_page_and_the_websoc
         assert refused.value.status == 403, path
     async with session.ws_connect(f"{base}/ws/launch-token-123?width=80&height=24") as ws:
         assert not ws.closed
-    assert server.url() == "http://127.0.0.1:0/?token=launch-token-123"
+
+
+
+async def test_the_url_with_the_token_is_printed_once_at_start(capsys):
+    server = GuardedServer(WAITER, host="0.0.0.0", port=8123, loopback=False, token="launch-token-123",
+                           max_visitors=3, weight_budget=64 << 20)
+    await server.on_startup(None)
+    out = capsys.readouterr().out
+    assert out.count("launch-token-123") == 1 and out.count("\n") == 1, out
+    assert "http://0.0.0.0:8123/?token=launch-token-123" in out and "at most 3 visitors" in out
+    assert "64.0 MiB" in out

@@ -197,13 +197,19 @@ class GuardedServer(Server):
             why = "server stopping"
         except Exception as error:  # noqa: BLE001 (one log line, never a traceback)
             why = f"error {type(error).__name__}: {error}"
-        finally:
-            how = await visitor.end()
-            del self.visitors[visitor]
-            await websocket.close()
-            note = f"; {ignored} malformed packets ignored" if ignored else ""
-            log.info(f"visitor {visitor.number} ended ({why}): {how}{note}")
+        finally:  # shielded: a handler cancelled now (the server stopping) still frees the visitor's place
+            await asyncio.shield(self._leave(visitor, websocket, why, ignored))
         return websocket
+
+    async def _leave(self, visitor: Visitor, websocket: web.WebSocketResponse, why: str, ignored: int) -> None:
+        """End the visitor's app, free its place, close its websocket, and say so in one line."""
+        try:
+            how = await visitor.end()
+        finally:
+            self.visitors.pop(visitor, None)
+        await websocket.close()
+        note = f"; {ignored} malformed packets ignored" if ignored else ""
+        log.info(f"visitor {visitor.number} ended ({why}): {how}{note}")
 
     async def _process_messages(self, websocket: web.WebSocketResponse, app_service: Visitor) -> int:
         """Pass the page's packets to the app until the websocket closes; returns how many were ignored."""
