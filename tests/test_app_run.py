@@ -175,6 +175,22 @@ async def test_summary_adds_up_the_passes(fixtures_dir):
         assert f"1 pass, {n_prompt} prompt tokens" in text
         assert "2 passes, 2 tokens" in text
         assert f"{app.state.steps[-1].kv_len} positions" in text
+        # the first pass dequantized its weights on first use: reported once, on its own row
+        once = sum(s.first_use_bytes for s in app.state.steps)
+        assert once > 0 and app.state.steps[0].first_use_bytes > 0
+        assert sum(line.lstrip().startswith("first use") for line in text.splitlines()) == 1
+        assert "once (not in the prefill and decode times)" in text
+
+
+async def test_live_panel_shows_the_first_passs_one_time_work(fixtures_dir):
+    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await _step(pilot, 1)  # the prompt: it dequantizes the weights it touches for the first time
+        step = app.state.last_step
+        assert step.first_use_bytes > 0
+        assert "first use, once" in widget_text(app.screen.query_one("#live"))
 
 
 async def _sampled_run(path, seed: int) -> tuple[list[int], str]:

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.engine.hardware import load_profiles, pick
     from walkthrough.engine.measured import compare, comparison_title, time_request
     from walkthrough.inspect.card import build_card
+    from walkthrough.units import binary_bytes
 
     for name, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens)):
         if value < 1:
@@ -90,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     print_comparison(f"{card.name or f.path.name} on the {measured.engine} engine: loaded in {load_seconds:.1f} s; "
                      f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated",
                      comparison_title(hw, measured), rows, memory)
+    if measured.first_use_bytes:
+        print(f"first use: dequantized {binary_bytes(measured.first_use_bytes)} in "
+              f"{measured.first_use_seconds:.1f} s, once (not in the prefill and decode figures above)")
     return 0
 
 

@@ -38,7 +38,7 @@ from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.model import Model
-from walkthrough.engine.measured import measured_here
+from walkthrough.engine.measured import first_use_line, measured_here
 from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
@@ -137,6 +137,9 @@ def print_trace(
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
             console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate} "
                           f"({measured_here(steps[0].engine)})")
+    once = first_use_line(steps)
+    if once is not None:
+        console.print(once)
     if speculative:
         for line in round_lines(steps, card):
             console.print(line)

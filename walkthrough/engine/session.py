@@ -270,6 +270,7 @@ class Session:
         start = self.cache.length
         previous = self.last_logits  # [V] the distribution the first of `ids` was drawn against
         meter = self.model.meter()
+        once = self.model.weights.first_use()  # one-time work so far (weights produced on first use)
         began = time.perf_counter()
         measured = self.measure_surprisal and len(ids) > 1 and not all_logits  # rows for surprisal only
         hidden, layers = self.model.hidden(
@@ -282,6 +283,8 @@ class Session:
         if measured:  # the other rows' head product is not the pass's cost either
             rows = np.concatenate([self.model.head(hidden[:-1], self.model.meter()), logits])
         seconds = time.perf_counter() - began
+        now = self.model.weights.first_use()
+        first_seconds, first_bytes = now[0] - once[0], now[1] - once[1]  # this pass's share of it
         end = start + len(ids)
         self.cache.length = end
         self.tokens.extend(ids)
@@ -300,7 +303,9 @@ class Session:
             kv_bytes=self.cache.nbytes(),
             state_bytes=self.cache.state_bytes,
             logits=logits[-1],
-            seconds=seconds,
+            seconds=max(seconds - first_seconds, 0.0),
+            first_use_seconds=first_seconds,
+            first_use_bytes=first_bytes,
             all_logits=logits if all_logits else None,
             hidden=hidden if self.keep_hidden else None,
             surprisal=surprisal.of_pass(previous, rows, ids),

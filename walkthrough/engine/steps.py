@@ -123,7 +123,9 @@ class Step:
     kv_bytes: int  # bytes of the KV cache after this pass
     state_bytes: int  # fixed recurrent states (hybrid models), 0 otherwise
     logits: np.ndarray  # [n_vocab] last position
-    seconds: float = 0.0  # wall time of the forward pass
+    seconds: float = 0.0  # wall time of the forward pass, without the one-time work below
+    first_use_seconds: float = 0.0  # one-time work this pass did: weights produced the first time they were used
+    first_use_bytes: int = 0  # bytes that first-use work produced (float32 or packed weights)
     all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
     surprisal: np.ndarray | None = None  # [n_tokens] nats of each input token given all before it (nan: unknown)
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
@@ -197,6 +199,8 @@ class Step:
         }
         if self.state_bytes:
             out["state_bytes"] = self.state_bytes
+        if self.first_use_bytes:  # one-time work (weights produced the first time), timed apart from the pass
+            out["first_use_bytes"] = self.first_use_bytes
         out["layers"] = [t.cache_record() for t in self.layers]
         out["activation_bytes"] = [t.activation_bytes for t in self.layers]
         if self.is_moe:

@@ -17,6 +17,12 @@ Matrices of the types `quantdot` multiplies as llama.cpp does (Q8_0, Q4_0,
 Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can instead be fetched `packed`: their
 integer codes and block scales, cached the same way, never dequantized.
 
+The first time a tensor (or expert slice) is ever produced is one-time work, not
+part of the pass that asked for it: `first_use_seconds`, `first_use_bytes` and
+`first_use_tensors` count it (a tensor the full cache could not keep and a pass
+produces again, or a matrix streamed in row blocks, is that pass's own work), so
+`Session.run` can report it apart from the pass's time.
+
 The cache is safe when two threads reach it: its order, evictions and byte
 counters change under a lock (dequantizing runs outside it; two threads that
 miss the same tensor at once both dequantize it, and the cache keeps one).
@@ -29,8 +35,9 @@ Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from gguf import quants
@@ -90,7 +97,11 @@ class Weights:
         self._cache: OrderedDict[object, np.ndarray | quantdot.Packed] = OrderedDict()
         self._cached_bytes = 0
         self.dequantized_bytes = 0  # bytes of float32 (or packed) weights produced so far (a measure of work)
-        self._lock = threading.Lock()  # guards the cache's order and the two counters
+        self._lock = threading.Lock()  # guards the cache's order and the counters
+        self._seen: set[object] = set()  # keys produced at least once
+        self.first_use_seconds = 0.0  # time spent producing tensors the first time they were asked for
+        self.first_use_bytes = 0  # bytes of float32 (or packed) weights those first uses produced
+        self.first_use_tensors = 0
 
     @property
     def cached_bytes(self) -> int:
@@ -159,6 +170,26 @@ class Weights:
             with self._lock:
                 self.dequantized_bytes += block.nbytes
             yield r0, r1, block.astype(dtype, copy=False)
+    def _load(self, key: object, make: Callable[[], np.ndarray | quantdot.Packed]):
+        """The cached value of `key`, or `make()`'s (timed: its first production is one-time work)."""
+        value = self._cached(key)
+        if value is not None:
+            return value
+        began = time.perf_counter()
+        value = make()
+        took = time.perf_counter() - began
+        with self._lock:
+            if key not in self._seen:
+                self._seen.add(key)
+                self.first_use_seconds += took
+                self.first_use_bytes += value.nbytes
+                self.first_use_tensors += 1
+        return self._remember(key, value)
+
+    def first_use(self) -> tuple[float, int, int]:
+        """(seconds, bytes, tensors) of one-time first-use work so far."""
+        with self._lock:
+            return self.first_use_seconds, self.first_use_bytes, self.first_use_tensors
 
     # ---- access ------------------------------------------------------------------
     def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
@@ -167,24 +198,29 @@ class Weights:
         Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`).
         """
         key = name if dtype is np.float32 else (name, "float64")
-        value = self._cached(key)
-        if value is None:
-            t = self.file.tensors[name]
+        t = self.file.tensors[name]
+
+        def make() -> np.ndarray:
             flat = dequantize_rows(self.file.tensor_bytes(name), t.ggml_type, t.shape[0], name)
-            value = self._remember(key, flat.reshape(t.np_shape).astype(dtype, copy=False))
-        return value
+            return flat.reshape(t.np_shape).astype(dtype, copy=False)
+
+        return self._load(key, make)
 
     def expert(self, name: str, e: int, dtype: type = np.float32) -> np.ndarray:
         """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in]."""
         key = (name, e) if dtype is np.float32 else (name, e, "float64")
-        value = self._cached(key)
-        if value is None:
-            t = self.file.tensors[name]
-            per = t.nbytes // t.shape[2]
-            raw = self.file.tensor_bytes(name)[e * per : (e + 1) * per]
-            flat = dequantize_rows(raw, t.ggml_type, t.shape[0], name)
-            value = self._remember(key, flat.reshape(t.shape[1], t.shape[0]).astype(dtype, copy=False))
-        return value
+        t = self.file.tensors[name]
+
+        def make() -> np.ndarray:
+            flat = dequantize_rows(self._expert_bytes(name, e), t.ggml_type, t.shape[0], name)
+            return flat.reshape(t.shape[1], t.shape[0]).astype(dtype, copy=False)
+
+        return self._load(key, make)
+
+    def _expert_bytes(self, name: str, e: int) -> np.ndarray:
+        """Stored bytes of expert e's slice of a stacked expert tensor."""
+        per = self.expert_nbytes(name)
+        return self.file.tensor_bytes(name)[e * per : (e + 1) * per]
 
     def can_pack(self, name: str) -> bool:
         """Whether `packed` serves this tensor (a matrix of a type `quantdot` multiplies)."""
@@ -192,36 +228,21 @@ class Weights:
 
     def packed(self, name: str) -> quantdot.Packed:
         """A matrix as `quantdot` multiplies it: ggml [n_in, n_out] -> codes and scales of [n_out, n_in]."""
-        key = ("packed", name)
-        value = self._cached(key)
-        if value is None:
-            t = self.file.tensors[name]
-            value = self._remember(key, quantdot.pack(self.file.tensor_bytes(name), t.ggml_type, t.shape[0]))
-        return value
+        t = self.file.tensors[name]
+        return self._load(("packed", name), lambda: quantdot.pack(self.file.tensor_bytes(name), t.ggml_type,
+                                                                  t.shape[0]))
 
     def packed_expert(self, name: str, e: int) -> quantdot.Packed:
         """Expert e of a stacked expert tensor, packed (see `packed`)."""
-        key = ("packed", name, e)
-        value = self._cached(key)
-        if value is None:
-            t = self.file.tensors[name]
-            per = t.nbytes // t.shape[2]
-            raw = self.file.tensor_bytes(name)[e * per : (e + 1) * per]
-            value = self._remember(key, quantdot.pack(raw, t.ggml_type, t.shape[0]))
-        return value
+        t = self.file.tensors[name]
+        return self._load(("packed", name, e), lambda: quantdot.pack(self._expert_bytes(name, e), t.ggml_type,
+                                                                     t.shape[0]))
 
     def block_offsets(self, name: str, e: int | None = None) -> np.ndarray:
         """Q4_1/Q5_1 block offsets m [n_out, n_in / 32] of a matrix (or of expert e's slice)."""
-        key = ("offsets", name, e)
-        value = self._cached(key)
-        if value is None:
-            t = self.file.tensors[name]
-            raw = self.file.tensor_bytes(name)
-            if e is not None:
-                per = t.nbytes // t.shape[2]
-                raw = raw[e * per : (e + 1) * per]
-            value = self._remember(key, quantdot.block_offsets(raw, t.ggml_type, t.shape[0]))
-        return value
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name) if e is None else self._expert_bytes(name, e)
+        return self._load(("offsets", name, e), lambda: quantdot.block_offsets(raw, t.ggml_type, t.shape[0]))
 
     def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a matrix (an embedding lookup): [len(ids), ne0]."""

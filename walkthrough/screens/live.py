@@ -68,12 +68,21 @@ class LivePanel(Static):
         figures_lines = sum(len(t.wrap(self.app.console, max(width, 1))) for t in (kv, read))
         layers = Group(Text("KV cache by layer", style="bold"), kv_table(step))
         layers_lines = 1 + kv_table_height(step, width)
-        if width >= WIDE_ENOUGH:
-            column = figures if figures_lines + layers_lines > height else Group(figures, layers)
-            self.update(self._side_by_side(column, candidates, height))
+        once = Text("")
+        if step.first_use_bytes:  # one-time work this pass did, not in its time (shown when there is room)
+            once = Text.assemble(("first use, once\n", "bold"),
+                                 f"{human_bytes(step.first_use_bytes)}, {step.first_use_seconds:.1f} s")
+        once_lines = len(once.wrap(self.app.console, max(width, 1))) if once.plain else 0
+        if width >= WIDE_ENOUGH:  # the figures, then the first-use work, then the KV cache by layer, as room allows
+            kept, left = [figures], height - figures_lines
+            for part, lines in ((once, once_lines), (layers, layers_lines)):
+                if lines and lines <= left:
+                    kept.append(part)
+                    left -= lines
+            self.update(self._side_by_side(Group(*kept), candidates, height))
         else:
-            self.update(self._stacked([(figures, figures_lines), (layers, layers_lines)], candidates,
-                                      height - candidates_lines))
+            sections = [(figures, figures_lines), *([(once, once_lines)] if once_lines else []), (layers, layers_lines)]
+            self.update(self._stacked(sections, candidates, height - candidates_lines))
 
     def _experts(self, max_height: int) -> Group | None:
         """The experts grid in `max_height` lines (title included); None for a dense model or too few lines."""

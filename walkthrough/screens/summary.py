@@ -68,6 +68,11 @@ its number key; r on a stepping stage restarts the request.
             table.add_row(row("prefill"), self._passes(prefill, "prompt token"))
         if decode:
             table.add_row(row("decode"), self._passes(decode, "token"))
+        from walkthrough.engine.measured import first_use_line
+
+        once = first_use_line([*prefill, *decode])
+        if once is not None:  # one-time work, apart from the prefill and decode times above
+            table.add_row("first use", once.removeprefix("first use: "))
         sampling = self._sampling()
         if sampling:
             table.add_row(row("sampling"), sampling)

@@ -1,0 +1,66 @@
+"""One-time work apart from the pass: weights produced the first time they are used are timed on their own."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from conftest import FIXTURES_DIR
+
+from walkthrough.cli import main
+from walkthrough.engine.measured import first_use_line, measure
+from walkthrough.engine.model import Model
+from walkthrough.engine.sampler import Sampler
+from walkthrough.engine.session import Session
+
+QWEN2 = FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"
+
+
+def _run(model: Model) -> list:
+    session = Session(model)
+    steps = list(session.prefill([5, 6, 7, 8], sampler=Sampler.greedy()))
+    return steps + list(session.decode(Sampler.greedy(), 2, stop_ids=[]))
+
+
+def test_the_first_pass_carries_the_one_time_work_and_its_time_is_apart() -> None:
+    model = Model.open(QWEN2)
+    _, at_open, _ = model.weights.first_use()  # opening checks the small norm vectors (load work)
+    began = time.perf_counter()
+    first = _run(model)
+    wall = time.perf_counter() - began
+    assert first[0].first_use_bytes > 0 and first[0].first_use_seconds > 0
+    once, total, tensors = model.weights.first_use()
+    assert sum(s.first_use_bytes for s in first) == total - at_open and tensors > 0
+    assert sum(s.seconds + s.first_use_seconds for s in first) <= wall
+    # the same request again: nothing is produced for the first time, every pass is the pass alone
+    again = _run(model)
+    assert all(s.first_use_bytes == 0 and s.first_use_seconds == 0 for s in again)
+    assert model.weights.first_use() == (once, total, tensors)
+
+
+def test_a_weight_not_kept_and_made_again_is_the_passs_own_work() -> None:
+    model = Model.open(QWEN2, max_cache_bytes=1)  # nothing stays cached
+    _run(model)
+    seen = model.weights.first_use()
+    produced = model.weights.dequantized_bytes
+    again = _run(model)
+    assert model.weights.dequantized_bytes > produced  # it did the work again...
+    assert model.weights.first_use() == seen  # ...but not for the first time
+    assert all(s.first_use_bytes == 0 for s in again)
+
+
+def test_measured_figures_and_the_line_report_it_once() -> None:
+    steps = _run(Model.open(QWEN2))
+    m = measure(steps)
+    assert m.first_use_bytes == sum(s.first_use_bytes for s in steps) > 0
+    assert m.prefill_seconds == sum(s.seconds for s in steps if s.phase == "prefill")
+    line = first_use_line(steps)
+    assert line.startswith("first use: dequantized ") and line.endswith("(not in the prefill and decode times)")
+    assert first_use_line(_run(Model.open(QWEN2))[:0]) is None
+    assert np.isfinite(m.first_use_seconds)
+
+
+def test_trace_reports_first_use_on_its_own_line(capsys) -> None:
+    assert main(["trace", str(QWEN2), "--ids", "5,6,7,8,9", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith("first use: dequantized") for line in out.splitlines()) == 1
