@@ -44,7 +44,7 @@ async def test_add_and_delete_a_message(fixtures_dir):
         await settle(pilot)
         assert app.state.messages[-1] == {"role": "user", "content": "more please"}
         assert app.state.prompt_ids == _expected_ids(app, app.state.messages)
-        await pilot.press("home", "d")
+        await pilot.press("home", "d", "y")  # y: delete it (d asks first, tests/test_app_lose_work.py)
         await settle(pilot)
         assert app.state.messages == [MESSAGES[1], {"role": "user", "content": "more please"}]
 

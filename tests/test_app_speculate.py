@@ -53,11 +53,14 @@ async def test_keys_change_k_and_the_drafter_and_restart_the_stage_run(fixtures_
         await _press(pilot, STAGE_KEY)
         screen = app.screen
         await _press(pilot, "space", 2)
-        await _press(pilot, "plus", 2)
+        await _press(pilot, "plus")
+        await _press(pilot, "y")  # discard the rounds run so far (tests/test_app_lose_work.py)
+        await _press(pilot, "plus")  # nothing run since: at once
         assert _run(screen).k == 5 and _run(screen).rounds == () and _run(screen).prefill is None
         await _press(pilot, "space", 2)
         assert len(_run(screen).rounds[0].draft.tokens) <= 5 and _run(screen).rounds[0].draft.k == 5
-        await _press(pilot, "d")  # MTP: this file has no MTP block, which the stage says in one line
+        await _press(pilot, "d")
+        await _press(pilot, "y")  # MTP: this file has no MTP block, which the stage says in one line
         await _press(pilot, "space")
         assert _run(screen).drafter == "mtp" and "no multi-token-prediction block" in screen_text(app)
         await _press(pilot, "d")
@@ -159,7 +162,7 @@ async def test_a_restart_stops_the_round_within_a_layer_and_runs_as_if_uncancell
     app, gate, armed = _gated_app(fixtures_dir, monkeypatch, at=2)
     async with app.run_test(size=(80, 24)) as pilot:
         screen, held, layers, posted = await _held_round(pilot, gate, armed)
-        await pilot.press("r")
+        await pilot.press("r", "y")  # y: discard the rounds (tests/test_app_lose_work.py)
         assert held.is_cancelled and _run(screen).rounds == () and _run(screen).prefill is None
         await gate.wait_returned(pilot)
         assert gate.ran[held] == layers

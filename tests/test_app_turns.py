@@ -58,7 +58,7 @@ async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
         state = await _answered(pilot)
         before = list(state.prompt_ids)
-        await pilot.press("down", "e", "end", *" Now.", "ctrl+s")
+        await pilot.press("down", "e", "end", *" Now.", "ctrl+s", "y")  # y: the answer is replaced
         await settle(pilot)
         app.action_step()
         await settle(pilot)
@@ -79,7 +79,7 @@ async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
         assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0
         assert not state.first_tokens[-1].cold  # weights kept, KV cache not
         model = state.model
-        await pilot.press("2", "u")
+        await pilot.press("2", "u", "y")  # y: discard the answer (u asks first)
         await settle(pilot)
         assert state.model is not None and state.model is not model and state.unloads == 1
         await _run_to_the_end(pilot)

@@ -180,7 +180,12 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRound
 
     def action_unload(self) -> None:
         """Drop what the engine holds (the session's KV cache, the model's dequantized weights), then prepare the
-        model again: the next run pays the first use of every weight, as after a server unloaded the model."""
+        model again: the next run pays the first use of every weight, as after a server unloaded the model.
+        Asks first when the run so far would be lost (`discard_then`)."""
+        self.discard_then(self.unload)
+
+    def unload(self) -> None:
+        """Unload (see `action_unload`), now."""
         state = self.state
         if state.file is None or state.card is None:
             return
@@ -259,7 +264,10 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, SpeculatesRound
     def discard_then(self, then: Callable[[], None]) -> None:
         """Call `then`, which throws the current run away: at once when nothing would be lost, else only
         if the user says yes (screens/confirm.py)."""
-        question = discard_question(self.state, self.stepping)
+        self.ask_then(discard_question(self.state, self.stepping), then)
+
+    def ask_then(self, question: str | None, then: Callable[[], None]) -> None:
+        """Call `then` at once when `question` is None (nothing would be lost), else only if the user says yes."""
         if question is None:
             then()
         else:

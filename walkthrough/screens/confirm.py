@@ -1,8 +1,10 @@
-"""Asking before a key throws a run away: `r` (restart) and `c` (chunk size) discard every pass run so far.
+"""Asking before a key throws work away: a run (`r`, `c`, `u`, `t`, an edit), a message (`d`), a speculative run.
 
 `discard_question(state, running)` says what would be lost ("Discard this run: 87
 tokens generated?"), or None when nothing would be (no pass run, none running),
-in which case the key acts at once. Otherwise `ConfirmDiscard` asks on one line
+in which case the key acts at once; `delete_question` names the message `d`
+deletes (always asked: the message is lost), and `speculate_question` the rounds
+of a speculative run. Otherwise `ConfirmDiscard` asks on one line
 over the stage: `y` discards, `n` or `escape` keeps the run. Any other key keeps
 the run too, so keys typed ahead (or a storm of them) answer the question instead
 of queueing behind it, and `q` quits at once, as everywhere.
@@ -23,6 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from walkthrough.screens.footer import KeysFooter
+from walkthrough.textsafe import visible
 
 if TYPE_CHECKING:
     from walkthrough.screens.state import RequestState
@@ -34,8 +37,8 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
 
 
-def discard_question(state: RequestState, running: bool) -> str | None:
-    """What `r` / `c` would throw away, as a question; None when nothing (no pass run and none running)."""
+def run_loss(state: RequestState, running: bool) -> str | None:
+    """What throwing the run away loses ("87 tokens generated"); None when nothing (no pass run, none running)."""
     if not state.steps and not running:
         return None
     generated = len(state.answer_ids())
@@ -47,7 +50,36 @@ def discard_question(state: RequestState, running: bool) -> str | None:
         lost = "the pass now running"
     if running and state.steps:
         lost += ", and the pass now running"
-    return f"Discard this run: {lost}?"
+    return lost
+
+
+def discard_question(state: RequestState, running: bool) -> str | None:
+    """What `r` / `c` / `u` would throw away, as a question; None when nothing would be lost."""
+    lost = run_loss(state, running)
+    return None if lost is None else f"Discard this run: {lost}?"
+
+
+def delete_question(state: RequestState, index: int, running: bool) -> str:
+    """`d` on message `index`: the message is always lost, and the run too when it has passes."""
+    message = state.messages[index]
+    text = message.get("content")
+    size = _count(len(text), "character", "characters") if isinstance(text, str) else "not text"
+    lost = run_loss(state, running)
+    also = "" if lost is None else f" and discard this run ({lost})"
+    return f"Delete message {index + 1} ({visible(str(message.get('role'))[:20])}, {size}){also}?"
+
+
+def speculate_question(tokens: int, rounds: int, running: bool) -> str | None:
+    """What restarting a speculative run throws away ("80 tokens written (63 rounds)"); None before it began."""
+    if not tokens and not running:
+        return None
+    lost = "the pass now running"
+    if tokens:
+        lost = _count(tokens, "token written", "tokens written") + (
+            f" ({_count(rounds, 'round', 'rounds')})" if rounds else "")
+        if running:
+            lost += ", and the pass now running"
+    return f"Discard this speculative run: {lost}?"
 
 
 class ConfirmDiscard(ModalScreen[bool]):

@@ -1,13 +1,18 @@
 """A small modal editor for one chat message: its role and its content.
 
 Returns the edited message (a {"role", "content"} dict) on ctrl+s, or None on
-escape. The content is the user's text: it is kept exactly as typed.
+escape. The content is the user's text: it is kept exactly as typed. The role
+must be one the template knows (`inspect.template_roles.known_roles`); another
+is refused in one line under the fields, and the editor stays open with the
+text as typed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -15,9 +20,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, TextArea
 
 from walkthrough.inspect.template import content_text
+from walkthrough.inspect.template_roles import COMMON_ROLES
+from walkthrough.screens.confirm import ConfirmDiscard
 from walkthrough.screens.footer import KeysFooter
-
-ROLES = ("system", "user", "assistant")
+from walkthrough.textsafe import visible
 
 
 class MessageEditor(ModalScreen[dict | None]):
@@ -29,17 +35,23 @@ class MessageEditor(ModalScreen[dict | None]):
         Binding("escape", "cancel", "Cancel", id="editor.cancel", priority=True),  # in order (typeahead.py)
     ]
 
-    def __init__(self, message: dict[str, str], title: str) -> None:
+    def __init__(self, message: dict[str, str], title: str, roles: tuple[str, ...] = COMMON_ROLES,
+                 ask: Callable[[], str | None] | None = None) -> None:
+        """`ask`: what saving would throw away, as a question (None: nothing); asked over the editor, and a
+        no leaves the editor open with the text as typed."""
         super().__init__()
         self.message = message
         self.title_text = title
+        self.roles = roles
+        self.ask = ask
 
     def compose(self) -> ComposeResult:
         with Vertical(id="editor-box"):
             yield Label(self.title_text, id="editor-title")
-            yield Input(self.message.get("role", "user"), placeholder="role: system, user or assistant",
+            yield Input(self.message.get("role", "user"), placeholder="role: " + ", ".join(self.roles),
                         id="editor-role")
             yield TextArea(content_text(self.message.get("content")), id="editor-content", soft_wrap=True)
+            yield Label("", id="editor-error")
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -47,7 +59,18 @@ class MessageEditor(ModalScreen[dict | None]):
 
     def action_save(self) -> None:
         role = self.query_one("#editor-role", Input).value.strip() or "user"
-        self.dismiss({"role": role, "content": self.query_one(TextArea).text})
+        if role not in self.roles:
+            self.query_one("#editor-error", Label).update(Text(
+                f"role {visible(role[:40])!r}{'...' if len(role) > 40 else ''} is not one the chat template "
+                f"knows; use {', '.join(self.roles)}"))
+            self.query_one("#editor-role", Input).focus()
+            return
+        edited = {"role": role, "content": self.query_one(TextArea).text}
+        question = self.ask() if self.ask is not None else None
+        if question is None:
+            self.dismiss(edited)
+        else:
+            self.app.push_screen(ConfirmDiscard(question), lambda yes: self.dismiss(edited) if yes else None)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -27,6 +27,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.screens.base import StageScreen
+from walkthrough.screens.confirm import speculate_question
 from walkthrough.screens.experts_view import ExpertsGrid
 from walkthrough.screens.speculate_view import figures, rounds_table
 from walkthrough.screens.state import Speculation
@@ -103,15 +104,24 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         self.app.play_rounds()
 
     def action_restart(self) -> None:
-        self.app.restart_speculation()
+        self._discard_then()
 
     def action_drafts(self, delta: int) -> None:
-        self.app.restart_speculation(k=min(MAX_DRAFTS, max(1, self.speculation.k + delta)))
+        k = min(MAX_DRAFTS, max(1, self.speculation.k + delta))
+        if k != self.speculation.k:
+            self._discard_then(k=k)
 
     def action_drafter(self) -> None:
         kinds = [kind for kind in DRAFTERS if kind != "draft" or self.state.draft is not None]
         current = self.speculation.drafter
-        self.app.restart_speculation(drafter=kinds[(kinds.index(current) + 1) % len(kinds)])
+        self._discard_then(drafter=kinds[(kinds.index(current) + 1) % len(kinds)])
+
+    def _discard_then(self, *, drafter: str | None = None, k: int | None = None) -> None:
+        """Start the speculative run again (with this drafter and k), once the user agreed to lose what it
+        wrote (asked only when it wrote something or a round runs)."""
+        s = self.speculation
+        question = speculate_question(len(s.answer()), len(s.rounds), s.busy)
+        self.app.ask_then(question, lambda: self.app.restart_speculation(drafter=drafter, k=k))
 
     def autoplay_step(self) -> bool:
         """An autoplay tick: one round until the answer is done."""

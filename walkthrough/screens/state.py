@@ -211,16 +211,34 @@ class RequestState:
     # ---- the run -------------------------------------------------------------------
     @property
     def can_run(self) -> bool:
-        return self.engine_ready and bool(self.prompt_ids)
+        return self.engine_ready and bool(self.prompt_ids) and self.context_problem is None
+
+    @property
+    def context_problem(self) -> str | None:
+        """Why the prompt and an answer of up to `max_new_tokens` do not fit the model's context, or None."""
+        from walkthrough.engine.context_fit import fit_error
+
+        if self.card is None or not self.prompt_ids:
+            return None
+        return fit_error(self.card.context_length, len(self.prompt_ids), self.max_new_tokens, "--max-tokens",
+                         "shorten the messages (Chat stage: e edits, d deletes)")
 
     def run_blocker(self) -> str | None:
-        """Why the request cannot run (the first missing part's reason), or None."""
+        """Why the request cannot run (the first missing part's reason, or a prompt too long), or None."""
         for part in RUN_NEEDS:
             if part in self.unavailable:
                 return f"{part}: {self.unavailable[part]}"
+        if self.context_problem is not None:
+            return self.context_problem
         if not self.can_run:
             return "still preparing the model and the prompt"
         return None
+
+    @property
+    def has_other_template(self) -> bool:
+        """The file has a chat template other than the one in use (and no --template file overrides them)."""
+        names = self.template_names
+        return self.template_file is None and bool(names) and names != (self.current_template,)
 
     def next_template(self) -> bool:
         """Choose the file's next chat template (in `template_names` order, cycling); False when there is no other.
@@ -228,7 +246,7 @@ class RequestState:
         The prompt must be rebuilt after (the app's `rebuild_prompt`).
         """
         names, current = self.template_names, self.current_template
-        if self.template_file is not None or not names or names == (current,):
+        if not self.has_other_template:
             return False
         self.template_name = names[(names.index(current) + 1) % len(names)] if current in names else names[0]
         return True

@@ -23,7 +23,9 @@ from textual.widgets import OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
 from walkthrough.inspect.template import PLAIN, content_text, suggest_template
+from walkthrough.inspect.template_roles import known_roles
 from walkthrough.screens.base import StageScreen
+from walkthrough.screens.confirm import delete_question, discard_question
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
 from walkthrough.screens.typeahead import when_shown
@@ -124,7 +126,11 @@ own text dimmed. v switches between the three views.
     def refresh_view(self) -> None:
         state = self.state
         lines = reuse_lines(state.steps, state.piece) + first_token_lines(state.first_tokens)
-        self.query_one("#reuse-line", Static).update(safe_text("\n".join(lines), keep_newlines=True))
+        reuse = safe_text("\n".join(lines), keep_newlines=True)
+        too_long = state.context_problem
+        self.query_one("#reuse-line", Static).update(
+            reuse if too_long is None else Group(Text.assemble(("Cannot run the request: ", "bold red"),
+                                                               safe_text(too_long)), reuse))
         if state.messages != self._listed:
             self._list_messages()
         problem = state.unavailable.get("template") or state.unavailable.get("tokens")
@@ -226,27 +232,51 @@ own text dimmed. v switches between the three views.
                 messages[index] = result
             self._changed(messages)
 
-        self.app.push_screen(MessageEditor(message, title), done)
+        self.app.push_screen(MessageEditor(message, title, known_roles(self.state.template_source),
+                                           ask=self._run_loss_question), done)
+
+    def _run_loss_question(self) -> str | None:
+        """What a changed prompt throws away (the run so far), asked when an edit is saved; None: nothing."""
+        return discard_question(self.state, self.app.stepping)
 
     def action_next_template(self) -> None:
-        """Render the messages with the file's next chat template (named ones, such as tool_use)."""
-        if self.state.next_template():
-            self._changed(self.state.messages)
-        else:
+        """Render the messages with the file's next chat template (named ones, such as tool_use); asks first
+        when the run so far would be lost."""
+        if not self.state.has_other_template:
             self.notify("This file has only one chat template.", title="Template", markup=False)
+            return
+
+        def switch() -> None:
+            if self.state.next_template():
+                self._changed(self.state.messages)
+
+        self.app.discard_then(switch)
 
     def action_plain(self) -> None:
         """Switch between plain text (the messages' text is the prompt, as llama.cpp's completion) and the
         template."""
-        if self.state.toggle_plain():
-            self._changed(self.state.messages)
-        else:
+        if self.state.template_file is not None:
             self.notify("A --template file is in use; plain text is --raw.", title="Plain text", markup=False)
+            return
+
+        def switch() -> None:
+            if self.state.toggle_plain():
+                self._changed(self.state.messages)
+
+        self.app.discard_then(switch)
 
     def action_delete(self) -> None:
+        """Delete the highlighted message, once the user said yes (the message, and the run, are lost)."""
         index = self._highlighted()
-        if index is not None:
-            self._changed([m for i, m in enumerate(self.state.messages) if i != index])
+        if index is None:
+            return
+        messages = self.state.messages
+
+        def delete() -> None:
+            if self.state.messages is messages:  # still the list the question was about
+                self._changed([m for i, m in enumerate(messages) if i != index])
+
+        self.app.ask_then(delete_question(self.state, index, self.app.stepping), delete)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """f needs a complete answer; c needs the engine, the tokenizer and the template (else greyed)."""
@@ -271,7 +301,8 @@ own text dimmed. v switches between the three views.
             if result is not None:
                 self._changed(follow_up(state.messages, answer, str(result.get("content") or "")))
 
-        self.app.push_screen(MessageEditor({"role": "user", "content": ""}, "Follow-up message"), done)
+        self.app.push_screen(MessageEditor({"role": "user", "content": ""}, "Follow-up message",
+                                           known_roles(self.state.template_source)), done)
 
     def action_four_calls(self) -> None:
         state = self.state
