@@ -279,13 +279,14 @@ own text dimmed. v switches between the three views.
         self.app.ask_then(delete_question(self.state, index, self.app.stepping), delete)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """f needs a complete answer; c needs the engine, the tokenizer and the template (else greyed)."""
+        """f needs a complete answer; c needs the engine, the tokenizer, the template and a prompt that fits the
+        context (else greyed)."""
         state = self.state
         if action == "follow_up":
             return True if state.finished and state.answer_ids() else None
         if action == "four_calls":
             ready = state.engine_ready and state.tokenizer is not None and state.template_source is not None
-            return True if ready else None
+            return True if ready and state.context_problem is None else None
         return True
 
     def action_follow_up(self) -> None:
