@@ -79,7 +79,7 @@ def test_the_child_runs_every_option_as_parsed():
     given = ["-model.gguf", "--messages=-m.json", "--seed", "7", "--temperature", "0.7", "--max-tokens", "9",
              "--template", "t.jinja", "--template-name", "rag", "--hardware", "cpu-here", "--draft", "d.gguf",
              "--engine", "llama.cpp", "--autoplay", "--pace", "0.25", "--exit", "--screenshots", "shots",
-             "--format", "png", "--overwrite", "--record", "w.cast"]
+             "--format", "png", "--overwrite", "--record", "w.cast", "--raw", "--max-memory", "512M"]
     parser = app_parser()
     args = parser.parse_args(given[1:] + ["--", given[0]])
     defaults = parser.parse_args([])
