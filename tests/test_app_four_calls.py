@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_support import settle
+from app_support import settle, widget_text
 
 from walkthrough.app import make_app
 from walkthrough.engine.sampler import SamplerSettings
@@ -144,6 +144,10 @@ async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
         await pilot.press("c")
         measuring = next(w for w in app.workers if w.name == "measure cold and warm starts")
         await pilot.press("r")  # while the fresh process starts
+        await pilot.pause()
+        assert widget_text(app.screen.query_one("#confirm-question")).strip() == \
+            "Discard these four calls: 4 calls played?  y / n"
+        await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert measuring.is_cancelled

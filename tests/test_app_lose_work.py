@@ -11,7 +11,7 @@ the model's context is a message on the Chat stage, not a run. Pilot tests at
 
 from __future__ import annotations
 
-from app_support import app_for, settle, widget_text
+from app_support import app_for, copy_gguf, settle, widget_text
 from conftest import FIXTURES_DIR
 from textual.widgets import Input, Label, OptionList
 
@@ -135,6 +135,27 @@ async def test_speculate_keys_ask_before_dropping_the_rounds():
         assert app.state.speculation.drafter != run.drafter and app.state.speculation.rounds == ()
 
 
+async def test_t_and_plain_text_ask_before_they_replace_the_run(tmp_path):
+    source = MODEL
+    named = copy_gguf(source, tmp_path / "two-templates.gguf",
+                      {"tokenizer.chat_template.tool_use": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    app = app_for(named, MESSAGES, max_tokens=5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await _answer(pilot)
+        kept, template = app.state.steps, app.state.current_template
+        for key in ("t", "r"):
+            await pilot.press(CHAT, key)
+            await pilot.pause()
+            assert _question(app).startswith("Discard this run:")
+            await pilot.press("n")
+            await settle(pilot)
+            assert app.state.steps == kept and app.state.current_template == template
+        await pilot.press("t", "y")
+        await settle(pilot)
+        assert app.state.current_template != template and app.state.steps != kept
+
+
 async def test_the_editor_accepts_only_roles_the_template_knows():
     app = app_for(MODEL, MESSAGES, max_tokens=5)
     async with app.run_test(size=SIZE) as pilot:
@@ -180,3 +201,22 @@ async def test_a_prompt_longer_than_the_context_is_a_message_on_the_chat_stage_n
         await pilot.press(DECODE, "space", "enter")
         await settle(pilot)
         assert app.state.steps == () and not app.state.can_run
+
+
+async def test_r_over_the_four_calls_asks_once_calls_were_played():
+    from test_app_four_calls import _app, _played
+
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        screen, _ = await _played(pilot)
+        calls = app.state.calls
+        assert len(calls.turns) == 4 and calls.summary is not None
+        await pilot.press("r")
+        await pilot.pause()
+        assert _question(app) == "Discard these four calls: 4 calls played?  y / n"
+        await pilot.press("n")
+        await settle(pilot)
+        assert app.state.calls is calls and app.screen is screen
+        await pilot.press("r", "y")
+        await settle(pilot)
+        assert app.state.calls.play == calls.play + 1

@@ -82,6 +82,13 @@ def speculate_question(tokens: int, rounds: int, running: bool) -> str | None:
     return f"Discard this speculative run: {lost}?"
 
 
+def calls_question(played: int) -> str | None:
+    """What `r` over the four calls throws away (the calls played so far); None before the first is shown."""
+    if not played:
+        return None
+    return f"Discard these four calls: {_count(played, 'call played', 'calls played')}?"
+
+
 class ConfirmDiscard(ModalScreen[bool]):
     """One line over the stage: discard the run (y) or keep it (n, escape, or any other key)."""
 

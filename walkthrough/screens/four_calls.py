@@ -22,6 +22,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from walkthrough.screens.confirm import calls_question
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.screens.state import Calls
@@ -84,7 +85,9 @@ class FourCallsScreen(ModalScreen):
         return self.app.state.calls or Calls()
 
     def action_replay(self) -> None:
-        self.app.play_calls(self.calls)
+        """Play the four calls again, once the user agreed to lose the calls played so far (if any)."""
+        question = calls_question(len(self.played.turns))
+        self.app.ask_then(question, lambda: self.app.play_calls(self.calls))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "starts":  # greyed until the four calls are done: measuring would replace the play
