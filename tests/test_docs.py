@@ -23,6 +23,14 @@ TEST_COMMAND = "pip install '.[test]' && python -m pytest -q"
 
 # Commands the docs show that this file does not run, each with why and where it is covered.
 NOT_RUN_HERE = {
+    "walkthrough worker --port 50052 &": "a server that runs until stopped: tests/test_rpc_worker.py",
+    "walkthrough worker --port 50053 &": "a server that runs until stopped: tests/test_rpc_worker.py",
+    "walkthrough trace walkthrough/assets/tiny-clinical-moe.gguf --engine llama.cpp --rpc 127.0.0.1:50052,"
+    "127.0.0.1:50053 --prompt \"Any interactions?\"": "needs the two workers above: tests/test_rpc_split.py",
+    "walkthrough worker --host 192.168.1.20 --port 50052 --threads 8": "another host's address: "
+                                                                        "tests/test_rpc_worker.py",
+    "walkthrough trace FILE --engine llama.cpp --rpc 192.168.1.20:50052,192.168.1.21:50052":
+        "placeholder hosts and FILE: tests/test_rpc_split.py",
     "walkthrough": "opens the app on the bundled model: tests/test_app_default.py",
     "walkthrough FILE --engine llama.cpp": "a placeholder FILE; the app on llama.cpp: tests/test_llama_engine.py",
     'walkthrough trace FILE --engine llama.cpp --prompt "Any interactions?"':

@@ -33,6 +33,29 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
                         "needs pip install 'walkthrough[llama]')")
 
 
+def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--rpc HOST:PORT[,...]` (`args.rpc`: endpoints or None) and `--split N,N,...` (`args.split`)."""
+    parser.add_argument("--rpc", type=_endpoints, default=None, metavar="HOST:PORT[,...]",
+                        help="with --engine llama.cpp: also place layers on these workers (`walkthrough worker` "
+                        "on each; ggml's RPC backend, unauthenticated: trusted networks only)")
+    parser.add_argument("--split", type=_counts, default=None, metavar="N,N,...",
+                        help="with --rpc: layers on this host, then on each worker in order (default: "
+                        "llama.cpp's split of every layer over the workers by their free memory)")
+
+
+def _endpoints(text: str) -> list:
+    from walkthrough.engine.rpc import parse_endpoints
+
+    return _usage_error(parse_endpoints, text)
+
+
+def _counts(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not layer counts like 2,3,3")
+    return [int(p) for p in parts]
+
+
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
     """`--max-memory SIZE` (`args.max_memory`, bytes; None: the default budget, a share of free memory)."""
     parser.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
@@ -43,10 +66,16 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
 def memory_size(text: str) -> int:
     """argparse type of --max-memory: bytes (`engine.memory.parse_size`), a bad size a usage error."""
     from walkthrough.engine.memory import parse_size
+
+    return _usage_error(parse_size, text)
+
+
+def _usage_error(parse, text: str):
+    """parse(text), a WalkthroughError turned into argparse's one-line usage error."""
     from walkthrough.errors import WalkthroughError
 
     try:
-        return parse_size(text)
+        return parse(text)
     except WalkthroughError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

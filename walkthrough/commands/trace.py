@@ -63,6 +63,7 @@ from walkthrough.commands.common import (
     add_engine_argument,
     add_memory_argument,
     add_model_argument,
+    add_rpc_arguments,
     memory_report,
     open_model,
     warn,
@@ -86,6 +87,7 @@ def add_parser(subparsers) -> None:
     )
     add_model_argument(p)
     add_engine_argument(p)
+    add_rpc_arguments(p)
     add_memory_argument(p)
     add_request_arguments(p, required=True)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
@@ -150,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
     f = open_model(args.model, runs="trace")
     tok = tokenizer(f, required=args.ids is None)
-    model = load_model(args.engine, f, max_memory=args.max_memory)
+    if args.split is not None and not args.rpc:
+        raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
+    model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)

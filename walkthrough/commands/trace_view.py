@@ -37,9 +37,10 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS
-from walkthrough.engine.model import Model
 from walkthrough.engine.measured import first_use_line, measured_here
+from walkthrough.engine.model import Model
 from walkthrough.engine.rounds import round_stats
+from walkthrough.engine.split_text import pass_lines, placement_lines
 from walkthrough.engine.steps import Step
 from walkthrough.screens.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label
@@ -99,6 +100,9 @@ def print_trace(
             console.print(_kinds_strip(model.config.mixers))
         if memory:
             console.print(Text(memory, style="dim"))
+        if getattr(model, "placement", None) is not None:
+            for line in placement_lines(model.placement):
+                console.print(safe_text(line))
     steps = list(steps)
     speculative = any(step.draft is not None for step in steps)
     headers = ["phase", "pos", "in", "experts", "read", "KV", *(["state"] if hybrid else []), "ms",
@@ -137,6 +141,8 @@ def print_trace(
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
             console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate} "
                           f"({measured_here(steps[0].engine)})")
+    for line in pass_lines(steps):
+        console.print(safe_text(line))
     once = first_use_line(steps)
     if once is not None:
         console.print(once)

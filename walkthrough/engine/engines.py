@@ -20,6 +20,7 @@ from walkthrough.units import binary_bytes
 
 if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
     from walkthrough.engine.protocol import Engine, Session
+    from walkthrough.engine.rpc import Endpoint
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile
 
@@ -36,11 +37,13 @@ def check_engine(name: str) -> str:
     return name
 
 
-def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory: int | None = None) -> Engine:
+def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory: int | None = None,
+               rpc: list[Endpoint] | None = None, split: list[int] | None = None) -> Engine:
     """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
 
     `max_memory` bounds the numpy engine's dequantized weights (default: `memory.default_budget`, a share
-    of the free memory); llama.cpp maps the file as stored and ignores it.
+    of the free memory); llama.cpp maps the file as stored and ignores it. `rpc` (workers) and `split`
+    (layers per host) place llama.cpp's layers over this host and the workers (`llama_placement`).
 
     Raises:
         WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
@@ -48,7 +51,9 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory
     if check_engine(name) == "llama.cpp":
         from walkthrough.engine.llama_model import LlamaModel
 
-        return LlamaModel(f, card=card)
+        return LlamaModel(f, card=card, rpc=rpc, split=split)
+    if rpc:
+        raise WalkthroughError("--rpc places llama.cpp's layers on workers: add --engine llama.cpp")
     from walkthrough.engine.memory import default_budget
     from walkthrough.engine.model import Model
 

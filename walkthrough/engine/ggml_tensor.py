@@ -13,8 +13,9 @@ not 4 x k. `read` follows `nb` and returns a contiguous numpy copy, in numpy
 order (the last ggml dimension first): a [k, n_tokens] ggml tensor comes back
 as an array of shape (n_tokens, k).
 
-Not handled: tensors outside host memory (a GPU backend); the engine runs on the
-CPU backend, where `data` is an ordinary pointer. Only F32, F16 and I32 are read.
+A tensor in host memory is read in place; one on another backend (an RPC
+worker's, whose `data` is an address on that worker) is copied out with
+`ggml_backend_tensor_get`. Only F32, F16 and I32 are read.
 """
 
 from __future__ import annotations
@@ -95,6 +96,21 @@ def read(t: GGMLTensor) -> np.ndarray:
     if 0 in ne:
         return np.zeros(ne[::-1], dtype)
     span = sum((n - 1) * s for n, s in zip(ne, nb)) + dtype.itemsize  # bytes from the first to the last element
-    raw = (ctypes.c_char * span).from_address(t.data)
+    remote = _remote_getter(t)
+    if remote is not None:  # = ggml_nbytes of the (possibly strided) tensor: one copy of its whole span
+        raw = ctypes.create_string_buffer(span)
+        remote(ctypes.addressof(t), raw, 0, span)
+    else:
+        raw = (ctypes.c_char * span).from_address(t.data)
     view = np.ndarray(shape=tuple(ne[::-1]), dtype=dtype, buffer=raw, strides=tuple(nb[::-1]))
     return np.array(view)  # copy: the graph reuses this memory for later nodes
+
+
+def _remote_getter(t: GGMLTensor):
+    """ggml_backend_tensor_get when the tensor lives outside host memory (RPC loaded, buffer not host), else None."""
+    from walkthrough.engine import rpc
+
+    base = rpc.loaded("base")
+    if base is None or not t.buffer or base.ggml_backend_buffer_is_host(t.buffer):
+        return None
+    return base.ggml_backend_tensor_get

@@ -14,7 +14,8 @@ src/llama-graph.cpp and src/models/ARCH.cpp), "NAME-LAYER" in the graph:
   the experts' outputs.
 - `kq_soft_max-N`: attention weights [n_kv, n_tokens, n_head], materialised
   only without flash attention; the last token's row is kept (every row when asked).
-- `l_out-N`: layer N's output, asked for only to report progress (layer N+1 of M done).
+- `l_out-N`: layer N's output, asked for only to report progress (layer N+1 of M done), and, on a
+  split over RPC workers, at each host's last layer to time the hosts (`marks`).
 
 The KV cache and recurrent states are llama.cpp's own tensors (`cache_k_lN`,
 `cache_v_lN`, `cache_r_lN`, `cache_s_lN`, src/llama-kv-cache.cpp and
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 
@@ -56,6 +58,8 @@ class Capture:
         self.attention_rows = attention_rows  # keep every query row, not only the last token's
         self.want = {TOPK, *WEIGHTS} | ({ATTENTION} if attention else set())
         self.progress: Progress | None = None
+        self.marks: frozenset[int] = frozenset()  # layers whose output time to note (the split's host boundaries)
+        self.mark_times: dict[int, float] = {}  # layer -> perf_counter() when its output was computed
         self.stop = threading.Event()  # set when the pass must end early (read by llama.cpp's abort callback)
         self.cell_bytes: dict[int, dict[str, int]] = {}  # layer -> {"k"|"v"|"r"|"s": bytes of one cell}
         self.scan_cache = True  # until a pass has shown the cache tensors
@@ -69,6 +73,7 @@ class Capture:
             self._asked.clear()  # l_out-N nodes change from unwanted to wanted or back
         self.progress = progress
         self.stop.clear()
+        self.mark_times = {}
         self.experts: dict[int, list[np.ndarray]] = {}  # layer -> per micro-batch [rows, k] int32
         self.weights: dict[int, list[np.ndarray | None]] = {}  # layer -> per micro-batch [rows, k] float32
         self.attention: dict[int, np.ndarray] = {}  # layer -> [n_head, rows, n_kv] (rows: the last, or all)
@@ -109,8 +114,9 @@ class Capture:
         name = name_at(address)
         wanted = self._asked.get(name)
         if wanted is None:
-            stem = split_name(name)[0]
-            wanted = self._asked[name] = stem in self.want or (stem == LAYER_OUT and self.progress is not None)
+            stem, layer = split_name(name)
+            wanted = self._asked[name] = stem in self.want or (
+                stem == LAYER_OUT and (self.progress is not None or layer in self.marks))
         return wanted
 
     def _keep(self, t, stem: bytes, layer: int) -> None:
@@ -132,8 +138,11 @@ class Capture:
                     kept = np.pad(kept, ((0, 0), (0, 0), (0, rows.shape[-1] - kept.shape[-1])))
                     rows = np.concatenate([kept, rows], axis=1)
                 self.attention[layer] = rows
-        elif stem == LAYER_OUT and self.progress is not None:
-            self.progress(layer + 1, self.n_layers)
+        elif stem == LAYER_OUT:
+            if layer in self.marks:
+                self.mark_times[layer] = time.perf_counter()
+            if self.progress is not None:
+                self.progress(layer + 1, self.n_layers)
 
     def _note_cache(self, base) -> None:
         m = _CACHE_NAME.match(base.name)

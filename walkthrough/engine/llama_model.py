@@ -13,8 +13,12 @@ llama.cpp decides them, and the layer kinds from the model card.
 llama.cpp's own log lines are kept (the last few, to explain a failed load)
 instead of printed, so they never land on the app's screen.
 
-Not handled: GPU offload (every layer runs on the CPU backend, whose tensors
-the eval callback can read in place), LoRA adapters, multi-sequence batches.
+With `rpc` (workers' addresses, `walkthrough worker` on each), llama.cpp places
+layers on the workers too (`llama_placement`; `split` chooses how many where)
+and `placement` says what it did.
+
+Not handled: GPU offload (every local layer runs on the CPU backend),
+LoRA adapters, multi-sequence batches.
 """
 
 from __future__ import annotations
@@ -25,11 +29,16 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
+from walkthrough.engine.llama_placement import Placement, from_log, split_params
 from walkthrough.engine.pass_cost import PassCounter
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard, build_card
 from walkthrough.inspect.gguf import GGUFFile, open_gguf
+
+if TYPE_CHECKING:
+    from walkthrough.engine.rpc import Endpoint
 
 INSTALL_HINT = "pip install 'walkthrough[llama]'"
 _LOG_LINES = 20  # llama.cpp log lines kept to explain a failure
@@ -73,7 +82,11 @@ def bindings() -> ModuleType:
 
         @lib.llama_log_callback
         def keep_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-            lines.append(text.decode("utf-8", errors="replace"))
+            line = text.decode("utf-8", errors="replace")
+            lines.append(line)
+            sink = _state.get("sink")
+            if sink is not None:
+                sink.append(line)  # type: ignore[attr-defined]
 
         lib.llama_log_set(keep_log, ctypes.c_void_p(0))
         lib.llama_backend_init()
@@ -118,18 +131,27 @@ class LlamaModel:
 
     engine = "llama.cpp"
 
-    def __init__(self, f: GGUFFile, *, card: ModelCard | None = None, n_threads: int | None = None):
+    def __init__(self, f: GGUFFile, *, card: ModelCard | None = None, n_threads: int | None = None,
+                 rpc: list[Endpoint] | None = None, split: list[int] | None = None):
         f.require_whole("the llama.cpp engine")
         self.lib = lib = bindings()
         self.file = f
         self.card = card or build_card(f)
         self.n_threads = max(1, n_threads or default_threads())
+        self.rpc = list(rpc or [])
+        self.placement: Placement | None = None  # where llama.cpp put the layers, with --rpc
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0  # CPU backend: the eval callback reads tensors in place
         # ggml's AMX weight repacking (an "extra" buffer type) dies with SIGILL where the OS does not grant AMX
         # tiles (this project's sandbox); without it the CPU backend runs the stored formats directly.
         params.use_extra_bufts = False
-        self.ptr = lib.llama_model_load_from_file(str(f.path).encode(), params)
+        devices = self._place(params, split) if self.rpc else {}
+        log: list[str] = []
+        _state["sink"] = log
+        try:
+            self.ptr = lib.llama_model_load_from_file(str(f.path).encode(), params)
+        finally:
+            _state.pop("sink", None)
         if not self.ptr:
             raise WalkthroughError(f"llama.cpp could not load {f.path.name}: {recent_log()}")
         self.counter = PassCounter(f, self.card)  # bytes and FLOPs of each pass
@@ -149,6 +171,36 @@ class LlamaModel:
             ffns=tuple(layer.ffn for layer in layers) + ("dense",) * (n_layers - len(layers)),
             end_ids=frozenset(i for i in range(n_vocab) if lib.llama_vocab_is_eog(self.vocab, i)),
         )
+
+        if self.rpc:
+            self.placement = from_log(log, devices, n_layers, self.card.n_embd or 0, n_vocab,
+                                      list(f.tensors.values()))
+
+    def _place(self, params, split: list[int] | None) -> dict[str, str]:
+        """Register the workers and ask llama.cpp to place layers on them; {device name: "HOST:PORT"}.
+
+        Without `split`, every layer goes to the workers in proportion to their free memory (llama.cpp's
+        default); with it, split[0] layers stay here and split[1:] go to the workers in order.
+        """
+        from walkthrough.engine import rpc as ggml_rpc
+
+        devices = ggml_rpc.add_servers(self.rpc)
+        n_layers = self.card.n_layers or len(self.card.layers)
+        if split is not None:
+            if len(split) != len(self.rpc) + 1 or sum(split) != n_layers or min(split) < 0:
+                raise WalkthroughError(f"--split {','.join(map(str, split))}: give {len(self.rpc) + 1} layer counts "
+                                       f"(this host, then each worker) that add up to the model's {n_layers} layers")
+            params.n_gpu_layers, shares = split_params(n_layers, split)
+            self._shares = (ctypes.c_float * self.lib.LLAMA_MAX_DEVICES)(*shares)
+            params.tensor_split = self._shares
+        else:
+            params.n_gpu_layers = n_layers + 1  # all, the output head too
+        self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)  # NULL-terminated, kept alive
+        params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        base = ggml_rpc.libraries()["base"]
+        base.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_dev_name.restype = ctypes.c_char_p
+        return {base.ggml_backend_dev_name(d).decode(): str(e) for d, e in zip(devices, self.rpc)}
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kwargs) -> LlamaModel:

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from walkthrough.engine import surprisal
+from walkthrough.engine import rpc_traffic, surprisal
 from walkthrough.engine.checkpoints import Checkpoint, Checkpoints
 from walkthrough.engine.llama_capture import Capture, Progress
 from walkthrough.engine.llama_model import LlamaModel, recent_log
@@ -92,6 +92,9 @@ class LlamaSession(Session):
         self.checkpoints = Checkpoints(auto=False)  # none: llama.cpp's memory rewinds itself (see `rewind`)
         self.capture = Capture(lib, model.config.n_layers, attention=self.record_attention,
                                attention_rows=self.attention_rows)
+        placement = model.placement
+        if placement is not None:  # time each host: note when its last layer's output is computed
+            self.capture.marks = frozenset(last for _, last in placement.segments())
         self._abort = lib.ggml_abort_callback(lambda _data: self.capture.stop.is_set())
         params = lib.llama_context_default_params()
         params.n_ctx = self.n_ctx
@@ -173,6 +176,7 @@ class LlamaSession(Session):
         previous = self.last_logits  # [V] the distribution the first of `ids` was drawn against
         self._fill_batch(ids, start, rows)
         self.capture.reset(progress)
+        traffic = rpc_traffic.counters(self.model.rpc) if self.model.rpc else None
         began = time.perf_counter()
         try:
             if progress is not None:
@@ -182,7 +186,8 @@ class LlamaSession(Session):
         except BaseException:
             self._broken = "a pass of this run was stopped mid-way; start a new run"
             raise
-        seconds = time.perf_counter() - began
+        ended = time.perf_counter()
+        seconds = ended - began
         if code == DECODE_ABORTED:
             self._broken = "a pass of this run was stopped mid-way; start a new run"
             raise PassInterrupted(f"llama.cpp stopped the pass at positions {start}..{start + n}")
@@ -208,11 +213,28 @@ class LlamaSession(Session):
             logits=logits[-1], seconds=seconds, all_logits=logits if all_logits else None,
             surprisal=surprisal.of_pass(previous, logits if rows == n else None, ids),
             engine=self.model.engine,
+            split=None if traffic is None else self._split_record(n, rows, began, ended, traffic),
         )
         if sampler is not None:
             step.sample = self.choose(sampler)
             step.stopped = step.sample.chosen in self.model.config.end_ids
         return step
+
+    def _split_record(self, n: int, rows: int, began: float, ended: float, traffic: dict) -> dict:
+        """One pass over hosts: each host's time (measured between the eval callback's readings of its last
+        layer's output, so it includes receiving the activations), the bytes each boundary carries (computed:
+        n_tokens x n_embd x 4), and what went over each worker's connection (measured: TCP counters)."""
+        placement = self.model.placement
+        times, previous = [], began
+        segments = placement.segments()
+        for k, (host, last) in enumerate(segments):
+            at = ended if k == len(segments) - 1 else self.capture.mark_times.get(last, previous)
+            what = "input + " if k == 0 else ""
+            what += f"layers to {last}" + (" + output head" if k == len(segments) - 1 else "")
+            times.append({"host": host, "through_layer": last, "covers": what, "seconds": round(at - previous, 6)})
+            previous = at
+        return {"placement": placement.to_json(), "hosts": times, "crossings": placement.crossings(n, rows),
+                "measured": rpc_traffic.difference(traffic, rpc_traffic.counters(self.model.rpc))}
 
     def _fill_batch(self, ids: list[int], start: int, rows: int) -> None:
         """The pass's tokens at their positions in sequence 0; logits kept for the last `rows` of them."""

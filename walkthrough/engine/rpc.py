@@ -44,7 +44,8 @@ PROBE_SECONDS = 5.0
 GGML_BACKEND_DEVICE_TYPE_CPU = 0  # enum ggml_backend_dev_type (ggml-backend.h)
 
 _libs: dict[str, ctypes.CDLL] = {}
-_keep: list[object] = []  # ctypes callbacks that must outlive the call that installed them
+_keep: list[object] = []
+_registered: set[Endpoint] = set()  # workers ggml holds a connection to in this process  # ctypes callbacks that must outlive the call that installed them
 
 
 class RpcUnavailable(WalkthroughError):
@@ -96,10 +97,12 @@ def libraries() -> dict[str, ctypes.CDLL]:
     import llama_cpp
 
     folder = Path(llama_cpp.__file__).parent / "lib"
-    rpc = folder / "libggml-rpc.so"
-    if not rpc.exists():
+    # The files libllama.so names (their sonames, "libggml-rpc.so.0"): a wheel holds plain copies under each
+    # name, not symlinks, and loading "libggml-base.so" would give this process a second ggml with its own state.
+    base, core, rpc = (_soname(folder, stem) for stem in ("libggml-base", "libggml", "libggml-rpc"))
+    if rpc is None or base is None or core is None:
         raise RpcUnavailable(f"this llama-cpp-python was built without ggml's RPC backend; {RPC_INSTALL_HINT}")
-    base, core, rpc_lib = (ctypes.CDLL(str(folder / n)) for n in ("libggml-base.so", "libggml.so", rpc.name))
+    base, core, rpc_lib = (ctypes.CDLL(str(path)) for path in (base, core, rpc))
     vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
     rpc_lib.ggml_backend_rpc_start_server.argtypes = [cp, cp, sz, sz, ctypes.POINTER(vp)]
     rpc_lib.ggml_backend_rpc_start_server.restype = None
@@ -122,6 +125,18 @@ def libraries() -> dict[str, ctypes.CDLL]:
     base.ggml_set_abort_callback.restype = vp
     _libs.update(base=base, core=core, rpc=rpc_lib)
     return _libs
+
+
+def _soname(folder: Path, stem: str) -> Path | None:
+    for name in (f"{stem}.so.0", f"{stem}.so"):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def loaded(name: str) -> ctypes.CDLL | None:
+    """One of ggml's libraries if `libraries()` loaded them in this process already, else None."""
+    return _libs.get(name)
 
 
 def serve(host: str, port: int, threads: int) -> None:
@@ -182,7 +197,8 @@ def add_servers(endpoints: list[Endpoint]) -> list[int]:
     """Probe and register each worker with ggml; the device (ggml_backend_dev_t) of each, in order."""
     libs = libraries()
     for e in endpoints:
-        probe(e)
+        if e not in _registered:  # ggml keeps its connection to a registered worker open, and a worker
+            probe(e)  # serves one client at a time: only a new one can be probed
     on_abort(endpoints)
     devices = []
     for e in endpoints:
@@ -191,6 +207,7 @@ def add_servers(endpoints: list[Endpoint]) -> list[int]:
             raise WalkthroughError(f"worker {e} offers no device to llama.cpp")
         libs["core"].ggml_backend_register(reg)
         devices.append(int(libs["base"].ggml_backend_reg_dev_get(reg, 0)))
+        _registered.add(e)
     return devices
 
 

@@ -138,6 +138,7 @@ class Step:
     hidden: np.ndarray | None = None  # [n_tokens, d] final hidden rows after the output norm, when kept
     draft: Draft | None = None  # speculative decoding: the round this verification pass checked
     engine: str = ""  # the engine that ran the pass: its model's `engine` ("numpy" or "llama.cpp")
+    split: dict | None = None  # llama.cpp over RPC workers: per host seconds, boundary bytes (`_split_record`)
 
     @property
     def reused(self) -> int:
@@ -199,6 +200,8 @@ class Step:
         }
         if self.state_bytes:
             out["state_bytes"] = self.state_bytes
+        if self.split is not None:
+            out["split"] = self.split
         if self.first_use_bytes:  # one-time work (weights produced the first time), timed apart from the pass
             out["first_use_bytes"] = self.first_use_bytes
         out["layers"] = [t.cache_record() for t in self.layers]
