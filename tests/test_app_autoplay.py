@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from app_support import SIZES, app_for, settle, svg_text
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 MESSAGES = [{"role": "user", "content": "Is there an interaction?"}]
 

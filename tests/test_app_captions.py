@@ -5,7 +5,7 @@ from __future__ import annotations
 from app_support import SIZES, app_for, settle, widget_text
 from textual.css.query import NoMatches
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 MESSAGES = [{"role": "user", "content": "Is there an interaction?"}]
 

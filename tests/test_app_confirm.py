@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from app_support import SIZES, app_for, hold_passes, settle, widget_text
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.prefill import CHUNK_SIZES
 

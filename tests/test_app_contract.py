@@ -14,9 +14,9 @@ from walkthrough.engine.steps import Step
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.chat import ChatTokens
 from walkthrough.screens import messages as msg
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.parts import OpenedFile, Part, Rendered
+from walkthrough.request.parts import OpenedFile, Part, Rendered
 
 MODEL = "ref-qwen2moe-f32.gguf"
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]

@@ -9,7 +9,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from walkthrough.engine.hardware import load_profiles
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.engine.machines import machine_rows, sort_rows
 from walkthrough.engine.request_size import RequestSize, estimate_for
 from walkthrough.units import fmt

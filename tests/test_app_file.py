@@ -50,7 +50,7 @@ async def test_tensor_filter_keeps_matching_rows(fixtures_dir):
 
 
 async def test_a_typed_filter_applies_once_typing_pauses_and_at_once_on_escape(fixtures_dir, monkeypatch):
-    from walkthrough.screens import tensor_pages
+    from walkthrough.render import tensor_pages
 
     path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
     with open_gguf(path) as f:
@@ -135,7 +135,7 @@ async def test_a_file_that_is_not_gguf_ends_the_app_with_one_line(tmp_path):
 
 
 async def test_a_failing_part_leaves_the_file_stage_up(fixtures_dir, monkeypatch):
-    from walkthrough.screens import parts
+    from walkthrough.request import parts
 
     def broken(f):
         raise RuntimeError("tokenizer exploded")
@@ -163,7 +163,8 @@ async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypatch, size):
-    from walkthrough.screens import table_pages, tensor_pages
+    from walkthrough.screens import table_pages
+    from walkthrough.render import tensor_pages
 
     monkeypatch.setattr(table_pages, "PAGE_ROWS", 4)  # the fixture's 37 tensors make 10 pages, its 6 experts 2
     path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
@@ -226,7 +227,7 @@ async def test_a_long_metadata_table_shows_a_page_at_a_time(many_keys, size):
     from walkthrough.screens.glossary import GlossaryScreen
     from walkthrough.screens.metadata_value import MetadataValueScreen
     from walkthrough.screens.stage_text import cursor_row_text
-    from walkthrough.screens.term_words import most_specific
+    from walkthrough.render.term_words import most_specific
 
     path, keys = many_keys
     per_page = table_pages.PAGE_ROWS
@@ -302,7 +303,7 @@ def _plain_filter(rows, needle: str) -> list:
 def test_the_tensor_filter_keeps_what_a_plain_scan_keeps(tmp_path):
     from hostile_support import with_many_tensors
 
-    from walkthrough.screens.tensor_pages import TensorFilter, ordered_rows
+    from walkthrough.render.tensor_pages import TensorFilter, ordered_rows
 
     with open_gguf(with_many_tensors(tmp_path, "many.gguf", 3000)) as f:
         rows = ordered_rows(f)

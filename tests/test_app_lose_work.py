@@ -16,7 +16,7 @@ from conftest import FIXTURES_DIR
 from textual.widgets import Input, Label, OptionList
 
 from walkthrough.inspect.template_roles import COMMON_ROLES, known_roles
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.confirm import ConfirmDiscard
 from walkthrough.screens.editor import MessageEditor
 

@@ -17,7 +17,7 @@ from layered_models import write_model
 from rich.console import Console
 
 from walkthrough.engine.layer_groups import cache_groups, lit_per_cell, per_cell, ranges, ranges_text
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.live import CANDIDATES, PIECE_CHARS
 from walkthrough.textsafe import token_text
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from app_support import app_for, screen_text, settle, widget_text
 
 from walkthrough import cli
-from walkthrough.screens import stages
-from walkthrough.screens.glossary import GlossaryScreen, load_terms
+from walkthrough.request import stages
+from walkthrough.render.terms import load_terms
+from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.help import HelpScreen
 
 

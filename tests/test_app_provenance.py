@@ -18,7 +18,7 @@ from app_support import SIZES, app_for, settle, widget_text
 from textual.widgets import Static
 
 from walkthrough.engine.measured import comparison_title, measured_here, modelled_for
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.words import count
 
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]

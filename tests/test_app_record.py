@@ -17,7 +17,7 @@ from pathlib import Path
 import pyte
 from conftest import REPO_ROOT
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 
 def stages_shown(cast: Path) -> tuple[dict, list[str]]:

@@ -12,8 +12,8 @@ import threading
 from app_support import app_for, settle, work_returned
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import parts, stages
-from walkthrough.screens.parts import Part
+from walkthrough.request import parts, stages
+from walkthrough.request.parts import Part
 
 MODEL = "ref-qwen2moe-f32.gguf"
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]

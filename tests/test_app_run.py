@@ -7,7 +7,7 @@ from app_support import app_for, hold_passes, play_the_answer, screen_text, sett
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.session import Session
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.sampling import TEMPERATURES
 

@@ -9,7 +9,7 @@ from app_support import app_for, screen_text, settle
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.session import Session
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.messages import RoundDone
 
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]

@@ -11,9 +11,10 @@ from app_support import SIZES, app_for, copy_gguf, settle, widget_text
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.base import TermsLine
-from walkthrough.screens.glossary import GlossaryScreen, load_terms
+from walkthrough.render.terms import load_terms
+from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.help import HelpScreen, unwrap
 from walkthrough.screens.metadata_value import MAX_BYTES, MetadataValueScreen
 from walkthrough.textsafe import visible
@@ -35,7 +36,7 @@ NAMES = {"lm_head": "output head", "top-5 agreement": "top-1 agreement", "F16": 
 
 
 def test_every_listed_term_has_an_entry():
-    from walkthrough.screens.term_words import terms_in
+    from walkthrough.render.term_words import terms_in
 
     terms = load_terms()
     missing = [key for key in REQUIRED if key not in terms]

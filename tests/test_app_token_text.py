@@ -12,7 +12,7 @@ import pytest
 from app_support import SIZES, settle, widget_text
 
 from walkthrough.app import make_app
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.textsafe import token_label, token_text, visible
 
 DECODE, SAMPLING = (str(stages.number(stage)) for stage in ("decode", "sampling"))

@@ -16,7 +16,7 @@ from app_support import SIZES, app_for, play_to_the_end
 from walkthrough.cli import main
 from walkthrough.engine.model import Model
 from walkthrough.engine.session import Session
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 ARCH = Path(__file__).parent / "fixtures" / "arch"
 F32 = {p.stem.split("-", 1)[1].rsplit("-", 1)[0]: p for p in sorted(ARCH.glob("ref-*-f32.gguf"))}

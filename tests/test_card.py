@@ -25,7 +25,7 @@ from rich.text import Text
 
 from walkthrough.inspect.card import CardError, build_card
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.screens.file_view import overview
+from walkthrough.render.file_view import overview
 
 F32_STATE_BYTES = 4  # llama.cpp keeps recurrent states in F32
 

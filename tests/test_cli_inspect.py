@@ -21,7 +21,7 @@ from walkthrough.cli import main
 from walkthrough.commands.inspect_view import MAX_KEY_WIDTH
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.render.format import human_bytes, human_count
 
 REFERENCE = sorted((FIXTURES_DIR / "reference").glob("*.gguf"))
 VOCAB = sorted((FIXTURES_DIR / "vocab").glob("*.gguf"))

@@ -23,7 +23,7 @@ from textual import events
 from textual.geometry import Size
 
 from walkthrough.app import make_app
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.typeahead import Typeahead, split_chord
 
 SEED = 20

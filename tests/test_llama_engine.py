@@ -20,7 +20,7 @@ from llama_support import OLMOE, needs_llama, write_olmoe
 from test_engine_reference import _cases, _tolerance
 
 from walkthrough.cli import main
-from walkthrough.screens.stages import number as stages_number
+from walkthrough.request.stages import number as stages_number
 from walkthrough.engine.config import UnsupportedArchitecture
 from walkthrough.engine.model import Model
 from walkthrough.engine.sampler import Sampler, SamplerSettings
@@ -186,7 +186,7 @@ def test_same_seed_same_tokens_on_both_engines():
 async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
     from app_support import SIZES, app_for, play_to_the_end
 
-    from walkthrough.screens import stages
+    from walkthrough.request import stages
 
     path = write_olmoe(tmp_path / "olmoe.gguf")
     shots = tmp_path / "shots"

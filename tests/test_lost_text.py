@@ -23,7 +23,7 @@ from walkthrough.inspect.chat import chat_tokens, raw_tokens
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer, gpt2_byte_chars
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 SOURCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
 MISSING_BYTES = [*range(ord("A"), ord("Z") + 1), *range(0x80, 0x100)]

@@ -14,8 +14,8 @@ from app_support import app_for, settle
 
 from walkthrough.engine import model as model_module
 from walkthrough.engine.session import Cancelled
-from walkthrough.screens import stages
-from walkthrough.screens.run import RunService
+from walkthrough.request import stages
+from walkthrough.request.run import RunService
 
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 MODEL = "ref-qwen2moe-f32.gguf"

@@ -20,7 +20,7 @@ from textual.widgets import Static
 from walkthrough.cli import main
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.locate import BUNDLED_MODEL
-from walkthrough.screens.format import human_bytes
+from walkthrough.render.format import human_bytes
 
 WIDTH, VOCAB = 64, 100
 HPARAMS = {"block_count": 1, "embedding_length": WIDTH, "attention.head_count": 4,

@@ -36,13 +36,13 @@ from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.safewrite import Writer, run_inputs
 from walkthrough.screens import messages as msg
-from walkthrough.screens import parts, stages
-from walkthrough.screens.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
+from walkthrough.request import parts, stages
+from walkthrough.request.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
-from walkthrough.screens.parts import Part
+from walkthrough.request.parts import Part
 from walkthrough.screens.registry import stage_screens
-from walkthrough.screens.run import PromptSource, RunPlan, RunService
-from walkthrough.screens.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
+from walkthrough.request.run import PromptSource, RunPlan, RunService
+from walkthrough.request.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.units import binary_bytes
 
@@ -395,7 +395,7 @@ def make_app(
 
     Raises:
         WalkthroughError: the messages file is malformed, max_tokens < 1, or the screenshots cannot be
-            written (see `screens.autoplay.check_picture_folder`).
+            written (see `request.autoplay.check_picture_folder`).
     """
     if max_tokens < 1:
         raise WalkthroughError(f"--max-tokens {max_tokens}: the answer needs at least 1 token")

@@ -31,7 +31,7 @@ from textual.worker import get_current_worker
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens import messages as msg
-from walkthrough.screens.state import Calls
+from walkthrough.request.state import Calls
 
 if TYPE_CHECKING:
     from walkthrough.engine.protocol import Engine

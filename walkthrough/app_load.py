@@ -22,8 +22,8 @@ from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens import messages as msg
-from walkthrough.screens import parts
-from walkthrough.screens.parts import Part
+from walkthrough.request import parts
+from walkthrough.request.parts import Part
 
 if TYPE_CHECKING:
     from walkthrough.inspect.card import ModelCard

@@ -24,8 +24,8 @@ from textual.worker import get_current_worker
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.screens import messages as msg
-from walkthrough.screens.run import RoundPlan
-from walkthrough.screens.state import Speculation
+from walkthrough.request.run import RoundPlan
+from walkthrough.request.state import Speculation
 
 
 class SpeculatesRounds(App):

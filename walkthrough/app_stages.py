@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 
 PALETTE_SKIPS = frozenset({"Glossary", "Help", "Terms", "Quit", "Next stage", "Previous stage"})
 

@@ -90,7 +90,7 @@ print(time.perf_counter() - start)
 FILTER = """
 import json, sys, time
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.screens.tensor_pages import TensorFilter, ordered_rows
+from walkthrough.render.tensor_pages import TensorFilter, ordered_rows
 
 def plain(rows, needle):
     needle = needle.lower().strip()
@@ -121,7 +121,8 @@ APP_FILTER = """
 import asyncio, json, sys, time
 sys.path.insert(0, sys.argv[2])
 from app_support import app_for, open_tensor_table
-from walkthrough.screens import table_pages, tensor_pages
+from walkthrough.screens import table_pages
+from walkthrough.render import tensor_pages
 
 if sys.argv[4] == "before":
     def plain(self, needle):

@@ -12,7 +12,7 @@ in a thread, by the work each of the app's background workers does, with the
 
 - the four calls' play (`engine.turns.Conversation`, with its runs from an empty cache);
 - a warm start (`engine.coldstart.warm_start`, the model already used once);
-- the Speculate stage's run (`screens.run.RunService.next_round`, prompt lookup, k 3): its prompt,
+- the Speculate stage's run (`request.run.RunService.next_round`, prompt lookup, k 3): its prompt,
   then its rounds.
 
 Each is cancelled after a delay drawn (seeded) between 10% and 90% of one
@@ -53,7 +53,7 @@ from walkthrough.engine.turns import Conversation, FourCalls
 from walkthrough.inspect.chat import chat_tokens
 from walkthrough.inspect.template import select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
-from walkthrough.screens.run import RoundPlan, RunService
+from walkthrough.request.run import RoundPlan, RunService
 
 Work = Callable[[Callable[[], bool]], None]  # the worker's body, given its `cancelled`
 

@@ -7,7 +7,7 @@ values rounded to each type gguf.quants can write: RMS and largest error, the
 outlier effect, and what the tensor and the whole file would weigh at that
 type; and the error of every value for a few common types. `--json` prints
 the same as one object. Numbers come from `walkthrough.inspect.block` and
-`walkthrough.inspect.requant`, tables from `walkthrough.screens.block_view`.
+`walkthrough.inspect.requant`, tables from `walkthrough.render.block_view`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rich.console import Console
 from walkthrough.inspect.block import Block, parse_block_spec, read_block
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import OUTLIER_TIMES, Rounding, file_size_at, round_block, size_at
-from walkthrough.screens.block_view import block_heading, block_tables
+from walkthrough.render.block_view import block_heading, block_tables
 
 
 def run_block(f: GGUFFile, spec: str, *, as_json: bool, out: TextIO) -> int:
@@ -84,7 +84,7 @@ def block_json(f: GGUFFile, block: Block, rounds: list[Rounding]) -> dict[str, A
 
 
 def render(f: GGUFFile, block: Block, rounds: list[Rounding], *, out: TextIO) -> None:
-    """The heading and tables of one block (`screens.block_view`), fitting 80 columns."""
+    """The heading and tables of one block (`render.block_view`), fitting 80 columns."""
     console = Console(file=out, markup=False, emoji=False, highlight=False)
     console.print(block_heading(block))
     for table in block_tables(f, block, rounds):

@@ -21,8 +21,8 @@ from rich.text import Text
 from walkthrough.commands.listings import print_metadata_table, print_tensor_table
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 from walkthrough.inspect.gguf import GGUFFile
-from walkthrough.screens.file_view import params_table, quant_mix_table
-from walkthrough.screens.format import human_bytes, human_count, show
+from walkthrough.render.file_view import params_table, quant_mix_table
+from walkthrough.render.format import human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

@@ -32,7 +32,7 @@ from rich.text import Text
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.metadata import describe, summarize_value
 from walkthrough.inspect.tensors import tensor_layer
-from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.render.format import human_bytes, human_count
 from walkthrough.textsafe import visible
 
 BATCH_LINES = 2000  # lines handed to the console at once

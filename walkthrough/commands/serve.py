@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     with open_model(args.model) as gguf:  # a bad model is one line now, not an error page in every browser
         dequantized = dequantized_bytes(gguf)
     if args.messages is not None:
-        from walkthrough.screens.state import load_messages
+        from walkthrough.request.state import load_messages
 
         load_messages(args.messages)
     if args.hardware is not None:

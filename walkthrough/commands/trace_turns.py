@@ -21,7 +21,7 @@ from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.turns import Conversation, FourCalls, summarize
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.template import load_messages
-from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
+from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import visible
 from walkthrough.words import count
 

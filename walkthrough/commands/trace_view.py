@@ -42,7 +42,7 @@ from walkthrough.engine.model import Model
 from walkthrough.engine.rounds import round_stats
 from walkthrough.engine.split_text import pass_lines, placement_lines
 from walkthrough.engine.steps import Step
-from walkthrough.screens.format import human_bytes
+from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
 from walkthrough.words import noun as noun_for

@@ -6,7 +6,7 @@ from `self.state` in `refresh_view`, which runs on mount, when the stage comes
 back into view, and whenever the app's request state changes. After each redraw
 the terms line lists the glossary terms the stage's text uses (`stage_text`,
 `term_words`), so a term is listed only when the screen shows it. Its id, label
-and number come from `walkthrough.screens.stages`, where it is listed once.
+and number come from `walkthrough.request.stages`, where it is listed once.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from walkthrough import textual_private
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.stage_text import cursor_row_text, stage_text
-from walkthrough.screens.term_words import most_specific, terms_in
+from walkthrough.render.term_words import most_specific, terms_in
 
 STAGE_KEYS = Binding.Group("Stage", compact=True)
 TALL = 30  # rows from which the terms line may take four lines instead of two

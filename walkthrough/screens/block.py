@@ -21,7 +21,7 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import round_block
-from walkthrough.screens.block_view import block_heading, block_tables
+from walkthrough.render.block_view import block_heading, block_tables
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text

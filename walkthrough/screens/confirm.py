@@ -28,7 +28,7 @@ from walkthrough.screens.footer import KeysFooter
 from walkthrough.textsafe import visible
 
 if TYPE_CHECKING:
-    from walkthrough.screens.state import RequestState
+    from walkthrough.request.state import RequestState
 
 ANSWER_KEYS = frozenset({"y", "n", "escape", "q"})  # handled by the bindings; any other key keeps the run
 

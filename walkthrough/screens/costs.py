@@ -26,7 +26,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.cost_views import CurvePlot, curve_table, machines_table, race_lines
 from walkthrough.textsafe import safe_text

@@ -17,10 +17,12 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
-from walkthrough.screens import stages, table_pages, tensor_pages
+from walkthrough.request import stages
+from walkthrough.screens import table_pages
+from walkthrough.render import tensor_pages
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.file_view import overview
-from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.render.file_view import overview
+from walkthrough.render.format import human_bytes, human_count
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.typeahead import when_shown
 from walkthrough.textsafe import safe_text

@@ -24,8 +24,8 @@ from textual.widgets import Static
 
 from walkthrough.screens.confirm import calls_question
 from walkthrough.screens.footer import KeysFooter
-from walkthrough.screens.reuse_text import start_lines, summary_lines, turn_lines
-from walkthrough.screens.state import Calls
+from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
+from walkthrough.request.state import Calls
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

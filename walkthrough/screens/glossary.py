@@ -9,10 +9,6 @@ terms ("see also") are shown under each definition; enter follows the first.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
@@ -23,42 +19,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
+from walkthrough.render.terms import Term, load_terms
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.typeahead import when_shown
-
-GLOSSARY_FILE = Path(__file__).with_name("glossary.json")
-
-
-@dataclass(frozen=True)
-class Term:
-    key: str
-    title: str
-    text: str
-    see: tuple[str, ...]
-    words: tuple[str, ...]  # what names the term on screen (`term_words`)
-
-
-@lru_cache(maxsize=1)
-def load_terms() -> dict[str, Term]:
-    """Every glossary term by key, in file order."""
-    data = json.loads(GLOSSARY_FILE.read_text(encoding="utf-8"))
-    return {
-        t["key"]: Term(t["key"], t["title"], t["text"], tuple(t.get("see", ())), tuple(t.get("words", (t["key"],))))
-        for t in data["terms"]
-    }
-
-
-@lru_cache(maxsize=1)
-def not_terms() -> tuple[str, ...]:
-    """Phrases holding a term's word that name no term ("output tokens" is not the output head)."""
-    return tuple(json.loads(GLOSSARY_FILE.read_text(encoding="utf-8")).get("not_terms", ()))
-
-
-def term_title(key: str) -> str:
-    """The display title of a term key (the key itself if the glossary lacks it)."""
-    term = load_terms().get(key)
-    return key if term is None else term.title
-
 
 class GlossaryScreen(ModalScreen):
     """Terms on the left, the highlighted term's definition on the right."""

@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from walkthrough.screens.experts_view import ExpertsGrid
-from walkthrough.screens.format import human_bytes
-from walkthrough.screens.views import candidates_table, kv_table, kv_table_height
+from walkthrough.render.experts_view import ExpertsGrid
+from walkthrough.render.format import human_bytes
+from walkthrough.render.views import candidates_table, kv_table, kv_table_height
 from walkthrough.words import count
 
 WIDE_ENOUGH = 60  # columns from which the sections are laid side by side

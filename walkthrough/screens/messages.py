@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 from textual.worker import Worker
 
-from walkthrough.screens.parts import Part
+from walkthrough.request.parts import Part
 
 if TYPE_CHECKING:
     from walkthrough.engine.coldstart import StartTimes
@@ -53,7 +53,7 @@ class Progress(FromWorker):
 
 @dataclass
 class PartReady(FromWorker):
-    """A part of the request was built: `value` is what `walkthrough.screens.parts` returned for it."""
+    """A part of the request was built: `value` is what `walkthrough.request.parts` returned for it."""
 
     part: Part
     value: Any

@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 
 from walkthrough.screens.stage_text import stage_text
-from walkthrough.screens.term_words import terms_in
+from walkthrough.render.term_words import terms_in
 
 
 class OverlayScreen(ModalScreen):

@@ -16,10 +16,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from walkthrough.screens.format import bar, human_bytes
+from walkthrough.render.format import bar, human_bytes
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.screens.experts_view import ExpertsGrid
-from walkthrough.screens.views import activations_line, balance_line, flops_line, token_strip
+from walkthrough.render.experts_view import ExpertsGrid
+from walkthrough.render.views import activations_line, balance_line, flops_line, token_strip
 from walkthrough.textsafe import token_label
 from walkthrough.words import count
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
 
 

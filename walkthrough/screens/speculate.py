@@ -28,9 +28,9 @@ from textual.widgets import Static
 
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.confirm import speculate_question
-from walkthrough.screens.experts_view import ExpertsGrid
-from walkthrough.screens.speculate_view import figures, rounds_table
-from walkthrough.screens.state import Speculation
+from walkthrough.render.experts_view import ExpertsGrid
+from walkthrough.render.speculate_view import figures, rounds_table
+from walkthrough.request.state import Speculation
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

@@ -10,9 +10,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import stages
+from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.format import answer_ending, human_bytes, human_count
+from walkthrough.render.format import answer_ending, human_bytes, human_count
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

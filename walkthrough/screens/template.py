@@ -29,8 +29,8 @@ from walkthrough.screens.confirm import delete_question, discard_question
 from walkthrough.screens.editor import MessageEditor
 from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
 from walkthrough.screens.typeahead import when_shown
-from walkthrough.screens.reuse_text import first_token_lines, reuse_lines
-from walkthrough.screens.views import SPECIAL_STYLE
+from walkthrough.render.reuse_text import first_token_lines, reuse_lines
+from walkthrough.render.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
 from walkthrough.words import count
 

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.screens.base import StageScreen
-from walkthrough.screens.views import token_style
+from walkthrough.render.views import token_style
 from walkthrough.textsafe import safe_text, token_label
 
 CURSOR_STYLE = "bold reverse yellow"

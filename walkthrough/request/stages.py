@@ -15,10 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from walkthrough.screens.base import StageScreen
 
 
 @dataclass(frozen=True)
@@ -29,8 +25,8 @@ class Stage:
     label: str
     target: str  # "package.module:ClassName"
 
-    def screen(self) -> type[StageScreen]:
-        """The stage's screen class (imported on first use)."""
+    def screen(self) -> type:
+        """The stage's screen class, a `StageScreen` (imported on first use; this layer imports no screen)."""
         module, name = self.target.split(":")
         return getattr(import_module(module), name)
 
@@ -84,4 +80,4 @@ def of_screen(cls: type) -> Stage:
         for stage in STAGES:
             if stage.target == target:
                 return stage
-    raise KeyError(f"{cls.__name__} is not a stage's screen in walkthrough.screens.stages.STAGES")
+    raise KeyError(f"{cls.__name__} is not a stage's screen in walkthrough.request.stages.STAGES")

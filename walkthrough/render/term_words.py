@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from walkthrough.screens.glossary import load_terms, not_terms
+from walkthrough.render.terms import load_terms, not_terms
 
 
 def _trie_pattern(words: list[str]) -> str:

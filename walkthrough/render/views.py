@@ -15,7 +15,7 @@ from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS, cache_groups, ranges_text
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens.format import human_bytes, human_count
+from walkthrough.render.format import human_bytes, human_count
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
 

@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from walkthrough.engine.measured import measured_here
-from walkthrough.screens.format import human_bytes
+from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import token_text
 from walkthrough.words import count
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
-    from walkthrough.screens.state import FirstToken
+    from walkthrough.request.state import FirstToken
     from walkthrough.engine.coldstart import StartTimes
     from walkthrough.engine.steps import Step
     from walkthrough.engine.turns import Summary, Turn

@@ -1,7 +1,7 @@
 """The request the app follows: the opened file, its card, the messages, tokens, and the passes run so far.
 
 A plain record (no Textual) with one writer: the app's UI thread. Workers build
-values (`walkthrough.screens.parts`, the run service `walkthrough.screens.run`)
+values (`walkthrough.request.parts`, the run service `walkthrough.request.run`)
 and post them in messages; the app's handlers assign them here. Every stage's
 results live here, never on a screen: the stage's run (`steps`), the Speculate
 stage's run (`speculation`), the four calls (`calls`). Every assignment of a public
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.knobs import DEFAULT_DRAFT_MAX, MAX_NEW_TOKENS
 from walkthrough.inspect.locate import DEFAULT_REQUEST
-from walkthrough.screens.parts import RUN_NEEDS, OpenedFile, Part, Rendered
+from walkthrough.request.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
 if TYPE_CHECKING:
     from walkthrough.engine.attention_map import AttentionMap

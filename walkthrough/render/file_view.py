@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from walkthrough.screens.format import bar, human_bytes, human_count, show
+from walkthrough.render.format import bar, human_bytes, human_count, show
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from walkthrough.engine.measured import measured_here
 from walkthrough.engine.rounds import round_stats, weight_bytes
 from walkthrough.engine.steps import Step
-from walkthrough.screens.format import bar, human_bytes
+from walkthrough.render.format import bar, human_bytes
 from walkthrough.textsafe import token_label
 from walkthrough.words import count
 

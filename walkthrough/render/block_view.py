@@ -19,7 +19,7 @@ from rich.text import Text
 from walkthrough.inspect.block import Block
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.requant import OUTLIER_TIMES, Rounding, file_size_at, size_at
-from walkthrough.screens.format import human_bytes
+from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import safe_text
 
 FLOATS = (Q.F32, Q.F16, Q.BF16)
