@@ -220,3 +220,15 @@ async def test_r_over_the_four_calls_asks_once_calls_were_played():
         await pilot.press("r", "y")
         await settle(pilot)
         assert app.state.calls.play == calls.play + 1
+
+
+async def test_four_calls_grown_past_the_context_stop_with_one_line():
+    app = app_for(MODEL, MESSAGES, max_tokens=5)  # the fourth call (a new chat on a long record) passes 256
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(CHAT, "c")
+        await settle(pilot)
+        calls = app.state.calls
+        assert [turn.label for turn in calls.turns] == ["request", "follow-up", "edit"]
+        assert calls.status.startswith("stopped: the prompt has ")
+        assert "more than the model's context of 256 (context_length)" in calls.status

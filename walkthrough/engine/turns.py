@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.checkpoints import Reuse
+from walkthrough.engine.context_fit import check_fits
 from walkthrough.engine.prefix_break import Break, Held, explain
 from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.session import Session, stop_when
@@ -189,9 +190,16 @@ class Conversation:
         return follow_up(last.messages, last.answer_text, text)
 
     def ask(self, messages: list[dict], label: str = "") -> Iterator[Step]:
-        """Send `messages` as the next request: yields each pass; then `turns[-1]` is its `Turn`."""
+        """Send `messages` as the next request: yields each pass; then `turns[-1]` is its `Turn`.
+
+        Raises:
+            ContextTooSmall: the rendered prompt and an answer of up to `max_tokens` do not fit the model's
+                context (raised when the first pass is asked for).
+        """
         began = time.perf_counter()
         chat = self.render(messages)
+        # a request grown by earlier turns may no longer fit: one line, before any pass (engine/context_fit.py)
+        check_fits(self.session.model.card.context_length, len(chat.ids), self.max_tokens, "--max-tokens")
         own = time.perf_counter() - began  # time spent here, not in the caller's loop
         sampler = Sampler(self.settings)
         steps: list[Step] = []
