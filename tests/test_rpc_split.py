@@ -144,3 +144,24 @@ def test_a_worker_that_dies_mid_run_ends_the_run_in_one_line():
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1].startswith("walkthrough: error: llama.cpp lost a worker") and "Traceback" not in err, err
     assert waited < DIE_SECONDS
+
+
+def _run(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "walkthrough", *argv], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@needs_rpc
+def test_bench_json_carries_the_split_and_estimate_rpc_needs_measure():
+    with workers(2) as started:
+        names = [str(e) for e, _ in started]
+        proc = _run("bench", str(TINY), "--engine", "llama.cpp", "--prompt-tokens", "8", "--output-tokens", "3",
+                    "--json", "--rpc", ",".join(names), "--split", "0,2,2")
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    split = json.loads(out)["measured"]["split"]
+    assert split["decode"]["passes"] == 2 and set(split["decode"]["host_seconds"]) == set(names)
+    assert [c["bytes"] for c in split["prefill"]["crossings"]][:2] == [8 * 4 * _n_embd(TINY)] * 2
+    alone = _run("estimate", str(TINY), "--rpc", names[0])
+    _, err = alone.communicate(timeout=60)
+    assert alone.returncode == 2 and "add --measure" in err

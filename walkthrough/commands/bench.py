@@ -24,6 +24,7 @@ from walkthrough.commands.common import (
     add_engine_argument,
     add_memory_argument,
     add_model_argument,
+    add_rpc_arguments,
     memory_report,
     open_model,
 )
@@ -44,6 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_model_argument(p)
     add_engine_argument(p)
+    add_rpc_arguments(p)
     add_memory_argument(p)
     p.add_argument("--prompt-tokens", type=int, default=DEFAULT_PROMPT, metavar="N",
                    help=f"prompt length in tokens (default {DEFAULT_PROMPT})")
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     check_fits(card.context_length, args.prompt_tokens, args.output_tokens, "--output-tokens",
                "lower --prompt-tokens")
     began = time.perf_counter()
-    model = load_model(args.engine, f, card, args.max_memory)
+    model = load_model(args.engine, f, card, args.max_memory, rpc=args.rpc, split=args.split)
     load_seconds = time.perf_counter() - began
     memory = memory_report(model, args.prompt_tokens + args.output_tokens, args.prompt_tokens)
     measured = time_request(model, args.prompt_tokens, args.output_tokens)
@@ -91,10 +93,21 @@ def run(args: argparse.Namespace) -> int:
     print_comparison(f"{card.name or f.path.name} on the {measured.engine} engine: loaded in {load_seconds:.1f} s; "
                      f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated",
                      comparison_title(hw, measured), rows, memory)
+    print_split(model, measured)
     if measured.first_use_bytes:
         print(f"first use: dequantized {binary_bytes(measured.first_use_bytes)} in "
               f"{measured.first_use_seconds:.1f} s, once (not in the prefill and decode figures above)")
     return 0
+
+
+def print_split(model, measured) -> None:
+    """Where llama.cpp put the layers and what each host and boundary took (with --rpc; else nothing)."""
+    from walkthrough.engine.split_text import pass_lines, placement_lines
+
+    placement = getattr(model, "placement", None)
+    if placement is not None:
+        for line in placement_lines(placement) + pass_lines(measured.split):
+            print(line)
 
 
 def print_comparison(title: str, table_title: str, rows, memory: str | None = None) -> None:

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from walkthrough.commands.common import add_engine_argument, add_model_argument, open_model
+from walkthrough.commands.common import add_engine_argument, add_model_argument, add_rpc_arguments, open_model
 from walkthrough.errors import WalkthroughError
 
 DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
@@ -58,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the request here and show what it measured beside each estimate")
     add_engine_argument(p)
+    add_rpc_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.engine.hardware import load_profiles, pick
     from walkthrough.inspect.card import build_card
 
+    if (args.rpc or args.split) and not args.measure:
+        raise WalkthroughError("--rpc and --split place the layers of the run --measure makes: add --measure")
     profiles = pick(load_profiles(args.hardware_file), args.hardware)
     with open_model(args.model) as f:
         path, card = f.path, build_card(f)
@@ -95,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
               f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
     print_tables(path, card, results, measured, evidence=args.evidence)
+    if measured is not None and measured.split:
+        from walkthrough.engine.split_text import pass_lines
+
+        for line in pass_lines(measured.split):
+            print(line)
     return 0
 
 
@@ -150,7 +158,7 @@ def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> A
 
     f = open_model(args.model, runs="estimate --measure")
     try:
-        return time_request(load_model(args.engine, f, card), prompt, output)
+        return time_request(load_model(args.engine, f, card, rpc=args.rpc, split=args.split), prompt, output)
     finally:
         if args.engine == "numpy":
             f.close()

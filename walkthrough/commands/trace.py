@@ -152,8 +152,6 @@ def run(args: argparse.Namespace) -> int:
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
     f = open_model(args.model, runs="trace")
     tok = tokenizer(f, required=args.ids is None)
-    if args.split is not None and not args.rpc:
-        raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
     model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits

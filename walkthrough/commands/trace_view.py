@@ -40,7 +40,7 @@ from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.measured import first_use_line, measured_here
 from walkthrough.engine.model import Model
 from walkthrough.engine.rounds import round_stats
-from walkthrough.engine.split_text import pass_lines, placement_lines
+from walkthrough.engine.split_text import pass_lines, placement_lines, summary
 from walkthrough.engine.steps import Step
 from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label
@@ -141,7 +141,7 @@ def print_trace(
             rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
             console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate} "
                           f"({measured_here(steps[0].engine)})")
-    for line in pass_lines(steps):
+    for line in pass_lines(summary(steps)):
         console.print(safe_text(line))
     once = first_use_line(steps)
     if once is not None:

@@ -48,6 +48,8 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory
     Raises:
         WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
     """
+    if split is not None and not rpc:
+        raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
     if check_engine(name) == "llama.cpp":
         from walkthrough.engine.llama_model import LlamaModel
 

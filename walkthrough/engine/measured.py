@@ -54,6 +54,7 @@ class Measured:
     decode_bytes: int  # bytes read by the decode passes (weights, KV cache, states)
     first_use_seconds: float = 0.0  # one-time work apart from the passes' seconds (weights produced on first use)
     first_use_bytes: int = 0
+    split: dict | None = None  # llama.cpp over RPC workers: per host and boundary (`split_text.summary`)
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
@@ -78,7 +79,7 @@ class Measured:
                 "decode_seconds": self.decode_seconds, "decode_tokens_per_s": self.decode_tokens_per_s,
                 "seconds_per_token": self.seconds_per_token, "decode_bytes": self.decode_bytes,
                 "bandwidth_bytes_per_s": self.bandwidth, "first_use_seconds": self.first_use_seconds,
-                "first_use_bytes": self.first_use_bytes}
+                "first_use_bytes": self.first_use_bytes, **({"split": self.split} if self.split else {})}
 
 
 def measure(steps: Sequence[Step]) -> Measured | None:
@@ -86,6 +87,8 @@ def measure(steps: Sequence[Step]) -> Measured | None:
     prefill = [s for s in steps if s.phase == "prefill"]
     if not prefill or prefill[-1].sample is None:
         return None
+    from walkthrough.engine.split_text import summary
+
     decode = [s for s in steps if s.phase == "decode"]
     return Measured(
         engine=prefill[0].engine,
@@ -96,6 +99,7 @@ def measure(steps: Sequence[Step]) -> Measured | None:
         decode_bytes=sum(s.bytes_read.get("total", 0) for s in decode),
         first_use_seconds=sum(s.first_use_seconds for s in steps),
         first_use_bytes=sum(s.first_use_bytes for s in steps),
+        split=summary(steps),
     )
 
 
