@@ -58,7 +58,7 @@ def _reference(calls: CallsInput) -> list[tuple[str, int, list[int]]]:
 
     talk = Conversation(Session(Model(calls.file)), calls.tokenizer, calls.template, settings=calls.settings,
                         max_tokens=calls.max_tokens, chunk=calls.chunk)
-    for label, messages in FourCalls.load().requests(talk, calls.messages):
+    for label, messages in FourCalls.for_request(calls.messages).requests(talk, calls.messages):
         for _ in talk.ask(messages, label):
             pass
     return [(t.label, t.reuse.reused, t.answer) for t in talk.turns]

@@ -82,7 +82,7 @@ class PlaysTheCalls(App):
             model = Model(c.file)
             talk = Conversation(Session(model), c.tokenizer, c.template, settings=c.settings,
                                 max_tokens=c.max_tokens, chunk=c.chunk, measure_fresh=True, cancelled=cancelled)
-            for label, messages in FourCalls.load().requests(talk, c.messages):
+            for label, messages in FourCalls.for_request(c.messages).requests(talk, c.messages):
                 for step in self.runs.steps("four calls", talk.ask(messages, label), cancelled):
                     self.post_message(msg.CallPassed(f"{label}: {step.phase} {step.start}:{step.end}", worker=worker))
                 self.post_message(msg.CallPlayed(talk.turns[-1], model, worker=worker))

@@ -35,7 +35,13 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
     session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several, measure_surprisal=as_json)
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,
                         origin=f"chat template of {f.path.name}", measure_fresh=args.measure)
-    requests = FourCalls.load().requests(talk, messages) if args.four_calls else talk.requests(messages)
+    if args.four_calls:
+        script = FourCalls.for_request(messages)
+        if not FourCalls.is_default(messages):
+            warn(f"--four-calls on your own request: {script.describe()}")
+        requests = script.requests(talk, messages)
+    else:
+        requests = talk.requests(messages)
     turn_count = 0
     for label, request in requests:
         chat = talk.render(request)

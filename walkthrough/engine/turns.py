@@ -265,11 +265,38 @@ class FourCalls:
     find: str  # the third call edits the first request's last user message: `find` -> `replace`
     replace: str
     new_conversation: str  # the fourth call's user message
+    append: str = ""  # or, when `find` is empty, adds this at the end of it
 
     @classmethod
     def load(cls, path: Path = FOUR_CALLS) -> FourCalls:
+        """The script written for the default request (its clinical follow-up, edit and new record)."""
         data = json.loads(path.read_text(encoding="utf-8"))
         return cls(data["follow_up"], data["edit"]["find"], data["edit"]["replace"], data["new_conversation"])
+
+    @classmethod
+    def for_request(cls, messages: list[dict], path: Path = FOUR_CALLS) -> FourCalls:
+        """The script for `messages`: `load`'s for the bundled default request, else one made from the
+        request itself (`own_request`): a follow-up asking to go on, its last question with a sentence
+        added, and a new chat with its system prompt asking the follow-up, never the bundled clinical texts."""
+        if cls.is_default(messages):
+            return cls.load(path)
+        own = json.loads(path.read_text(encoding="utf-8"))["own_request"]
+        return cls(own["follow_up"], "", "", own["follow_up"], own["edit"]["append"])
+
+    @staticmethod
+    def is_default(messages: list[dict]) -> bool:
+        """Whether `messages` are the bundled default request's (the one the clinical script was written for)."""
+        from walkthrough.inspect.locate import DEFAULT_REQUEST
+        from walkthrough.inspect.template import load_messages
+
+        return DEFAULT_REQUEST.is_file() and messages == load_messages(DEFAULT_REQUEST)
+
+    def describe(self) -> str:
+        """What the three later calls send, in one line."""
+        edit = (f"your last question with {self.append!r} added" if not self.find
+                else f"{self.find!r} changed to {self.replace!r}")
+        return (f"follow-up {self.follow_up!r}; edit: {edit}; new chat: the system prompt with "
+                f"{self.new_conversation[:40]!r}{'…' if len(self.new_conversation) > 40 else ''}")
 
     def edited(self, messages: list[dict]) -> list[dict]:
         """`messages` with the last user message edited (`find` -> `replace`; else its last line replaced by
@@ -279,7 +306,9 @@ class FourCalls:
         if last is None:
             return out + [{"role": "user", "content": self.follow_up}]
         text = str(out[last].get("content", ""))
-        if self.find in text:
+        if not self.find:
+            out[last]["content"] = text + self.append
+        elif self.find in text:
             out[last]["content"] = text.replace(self.find, self.replace, 1)
         else:
             out[last]["content"] = "\n".join([*text.split("\n")[:-1], self.follow_up])

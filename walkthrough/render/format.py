@@ -11,7 +11,7 @@ from __future__ import annotations
 from walkthrough.units import binary_bytes as human_bytes  # screens other than Costs write bytes in binary units
 from walkthrough.words import count
 
-__all__ = ["answer_ending", "bar", "human_bytes", "human_count", "show"]
+__all__ = ["answer_ending", "bar", "head_name", "human_bytes", "human_count", "show"]
 
 _COUNT_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
@@ -24,6 +24,14 @@ def human_count(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.1f} {suffix}"
     return f"{int(n)}" if float(n).is_integer() else f"{n:.3g}"
+
+
+def head_name(head: int, n_head: int) -> str:
+    """An attention head as every screen names it: its index from 0, as layers are (blk.0 ...), and the count.
+
+    Example: head_name(0, 4) -> "head 0 of 4"
+    """
+    return f"head {head} of {n_head}"
 
 
 def show(value: object) -> str:

@@ -38,7 +38,9 @@ def window(length: int, cursor: int, size: int) -> tuple[int, int]:
     if length <= size:
         return 0, length
     start = min(max(0, cursor - size // 2), length - size)
-    start -= start % 2  # rows go in pairs: keep a row on the same half of its line as the cursor moves
+    if start % 2:  # rows go in pairs: keep a row on the same half of its line as the cursor moves
+        # At the end, one row fewer rather than one earlier, so the last row (an odd count's) stays in view.
+        start += 1 if start == length - size else -1
     return start, min(length, start + size)
 
 

@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from walkthrough.screens.footer import KeysFooter
+from walkthrough.render.format import head_name
 from walkthrough.render.heatmap import heat_map, legend
 from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text, token_label
@@ -80,7 +81,7 @@ class AttentionScreen(OverlayScreen):
             attention = [i for i in range(config.n_layers) if amap.missing(i) is None]
             view.update(Group(heading, Text(f"{missing}. Layers with a matrix: {attention}; [ and ] move.")))
             return
-        heading.append(f"head {self.at_head} of {config.n_head} (reads KV head {amap.kv_head(self.at_layer, self.at_head)} "
+        heading.append(f"{head_name(self.at_head, config.n_head)} (reads KV head {amap.kv_head(self.at_layer, self.at_head)} "
                        f"of {config.n_head_kv[self.at_layer]}); {count(amap.length, 'position')}")
         width, height = self.size.width or 80, self.size.height or 24
         drawing, _ = heat_map(amap.matrix(self.at_layer, self.at_head), self.cursor,

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from walkthrough.render.format import answer_ending, bar
+from walkthrough.render.format import answer_ending, bar, head_name
 from walkthrough.screens.stage_text import plain
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.render.experts_view import ExpertsGrid
@@ -148,7 +148,7 @@ token says so, and j jumps to it (j again: back to the top).
         n_head, kv_len = layer.attention.shape  # [n_head, kv_len]
         head = self.attn_head % n_head
         title = Text.assemble(("attention ", "bold"),
-                              f"layer {layer.index}, head {head + 1}/{n_head}: most attended earlier tokens",
+                              f"layer {layer.index}, {head_name(head, n_head)}: most attended earlier tokens",
                               (" ([ ] layer, , . head)", "dim"))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("pos", justify="right")

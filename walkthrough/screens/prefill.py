@@ -75,9 +75,11 @@ change with the chunk size.
         total = len(state.prompt_ids)
         if self.show_blocker(figures):
             return
-        n_chunks = -(-total // state.chunk) if total else 0
+        reused = steps[0].reused if steps else 0  # a follow-up's prefix already in the KV cache
+        n_chunks = -(-(total - reused) // state.chunk) if total > reused else 0
         if not steps:
-            figures.update(Text(f"{count(total, 'prompt token')} in {count(n_chunks, 'chunk')} of up to {state.chunk}. "
+            figures.update(Text(f"{count(total, 'prompt token')} in {count(n_chunks, 'chunk')} of up to {state.chunk}"
+                                f"{' (fewer if the KV cache holds its start)' if state.runs_on_model else ''}. "
                                 "Press space to run the first chunk."))
             self.query_one("#prefill-experts", Static).update("")
             self.query_one("#prefill-prompt", Static).update(self._prompt(None, 0))
@@ -86,7 +88,8 @@ change with the chunk size.
         done = step.end
         lines = [
             Text.assemble(("chunk ", "bold"), f"{len(steps)} of {n_chunks}: positions {step.start}-{step.end - 1}",
-                          f"  {bar(done / total, 20)} {done}/{total} tokens"),
+                          f"  {bar(done / total, 20)} {done}/{total} tokens"
+                          + (f" ({reused} reused from the KV cache)" if reused else "")),
             flops_line(step),
         ]
         verdict = balance_line(step, state)

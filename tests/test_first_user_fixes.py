@@ -1,0 +1,133 @@
+"""What a first user tripped over on real files (issue 28, items 5-11), each pinned by a test that failed
+before its fix; screen ones at 80x24 and 120x40, reading widget content."""
+
+from __future__ import annotations
+
+import pytest
+from app_support import SIZES, app_for, settle, widget_text
+from conftest import FIXTURES_DIR
+from gguf.constants import GGUFValueType as V
+from gguf_builder import rewrite_gguf
+from test_cli_errors import run_cli
+
+REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What about warfarin?"}]
+
+
+async def _run_to_the_end(pilot, passes: int = 60) -> None:
+    app = pilot.app
+    for _ in range(passes):
+        if app.state.finished:
+            return
+        reason = app.step_blocked()
+        assert reason is None, reason
+        app.action_step()
+        await settle(pilot)
+    raise AssertionError(f"the run did not end in {passes} passes")
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_a_follow_up_counts_only_the_chunks_it_computes(fixtures_dir, size):
+    """Item 5: "393 prompt tokens in 7 chunks" then "chunk 1 of 7: positions 371-392" for 22 computed tokens."""
+    from textual.widgets import Static
+
+    app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES, max_tokens=1)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        state = app.state
+        state.chunk = 16
+        app.restart()
+        await settle(pilot)
+        first = len(state.prompt_ids)
+        await pilot.press("2")
+        await _run_to_the_end(pilot)
+        state.messages = [*state.messages, {"role": "assistant", "content": "Ok."},
+                          {"role": "user", "content": "and aspirin?"}]
+        app.rebuild_prompt()
+        await settle(pilot)
+        await pilot.press("4")
+        await settle(pilot)
+        before = widget_text(app.screen.query_one("#prefill-figures", Static))
+        app.action_step()
+        await settle(pilot)
+        total, reused = len(state.prompt_ids), state.steps[0].reused
+        computed = total - reused
+        n_chunks = -(-computed // 16)
+        assert reused == first and n_chunks < -(-total // 16)  # counting the reused tokens gives more
+        text = widget_text(app.screen.query_one("#prefill-figures", Static))
+    assert "(fewer if the KV cache holds its start)" in before
+    assert f"chunk 1 of {n_chunks}: positions {reused}-{reused + 15}" in text
+    assert f"({reused} reused from the KV cache)" in text
+
+
+@pytest.mark.parametrize("size", [4, 6, 8, 24])  # rows: 2 per line, the app shows 4 lines at least
+def test_the_window_of_rows_keeps_the_last_row_of_any_count(size):
+    """Item 6: with an odd number of positions the matrix never drew the last row, even with the cursor on it."""
+    from walkthrough.screens.heatmap import window
+
+    for length in range(1, 80):
+        for cursor in (0, length // 2, length - 1):
+            start, end = window(length, cursor, size)
+            assert start <= cursor < end <= length and end - start <= size and start % 2 == 0, (length, cursor)
+        assert window(length, length - 1, size)[1] == length
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_the_matrix_shows_the_last_query_and_names_heads_as_decode_does(size):
+    """Items 6 and 7: the attention matrix at the end of an odd-length run shows its last row; the Decode
+    stage and the matrix name the same head the same way ("head 0 of 4", not "head 1/4" beside it)."""
+    from textual.widgets import Static
+
+    from walkthrough.inspect.locate import BUNDLED_MODEL
+    from walkthrough.screens.attention import AttentionScreen
+
+    app = app_for(BUNDLED_MODEL, [{"role": "user", "content": "What is the dose of warfarin for this patient?"}],
+                  max_tokens=2)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        state = app.state
+        if len(state.prompt_ids) % 2:  # an odd count of positions at the end: prompt + the one token fed
+            state.messages = [{"role": "user", "content": "What is the dose of warfarin for this patient ?"}]
+            app.rebuild_prompt()
+            await settle(pilot)
+        await pilot.press("5")
+        await _run_to_the_end(pilot)
+        n_head = state.model.config.n_head
+        decode = widget_text(app.screen.query_one("#decode-attention", Static))
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, AttentionScreen)
+        length = state.attention_map().length
+        assert length % 2 == 1
+        view = widget_text(app.screen.query_one("#attention-view", Static))
+    assert f"head 0 of {n_head}" in decode and f"head 1/{n_head}" not in decode
+    assert f"head 0 of {n_head} (reads KV head" in view
+    assert f"..{length - 1} down" in view  # the last query row is drawn
+
+
+def test_four_calls_on_your_own_request_use_your_own_texts():
+    """Item 8: --four-calls on your own prompt swapped in the bundled clinical texts for the edit and new chat."""
+    import json
+
+    from walkthrough.engine.turns import FOUR_CALLS, FourCalls
+    from walkthrough.inspect.locate import DEFAULT_REQUEST
+    from walkthrough.inspect.template import load_messages
+
+    clinical = json.loads(FOUR_CALLS.read_text(encoding="utf-8"))
+    own = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a prime."}]
+    script = FourCalls.for_request(own)
+    edited, fresh = script.edited(own), script.fresh(own)
+    assert edited[-1]["content"] == "Name a prime. Answer in one sentence."
+    assert fresh == [own[0], {"role": "user", "content": script.follow_up}]
+    sent = json.dumps([script.follow_up, edited, fresh])
+    for text in (clinical["follow_up"], clinical["edit"]["replace"], clinical["new_conversation"][:40]):
+        assert text not in sent
+    assert FourCalls.for_request(load_messages(DEFAULT_REQUEST)) == FourCalls.load()
+
+
+def test_trace_four_calls_on_your_own_prompt_says_what_it_sends(tmp_path, capsys):
+    path = rewrite_gguf(REFERENCE, tmp_path / "long.gguf", {"qwen2moe.context_length": (V.UINT32, 2048)})
+    code, _, err = run_cli(capsys, ["trace", path, "--prompt", "Name a prime.", "--four-calls", "--steps", "2",
+                                      "--json"])
+    assert code == 0, err
+    assert err.count("\n") == 1 and "--four-calls on your own request: follow-up 'Please go on.'" in err
