@@ -63,7 +63,7 @@ async def test_a_follow_up_counts_only_the_chunks_it_computes(fixtures_dir, size
 @pytest.mark.parametrize("size", [4, 6, 8, 24])  # rows: 2 per line, the app shows 4 lines at least
 def test_the_window_of_rows_keeps_the_last_row_of_any_count(size):
     """Item 6: with an odd number of positions the matrix never drew the last row, even with the cursor on it."""
-    from walkthrough.screens.heatmap import window
+    from walkthrough.render.heatmap import window
 
     for length in range(1, 80):
         for cursor in (0, length // 2, length - 1):

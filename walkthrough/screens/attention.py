@@ -20,9 +20,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from walkthrough.screens.footer import KeysFooter
 from walkthrough.render.format import head_name
 from walkthrough.render.heatmap import heat_map, legend
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.overlay import OverlayScreen
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count

@@ -18,11 +18,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
+from walkthrough.render.experts_view import ExpertsGrid
 from walkthrough.render.format import answer_ending, bar, head_name
+from walkthrough.render.views import (
+    activations_line,
+    balance_line,
+    bytes_table,
+    flops_line,
+    kv_table,
+)
 from walkthrough.screens.stage_text import plain
 from walkthrough.screens.stepping import SteppingScreen
-from walkthrough.render.experts_view import ExpertsGrid
-from walkthrough.render.views import activations_line, balance_line, bytes_table, flops_line, kv_table
 from walkthrough.textsafe import safe_text, token_label
 
 ATTENTION_SHOWN = 8  # earlier tokens listed in the attention view
