@@ -34,15 +34,15 @@ from walkthrough.app_stages import StageModes
 from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
-from walkthrough.safewrite import Writer, run_inputs
-from walkthrough.screens import messages as msg
 from walkthrough.request import parts, stages
 from walkthrough.request.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
-from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.request.parts import Part
-from walkthrough.screens.registry import stage_screens
 from walkthrough.request.run import PromptSource, RunPlan, RunService
 from walkthrough.request.state import MAX_NEW_TOKENS, FirstToken, RequestState, load_messages
+from walkthrough.safewrite import Writer, run_inputs
+from walkthrough.screens import messages as msg
+from walkthrough.screens.confirm import ConfirmDiscard, discard_question
+from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.units import binary_bytes
 

@@ -30,8 +30,8 @@ from textual.worker import get_current_worker
 
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import messages as msg
 from walkthrough.request.state import Calls
+from walkthrough.screens import messages as msg
 
 if TYPE_CHECKING:
     from walkthrough.engine.protocol import Engine

@@ -21,9 +21,9 @@ from textual.app import App
 from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import messages as msg
 from walkthrough.request import parts
 from walkthrough.request.parts import Part
+from walkthrough.screens import messages as msg
 
 if TYPE_CHECKING:
     from walkthrough.inspect.card import ModelCard

@@ -23,9 +23,9 @@ from textual.worker import get_current_worker
 
 from walkthrough.engine.session import Cancelled
 from walkthrough.errors import WalkthroughError
-from walkthrough.screens import messages as msg
 from walkthrough.request.run import RoundPlan
 from walkthrough.request.state import Speculation
+from walkthrough.screens import messages as msg
 
 
 class SpeculatesRounds(App):

@@ -22,10 +22,10 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from walkthrough.screens.confirm import calls_question
-from walkthrough.screens.footer import KeysFooter
 from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.request.state import Calls
+from walkthrough.screens.confirm import calls_question
+from walkthrough.screens.footer import KeysFooter
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 

@@ -26,11 +26,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from walkthrough.screens.base import StageScreen
-from walkthrough.screens.confirm import speculate_question
 from walkthrough.render.experts_view import ExpertsGrid
 from walkthrough.render.speculate_view import figures, rounds_table
 from walkthrough.request.state import Speculation
+from walkthrough.screens.base import StageScreen
+from walkthrough.screens.confirm import speculate_question
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
