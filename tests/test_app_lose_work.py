@@ -1,4 +1,4 @@
-"""Keys that throw work away ask first, and only when something would be lost (issue 25, "tried as a new user").
+"""Keys that throw work away ask first, only when something would be lost (issue 25, as a new user).
 
 `d` deletes a message, `u` unloads the model (dropping the run), `t` switches
 the chat template, a saved edit rebuilds the prompt, and on Speculate `d`, `+`,
@@ -21,10 +21,14 @@ from walkthrough.screens.confirm import ConfirmDiscard
 from walkthrough.screens.editor import MessageEditor
 
 MODEL = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"  # context_length 256
-MESSAGES = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "What does the record say about warfarin?"}]
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What does the record say about warfarin?"},
+]
 SIZE = (80, 24)
-CHAT, DECODE, SPECULATE = (str(stages.number(stage)) for stage in ("template", "decode", "speculate"))
+CHAT, DECODE, SPECULATE = (
+    str(stages.number(stage)) for stage in ("template", "decode", "speculate")
+)
 
 
 def _question(app) -> str:
@@ -77,7 +81,9 @@ async def test_u_asks_before_dropping_a_finished_run_and_only_then():
         kept = app.state.steps
         await pilot.press(CHAT, "u")
         await pilot.pause()
-        assert _question(app).startswith(f"Discard this run: {len(app.state.answer_ids())} tokens generated?")
+        assert _question(app).startswith(
+            f"Discard this run: {len(app.state.answer_ids())} tokens generated?"
+        )
         await pilot.press("escape")
         await settle(pilot)
         assert app.state.steps == kept and app.state.unloads == 1
@@ -103,7 +109,10 @@ async def test_a_saved_edit_asks_before_it_replaces_the_run_and_no_keeps_the_tex
         assert app.state.steps == kept and app.state.messages == MESSAGES
         await pilot.press("ctrl+s", "y")
         await settle(pilot)
-        assert app.state.messages[0]["content"] == "You are terse. Be brief." and app.state.steps != kept
+        assert (
+            app.state.messages[0]["content"] == "You are terse. Be brief."
+            and app.state.steps != kept
+        )
 
 
 async def test_speculate_keys_ask_before_dropping_the_rounds():
@@ -125,8 +134,10 @@ async def test_speculate_keys_ask_before_dropping_the_rounds():
         for key in ("d", "plus", "r"):
             await pilot.press(key)
             await pilot.pause()
-            assert _question(app) == (f"Discard this speculative run: {written} tokens written "
-                                      f"({rounds} round{'s' * (rounds != 1)})?  y / n")
+            assert _question(app) == (
+                f"Discard this speculative run: {written} tokens written "
+                f"({rounds} round{'s' * (rounds != 1)})?  y / n"
+            )
             await pilot.press("n")
             await settle(pilot)
             assert app.state.speculation is run
@@ -137,8 +148,11 @@ async def test_speculate_keys_ask_before_dropping_the_rounds():
 
 async def test_t_and_plain_text_ask_before_they_replace_the_run(tmp_path):
     source = MODEL
-    named = copy_gguf(source, tmp_path / "two-templates.gguf",
-                      {"tokenizer.chat_template.tool_use": "{% for m in messages %}{{ m.content }}{% endfor %}"})
+    named = copy_gguf(
+        source,
+        tmp_path / "two-templates.gguf",
+        {"tokenizer.chat_template.tool_use": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+    )
     app = app_for(named, MESSAGES, max_tokens=5)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -160,13 +174,23 @@ async def test_the_editor_accepts_only_roles_the_template_knows():
     app = app_for(MODEL, MESSAGES, max_tokens=5)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press(CHAT, "a", *"some text", "shift+tab", "end", *["backspace"] * 4,
-                          *"Please answer in French", "ctrl+s")
+        await pilot.press(
+            CHAT,
+            "a",
+            *"some text",
+            "shift+tab",
+            "end",
+            *["backspace"] * 4,
+            *"Please answer in French",
+            "ctrl+s",
+        )
         await pilot.pause()
         assert isinstance(app.screen, MessageEditor)
         error = str(app.screen.query_one("#editor-error", Label).content)
-        assert error == ("role 'Please answer in French' is not one the chat template knows; "
-                         "use system, user, assistant, tool")
+        assert error == (
+            "role 'Please answer in French' is not one the chat template knows; "
+            "use system, user, assistant, tool"
+        )
         assert app.state.messages == MESSAGES
         role = app.screen.query_one("#editor-role", Input)
         role.value = "assistant"
@@ -181,8 +205,9 @@ def test_the_roles_a_template_names():
     gpt_oss = (templates / "openai-gpt-oss-120b.jinja").read_text(encoding="utf-8")
     assert known_roles(llama) == (*COMMON_ROLES, "ipython")
     assert known_roles(gpt_oss) == (*COMMON_ROLES, "developer")
-    assert known_roles("{% if m['role'] in ['critic', 'x' * 3] %}{% endif %}{% if role == 'judge' %}{% endif %}") \
-        == (*COMMON_ROLES, "critic", "judge")
+    assert known_roles(
+        "{% if m['role'] in ['critic', 'x' * 3] %}{% endif %}{% if role == 'judge' %}{% endif %}"
+    ) == (*COMMON_ROLES, "critic", "judge")
     assert known_roles("{% if m.role == 'x' %}") == COMMON_ROLES  # does not parse: the common four
     assert known_roles(None) == COMMON_ROLES
 
@@ -196,8 +221,10 @@ async def test_a_prompt_longer_than_the_context_is_a_message_on_the_chat_stage_n
         shown = widget_text(app.screen.query_one("#reuse-line"))
         n = len(app.state.prompt_ids)
         assert n > 256
-        assert shown.startswith(f"Cannot run the request: the prompt has {n:,} tokens, more than the model's "
-                                "context of 256 (context_length); shorten the messages")
+        assert shown.startswith(
+            f"Cannot run the request: the prompt has {n:,} tokens, more than the model's "
+            "context of 256 (context_length); shorten the messages"
+        )
         await pilot.press(DECODE, "space", "enter")
         await settle(pilot)
         assert app.state.steps == () and not app.state.can_run
@@ -223,12 +250,15 @@ async def test_r_over_the_four_calls_asks_once_calls_were_played():
 
 
 async def test_four_calls_grown_past_the_context_stop_with_one_line():
-    app = app_for(MODEL, MESSAGES, max_tokens=5)  # the fourth call (a new chat on a long record) passes 256
+    # the first request (about 234 tokens) fits the 256-token context with its 5-token answer; the
+    # follow-up, which carries that answer and a new message, does not
+    grown = [{"role": "system", "content": "You are terse. " + "warfarin " * 22}, MESSAGES[1]]
+    app = app_for(MODEL, grown, max_tokens=5)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press(CHAT, "c")
         await settle(pilot)
         calls = app.state.calls
-        assert [turn.label for turn in calls.turns] == ["request", "follow-up", "edit"]
+        assert [turn.label for turn in calls.turns] == ["request"]
         assert calls.status.startswith("stopped: the prompt has ")
         assert "more than the model's context of 256 (context_length)" in calls.status

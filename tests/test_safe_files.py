@@ -1,4 +1,4 @@
-"""Files the app writes (`--record`, `--screenshots`) never destroy one the user owns (issue 25, items 6-8).
+"""The app's files (`--record`, `--screenshots`) never destroy the user's (issue 25, items 6-8).
 
 Every parser takes options only as spelled in full (`--rec` was `--record`, and
 the recorded child, whose argv was edited word by word, recorded again: a fork
@@ -38,7 +38,7 @@ def model(tmp_path: Path) -> Path:
 
 
 def every_parser() -> list[argparse.ArgumentParser]:
-    """The app's parser, the subcommands' parser with each subcommand's, and the cold-start child's."""
+    """The app's parser, the subcommands' parser and each subcommand's, the cold-start child's."""
     parsers = [app_parser(), child_parser()]
     todo = [build_parser()]
     while todo:
@@ -57,8 +57,16 @@ def test_no_parser_takes_an_abbreviated_option():
         assert parser.allow_abbrev is False, parser.prog
 
 
-@pytest.mark.parametrize("spelling", [["--record", "w.cast"], ["--record=w.cast"], ["--rec", "w.cast"],
-                                      ["--rec=w.cast"], ["--reco", "w.cast"]])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--record", "w.cast"],
+        ["--record=w.cast"],
+        ["--rec", "w.cast"],
+        ["--rec=w.cast"],
+        ["--reco", "w.cast"],
+    ],
+)
 def test_the_recorded_child_never_records(spelling):
     from walkthrough.commands.app import child_argv
 
@@ -72,19 +80,51 @@ def test_the_recorded_child_never_records(spelling):
 
 
 def test_the_child_runs_every_option_as_parsed():
-    """Each app option given a value other than its default reaches the child as parsed (a new option
+    """Each app option given a value other than its default reaches the child as parsed (a new one
     must be added here, so it cannot be forgotten)."""
     from walkthrough.commands.app import child_argv
 
-    given = ["-model.gguf", "--messages=-m.json", "--seed", "7", "--temperature", "0.7", "--max-tokens", "9",
-             "--template", "t.jinja", "--template-name", "rag", "--hardware", "cpu-here", "--draft", "d.gguf",
-             "--engine", "llama.cpp", "--autoplay", "--pace", "0.25", "--exit", "--screenshots", "shots",
-             "--format", "png", "--overwrite", "--record", "w.cast", "--raw", "--max-memory", "512M"]
+    given = [
+        "-model.gguf",
+        "--messages=-m.json",
+        "--seed",
+        "7",
+        "--temperature",
+        "0.7",
+        "--max-tokens",
+        "9",
+        "--template",
+        "t.jinja",
+        "--template-name",
+        "rag",
+        "--hardware",
+        "cpu-here",
+        "--draft",
+        "d.gguf",
+        "--engine",
+        "llama.cpp",
+        "--autoplay",
+        "--pace",
+        "0.25",
+        "--exit",
+        "--screenshots",
+        "shots",
+        "--format",
+        "png",
+        "--overwrite",
+        "--record",
+        "w.cast",
+        "--raw",
+        "--max-memory",
+        "512M",
+    ]
     parser = app_parser()
     args = parser.parse_args(given[1:] + ["--", given[0]])
     defaults = parser.parse_args([])
     dests = {a.dest for a in parser._actions if a.dest != "help"}
-    assert {d for d in dests if getattr(args, d) == getattr(defaults, d)} == set()  # every option is given
+    assert {
+        d for d in dests if getattr(args, d) == getattr(defaults, d)
+    } == set()  # every option is given
     child = parser.parse_args(child_argv(args))
     assert vars(child) == {**vars(args), "record": None}
 
@@ -95,11 +135,21 @@ def test_the_writer_refuses_the_model_by_any_name(model, tmp_path):
     os.symlink(model, tmp_path / "soft.cast")
     writer = Writer([("the model", model)], overwrite=True)
     before = model.read_bytes()
-    for path in (model, tmp_path / "other" / ".." / "m.gguf", tmp_path / "hard.cast", tmp_path / "soft.cast"):
+    for path in (
+        model,
+        tmp_path / "other" / ".." / "m.gguf",
+        tmp_path / "hard.cast",
+        tmp_path / "soft.cast",
+    ):
         with pytest.raises(WalkthroughError, match="is the model this run reads"):
             writer.write(path, b"cast", "--record")
     assert model.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.cast", "m.gguf", "other", "soft.cast"]  # no leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "hard.cast",
+        "m.gguf",
+        "other",
+        "soft.cast",
+    ]  # no leftovers
 
 
 def test_the_writer_replaces_only_its_own_files_unless_told(tmp_path):
@@ -109,7 +159,10 @@ def test_the_writer_replaces_only_its_own_files_unless_told(tmp_path):
     writer.write(mine, b"one", "--screenshots")
     writer.write(mine, b"two", "--screenshots")  # made in this run: may be written again
     assert mine.read_bytes() == b"two"
-    with pytest.raises(WalkthroughError, match="--screenshots .*theirs.svg is a file this run did not make; .*--overwrite"):
+    with pytest.raises(
+        WalkthroughError,
+        match="--screenshots .*theirs.svg is a file this run did not make; .*--overwrite",
+    ):
         writer.write(theirs, b"new", "--screenshots")
     assert theirs.read_text() == "theirs"
     with pytest.raises(WalkthroughError, match="did not make"):
@@ -137,10 +190,10 @@ def test_the_writer_never_writes_through_a_link(tmp_path):
 
 def test_a_file_made_during_the_write_is_kept_and_so_is_what_was_written(tmp_path):
     path = tmp_path / "w.cast"
-    with pytest.raises(WalkthroughError, match=r"w.cast is a file this run did not make.*kept in .*\.part"):
-        with Writer().stream(path, "--record") as out:
-            out.write(b"recorded")
-            path.write_text("theirs")
+    refused = pytest.raises(WalkthroughError, match=r"w.cast is a file this run did not make.*kept in")
+    with refused, Writer().stream(path, "--record") as out:
+        out.write(b"recorded")
+        path.write_text("theirs")
     assert path.read_text() == "theirs"
     (kept,) = [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
     assert kept.read_bytes() == b"recorded"
@@ -167,7 +220,9 @@ def test_record_refuses_the_messages_file_even_with_overwrite(model, tmp_path, c
     messages = tmp_path / "chat.json"
     messages.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     before = messages.read_bytes()
-    code, _, err = run_cli([model, "--messages", messages, "--record", messages, "--overwrite", "--exit"], capsys)
+    code, _, err = run_cli(
+        [model, "--messages", messages, "--record", messages, "--overwrite", "--exit"], capsys
+    )
     assert_one_clear_line(code, err, "is the --messages file this run reads")
     assert messages.read_bytes() == before
 
@@ -176,9 +231,23 @@ def test_record_with_overwrite_replaces_the_file_with_a_cast(model, tmp_path):
     cast = tmp_path / "w.cast"
     cast.write_text("old")
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-m", "walkthrough", str(model), "--exit", "--record", str(cast),
-                           "--overwrite"], stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=300,
-                          check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "walkthrough",
+            str(model),
+            "--exit",
+            "--record",
+            str(cast),
+            "--overwrite",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert json.loads(cast.read_text().splitlines()[0])["version"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "w.cast"]

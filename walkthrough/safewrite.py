@@ -1,4 +1,4 @@
-"""Writing the files the user asked for (`--record`, `--screenshots`) without destroying one they own.
+"""Writing the files the user asked for (`--record`, `--screenshots`) without destroying theirs.
 
 A `Writer` never replaces a file it did not create in this run unless it was
 told it may (`--overwrite`), never writes through a symbolic link, and never
@@ -32,9 +32,16 @@ from typing import BinaryIO
 
 from walkthrough.errors import WalkthroughError
 
-NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+NEW_FILE = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 NEW_FILE_MODE = 0o666  # less the umask, as any program's new file
-LINK_UNSUPPORTED = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)  # e.g. FAT: no hard links
+# the file system has no hard links (e.g. FAT): put in place with os.replace after the check
+LINK_UNSUPPORTED = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
 def _identity(info: os.stat_result) -> tuple[int, int]:
@@ -65,7 +72,9 @@ class Writer:
         where = f"{option} {path}"
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
-            raise WalkthroughError(f"{where}: {parent} is not a folder; name a file in an existing folder")
+            raise WalkthroughError(
+                f"{where}: {parent} is not a folder; name a file in an existing folder"
+            )
         try:
             info = os.lstat(path)
         except FileNotFoundError:
@@ -77,16 +86,19 @@ class Writer:
         except OSError:
             target = None  # a dangling link
         if target is not None and _identity(target) in self.inputs:
-            raise WalkthroughError(f"{where} is {self.inputs[_identity(target)]} this run reads; "
-                                   "name another file")
+            raise WalkthroughError(
+                f"{where} is {self.inputs[_identity(target)]} this run reads; name another file"
+            )
         if stat.S_ISDIR(info.st_mode) or (target is not None and stat.S_ISDIR(target.st_mode)):
             raise WalkthroughError(f"{where} is a folder; name a file")
         if _identity(info) in self.made and not stat.S_ISLNK(info.st_mode):
             return
         if not self.overwrite:
             kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "a file"
-            raise WalkthroughError(f"{where} is {kind} this run did not make; name another file, "
-                                   "or add --overwrite to replace it")
+            raise WalkthroughError(
+                f"{where} is {kind} this run did not make; name another file, "
+                "or add --overwrite to replace it"
+            )
 
     def write(self, path: Path, data: bytes, option: str) -> None:
         """Write `data` as `path` (see the module docstring for what is refused)."""
@@ -95,10 +107,10 @@ class Writer:
 
     @contextmanager
     def stream(self, path: Path, option: str) -> Iterator[BinaryIO]:
-        """A new file to write into, put in place as `path` when the block ends (also when it raises).
+        """A new file to write into, put in place as `path` when the block ends (even by raising).
 
-        The path is checked before the file is made and again when it is put in place; if it was taken
-        meanwhile, the error names the temporary file, which keeps what was written.
+        The path is checked before the file is made and again when it is put in place; if it was
+        taken meanwhile, the error names the temporary file, which keeps what was written.
         """
         self.check(path, option)
         temporary, descriptor = self._new_temporary(path, option)
@@ -109,7 +121,7 @@ class Writer:
             self._put_in_place(temporary, path, option)
 
     def _new_temporary(self, path: Path, option: str) -> tuple[Path, int]:
-        """A new file beside `path` under a free name, and its descriptor (made with O_EXCL, O_NOFOLLOW)."""
+        """A new file beside `path` under a free name, and its descriptor (O_EXCL, O_NOFOLLOW)."""
         for _ in range(100):
             temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
             try:
@@ -117,8 +129,9 @@ class Writer:
             except FileExistsError:
                 continue
             except OSError as exc:
-                raise WalkthroughError(f"{option} {path}: cannot write in {temporary.parent} ({exc.strerror})") \
-                    from None
+                raise WalkthroughError(
+                    f"{option} {path}: cannot write in {temporary.parent} ({exc.strerror})"
+                ) from None
         raise WalkthroughError(f"{option} {path}: no free temporary name beside it")
 
     def _put_in_place(self, temporary: Path, path: Path, option: str) -> None:
@@ -129,7 +142,11 @@ class Writer:
             else:
                 self._link(temporary, path, option)
         except (WalkthroughError, OSError) as exc:
-            reason = exc if isinstance(exc, WalkthroughError) else f"{option} {path}: {exc.strerror or exc}"
+            reason = (
+                exc
+                if isinstance(exc, WalkthroughError)
+                else f"{option} {path}: {exc.strerror or exc}"
+            )
             raise WalkthroughError(f"{reason}; what was written is kept in {temporary}") from None
         self.made.add(_identity(os.lstat(path)))
 
@@ -138,7 +155,9 @@ class Writer:
         try:
             os.link(temporary, path, follow_symlinks=False)
         except FileExistsError:
-            raise WalkthroughError(f"{option} {path}: another program made this file during the run") from None
+            raise WalkthroughError(
+                f"{option} {path}: another program made this file during the run"
+            ) from None
         except OSError as exc:
             if exc.errno not in LINK_UNSUPPORTED:
                 raise
@@ -147,8 +166,12 @@ class Writer:
         os.unlink(temporary)
 
 
-def run_inputs(model: str | os.PathLike | None, draft: str | os.PathLike | None,
-               messages: str | os.PathLike | None, template: str | os.PathLike | None) -> list[tuple[str, Path]]:
+def run_inputs(
+    model: str | os.PathLike | None,
+    draft: str | os.PathLike | None,
+    messages: str | os.PathLike | None,
+    template: str | os.PathLike | None,
+) -> list[tuple[str, Path]]:
     """The files a run reads, as `Writer(inputs=...)` takes them: ("the model", path), ...
 
     A MODEL that names no model has no file to protect (the run reports it); every shard of a split
@@ -165,6 +188,9 @@ def run_inputs(model: str | os.PathLike | None, draft: str | os.PathLike | None,
                 named.append((name, bundled_model()))
         except (WalkthroughError, OSError):
             continue
-    named += [(name, Path(spec)) for name, spec in (("the --messages file", messages),
-                                                   ("the --template file", template)) if spec is not None]
+    named += [
+        (name, Path(spec))
+        for name, spec in (("the --messages file", messages), ("the --template file", template))
+        if spec is not None
+    ]
     return named

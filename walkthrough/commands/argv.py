@@ -1,4 +1,4 @@
-"""Command lines in and out: the parser every command uses, and a child's argv rebuilt from parsed options.
+"""Command lines in and out: the parser every command uses, a child's argv from parsed options.
 
 `Parser` turns off argparse's abbreviations: with them, `--rec x.cast` meant
 `--record x.cast`, and anything that looks for an option by its spelling (a
@@ -30,12 +30,13 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def argv_from(parser: argparse.ArgumentParser, args: argparse.Namespace,
-              leave_out: Collection[str] = ()) -> list[str]:
+def argv_from(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, leave_out: Collection[str] = ()
+) -> list[str]:
     """The words that parse to `args` with `parser`, less the options whose dest is in `leave_out`.
 
-    Options left at their default are not written. Raises TypeError for an option kind it cannot write
-    back (counted or appended options), so adding one fails the tests rather than a child's run.
+    Options left at their default are not written. Raises TypeError for an option kind it cannot
+    write back (counted or appended options), so adding one fails the tests, not a child's run.
     """
     options: list[str] = []
     positionals: list[str] = []

@@ -1,4 +1,4 @@
-"""Does a request fit the model's context? One check for every command and the app, before any pass runs.
+"""Does a request fit the model's context? One check for the commands and the app, before a pass.
 
 A prompt longer than the context the model declares (`{arch}.context_length`)
 was run anyway, and attention grows with the square of its length: about 16,000
@@ -8,7 +8,8 @@ context, it is refused in one line naming both lengths and what to change. A fil
 that declares no context length is not checked.
 
 Example: fit_error(2048, 16000, 120, "--max-tokens") ->
-    "the prompt has 16,000 tokens, more than the model's context of 2,048 (context_length); shorten the prompt"
+    "the prompt has 16,000 tokens, more than the model's context of 2,048 (context_length);
+    shorten the prompt"
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ class ContextTooSmall(WalkthroughError):
     """The request needs more positions than the model's context has."""
 
 
-def fit_error(context: int | None, prompt: int, answer: int, answer_option: str,
-              shorten: str = "shorten the prompt") -> str | None:
-    """Why a prompt of `prompt` tokens and an answer of up to `answer` do not fit `context`, or None if they do.
+def fit_error(
+    context: int | None,
+    prompt: int,
+    answer: int,
+    answer_option: str,
+    shorten: str = "shorten the prompt",
+) -> str | None:
+    """Why a prompt of `prompt` tokens and an answer of `answer` more do not fit `context`, or None.
 
     Args:
         answer_option: the option that caps the answer where the request comes from (`--max-tokens`,
@@ -32,19 +38,29 @@ def fit_error(context: int | None, prompt: int, answer: int, answer_option: str,
     if not context or context <= 0:
         return None
     if prompt > context:
-        return (f"the prompt has {prompt:,} tokens, more than the model's context of {context:,} "
-                f"(context_length); {shorten}")
+        return (
+            f"the prompt has {prompt:,} tokens, more than the model's context of {context:,} "
+            f"(context_length); {shorten}"
+        )
     if prompt + answer > context:
         room = context - prompt
         advice = f"lower {answer_option} to {room:,} or {shorten}" if room > 0 else shorten
-        return (f"the prompt's {prompt:,} tokens and an answer of up to {answer:,} ({answer_option}) need "
-                f"{prompt + answer:,} positions, more than the model's context of {context:,} (context_length); "
-                f"{advice}")
+        return (
+            f"the prompt's {prompt:,} tokens and an answer of up to {answer:,} ({answer_option}) "
+            f"need {prompt + answer:,} positions, more than the model's context of {context:,} "
+            "(context_length); "
+            f"{advice}"
+        )
     return None
 
 
-def check_fits(context: int | None, prompt: int, answer: int, answer_option: str,
-               shorten: str = "shorten the prompt") -> None:
+def check_fits(
+    context: int | None,
+    prompt: int,
+    answer: int,
+    answer_option: str,
+    shorten: str = "shorten the prompt",
+) -> None:
     """Raise `ContextTooSmall` with `fit_error`'s line if the request does not fit."""
     reason = fit_error(context, prompt, answer, answer_option, shorten)
     if reason is not None:

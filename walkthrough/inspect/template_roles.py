@@ -1,4 +1,4 @@
-"""The message roles a chat template knows: the common four and every role name its source compares with.
+"""The message roles a chat template knows: the common four and every role its source compares with.
 
 The message editor accepts only these as a message's role (a sentence typed in
 the role field became the role, and the template skipped the message). A name
@@ -23,7 +23,7 @@ MAX_ROLE = 40  # characters of a role name taken from a template
 
 
 def known_roles(source: str | None) -> tuple[str, ...]:
-    """The common roles, then the other role names `source` compares with, in the order it names them."""
+    """The common roles, then the other role names `source` compares with, in its order."""
     found = [name for name in _compared_names(source) if name not in COMMON_ROLES]
     return COMMON_ROLES + tuple(dict.fromkeys(found))
 
@@ -42,7 +42,11 @@ def _compared_names(source: str | None) -> list[str]:
         sides = [compare.expr, *(operand.expr for operand in compare.ops)]
         if any(_is_role(side) for side in sides):
             names += [name for side in sides for name in _strings(side)]
-    return [name for name in names if 0 < len(name) <= MAX_ROLE and name.isprintable() and name.strip() == name]
+    return [
+        name
+        for name in names
+        if 0 < len(name) <= MAX_ROLE and name.isprintable() and name.strip() == name
+    ]
 
 
 def _is_role(node: nodes.Node) -> bool:
@@ -59,5 +63,9 @@ def _strings(node: nodes.Node) -> list[str]:
     if isinstance(node, nodes.Const):
         return [node.value] if isinstance(node.value, str) else []
     if isinstance(node, (nodes.List, nodes.Tuple)):
-        return [item.value for item in node.items if isinstance(item, nodes.Const) and isinstance(item.value, str)]
+        return [
+            item.value
+            for item in node.items
+            if isinstance(item, nodes.Const) and isinstance(item.value, str)
+        ]
     return []
