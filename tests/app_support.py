@@ -93,7 +93,7 @@ class LayerGate:
     def __init__(self, monkeypatch, hold: Callable[[Any], bool] = lambda worker: True, at: int = 1) -> None:
         from textual.worker import NoActiveWorker, get_current_worker
 
-        from walkthrough.engine import model
+        from walkthrough.engine.glassbox import model
 
         real = model.block
         self.ran: Counter = Counter()

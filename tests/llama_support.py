@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES_DIR
 from gguf import GGUFWriter
 
-from walkthrough.engine.llama_model import INSTALL_HINT, llama_available
+from walkthrough.engine.llama.model import INSTALL_HINT, llama_available
 from walkthrough.inspect.gguf import open_gguf
 
 needs_llama = pytest.mark.skipif(

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.inspect.chat import chat_tokens
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.locate import DEFAULT_REQUEST

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from walkthrough.engine import rpc
+from walkthrough.engine.llama import rpc
 from walkthrough.errors import WalkthroughError
 
 REPO = Path(__file__).resolve().parent.parent

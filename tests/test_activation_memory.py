@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from walkthrough.engine.budget import compute_buffer_bytes
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.costs.budget import compute_buffer_bytes
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "reference"
 

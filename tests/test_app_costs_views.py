@@ -8,10 +8,10 @@ from app_support import SIZES, app_for, play_the_answer, settle, widget_text
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from walkthrough.engine.hardware import load_profiles
+from walkthrough.costs.hardware import load_profiles
 from walkthrough.request import stages
-from walkthrough.engine.machines import machine_rows, sort_rows
-from walkthrough.engine.request_size import RequestSize, estimate_for
+from walkthrough.costs.machines import machine_rows, sort_rows
+from walkthrough.costs.request_size import RequestSize, estimate_for
 from walkthrough.units import fmt
 
 COSTS = str(stages.number("costs"))
@@ -108,7 +108,7 @@ async def test_every_machine_side_by_side_sorted_by_s(fixtures_dir, size):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_race_replays_the_answer_at_each_machines_speed(fixtures_dir, size):
-    from walkthrough.engine.race import lanes, tokens_shown
+    from walkthrough.costs.race import lanes, tokens_shown
 
     app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
     app.state.max_new_tokens = 3

@@ -52,9 +52,9 @@ async def test_the_four_calls_play_and_are_measured():
 
 def _reference(calls: CallsInput) -> list[tuple[str, int, list[int]]]:
     """The four calls played straight through the engine, uncancelled: (label, tokens reused, answer)."""
-    from walkthrough.engine.model import Model
-    from walkthrough.engine.session import Session
-    from walkthrough.engine.turns import Conversation, FourCalls
+    from walkthrough.engine.glassbox.model import Model
+    from walkthrough.engine.glassbox.session import Session
+    from walkthrough.engine.serving.turns import Conversation, FourCalls
 
     talk = Conversation(Session(Model(calls.file)), calls.tokenizer, calls.template, settings=calls.settings,
                         max_tokens=calls.max_tokens, chunk=calls.chunk)

@@ -88,9 +88,9 @@ async def test_live_panel_keeps_the_candidates_whatever_the_layer_count(models, 
 
 
 def test_cache_groups_partition_the_layers_and_add_up(models):
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.glassbox.model import Model
     from walkthrough.engine.sampler import Sampler
-    from walkthrough.engine.session import Session
+    from walkthrough.engine.glassbox.session import Session
     from walkthrough.inspect.gguf import open_gguf
 
     model = Model(open_gguf(models["gemma3-30"]))

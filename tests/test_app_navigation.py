@@ -94,7 +94,7 @@ def test_malformed_messages_file_is_one_line_and_exit_2(tmp_path, capsys, fixtur
 
 
 def test_unknown_hardware_is_one_line_and_exit_2(capsys, fixtures_dir):
-    from walkthrough.engine.hardware import load_profiles
+    from walkthrough.costs.hardware import load_profiles
 
     model = fixtures_dir / "reference" / "ref-qwen2-f32.gguf"
     assert cli.main([str(model), "--hardware", "no-such-machine"]) == 2

@@ -17,7 +17,7 @@ import pytest
 from app_support import SIZES, app_for, settle, widget_text
 from textual.widgets import Static
 
-from walkthrough.engine.measured import comparison_title, measured_here, modelled_for
+from walkthrough.costs.measured import comparison_title, measured_here, modelled_for
 from walkthrough.request import stages
 from walkthrough.words import count
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from app_support import app_for, hold_passes, play_the_answer, screen_text, settle, widget_text
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.request import stages
 from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.sampling import TEMPERATURES
@@ -141,8 +141,8 @@ async def test_play_runs_to_the_end(fixtures_dir):
 
 
 async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir):
-    from walkthrough.engine.costs import estimate
-    from walkthrough.engine.hardware import load_profiles
+    from walkthrough.costs.estimate import estimate
+    from walkthrough.costs.hardware import load_profiles
     from walkthrough.units import fmt
 
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from app_support import app_for, screen_text, settle
 
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.request import stages
 from walkthrough.screens.messages import RoundDone
 
@@ -86,7 +86,7 @@ def _reference(state, k: int, rounds: int) -> list:
     engine with the stage's plan (prompt lookup)."""
     from itertools import islice
 
-    from walkthrough.engine import speculative
+    from walkthrough.engine.serving import speculative
 
     drafter = speculative.make_drafter("lookup", state.model)
     session, sampler = Session(state.model), Sampler(state.settings)

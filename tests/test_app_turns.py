@@ -89,7 +89,7 @@ async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
 
 
 def test_first_token_times_name_the_engine_once_or_per_run_when_they_differ():
-    from walkthrough.engine.measured import measured_here
+    from walkthrough.costs.measured import measured_here
     from walkthrough.render.reuse_text import first_token_lines
     from walkthrough.request.state import FirstToken
 

@@ -10,8 +10,8 @@ from gguf_builder import Tensor, write_gguf
 from test_engine_weights import _metadata
 
 from walkthrough.engine.arch import ARCHITECTURES, stem
-from walkthrough.engine.model import Model
-from walkthrough.engine.validate import UnexpectedTensor
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.validate import UnexpectedTensor
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 

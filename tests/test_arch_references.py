@@ -14,8 +14,8 @@ import pytest
 from app_support import SIZES, app_for, play_to_the_end
 
 from walkthrough.cli import main
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.request import stages
 
 ARCH = Path(__file__).parent / "fixtures" / "arch"

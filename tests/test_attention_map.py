@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from walkthrough.engine.attention_map import AttentionMap
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "walkthrough" / "assets" / "tiny-clinical-moe.gguf"
@@ -44,7 +44,7 @@ def test_causal_mask_rows_and_decode_rows_stay():
 
 def test_rows_do_not_depend_on_the_chunk_size():
     # Plain float products: llama.cpp's activation rounding can tip a value over a rounding step between
-    # chunkings (engine/session.py), which moves a weight by ~1e-3.
+    # chunkings (engine/glassbox/session.py), which moves a weight by ~1e-3.
     _, _, one, _ = _run(TINY, None, 0, match_llama_cpp=False)
     _, _, chunked, _ = _run(TINY, 3, 0, match_llama_cpp=False)
     for layer, m in one.layers.items():

@@ -9,7 +9,7 @@ import pytest
 from llama_support import needs_llama
 
 from walkthrough.cli import main
-from walkthrough.engine import llama_model
+from walkthrough.engine.llama import model as llama_model
 
 
 @pytest.mark.parametrize("engine", ["numpy", pytest.param("llama.cpp", marks=needs_llama)])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from walkthrough.cli import main
-from walkthrough.engine.hardware import load_profiles
+from walkthrough.costs.hardware import load_profiles
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.locate import BUNDLED_MODEL

@@ -83,13 +83,13 @@ def test_another_address_is_served_only_when_named_with_a_warning_and_a_token(re
 
 def test_localhost_needs_no_token_and_the_free_memory_sets_the_cap_and_each_apps_budget(
         recording, capsys, monkeypatch):
-    from walkthrough.engine.memory import MIN_BUDGET, dequantized_bytes
+    from walkthrough.costs.memory import MIN_BUDGET, dequantized_bytes
     from walkthrough.inspect.gguf import open_gguf
     from walkthrough.serving_web.capacity import APP_ALLOWANCE
 
     with open_gguf(REFERENCE) as gguf:
         weights = dequantized_bytes(gguf)
-    monkeypatch.setattr("walkthrough.engine.memory.free_memory", lambda: 7 * (APP_ALLOWANCE + weights) + 5)
+    monkeypatch.setattr("walkthrough.costs.memory.free_memory", lambda: 7 * (APP_ALLOWANCE + weights) + 5)
     run_cli(capsys, ["serve", REFERENCE, "--port", free_port()])
     run_cli(capsys, ["serve", REFERENCE, "--port", free_port(), "--max-visitors", "3"])
     default, given = RecordingServer.options

@@ -187,8 +187,8 @@ def test_speculative_options_fail_in_one_line(capsys, args, message):
 
 
 def test_timings_say_which_engine_ran_the_passes(capsys):
-    from walkthrough.engine.measured import measured_here
-    from walkthrough.engine.model import Model
+    from walkthrough.costs.measured import measured_here
+    from walkthrough.engine.glassbox.model import Model
 
     assert main(["trace", str(QWEN2), "--prompt", "hi", "--steps", "2", "--chunk", "4"]) == 0
     out = capsys.readouterr().out

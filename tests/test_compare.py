@@ -18,8 +18,8 @@ from gguf.constants import GGMLQuantizationType as Q
 
 from tests.requantize import requantize
 from walkthrough.engine.compare import check_same_vocabulary, compare_models, kl_divergence
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.surprisal import surprisal
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import open_gguf
@@ -57,7 +57,7 @@ def test_requantized_file_has_the_size_the_block_view_predicts(q4_path):
 
 def test_kl_and_top1_on_the_known_pair(q4_path):
     # Plain float products: llama.cpp's activation rounding can move a value across a rounding step between
-    # one pass and one-token passes (see engine/session.py), which would blur the comparison of the two paths.
+    # one pass and one-token passes (see engine/glassbox/session.py), which would blur the comparison of the two paths.
     a, b = Model.open(TINY, match_llama_cpp=False), Model.open(q4_path, match_llama_cpp=False)
     result = compare_models(a, b, PROMPT, STEPS)
     tokens = result.tokens

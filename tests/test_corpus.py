@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from walkthrough.engine import corpus
-from walkthrough.engine.corpus import COLUMNS, CorpusError
+from walkthrough.costs import corpus
+from walkthrough.costs.corpus import COLUMNS, CorpusError
 
 
 def test_bundled_corpus_covers_what_the_fit_needs() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from walkthrough.engine import fitted
-from walkthrough.engine.budget import (
+from walkthrough.costs import fitted
+from walkthrough.costs.budget import (
     FITS,
     NO_FIT,
     OFFLOAD,
@@ -18,7 +18,7 @@ from walkthrough.engine.budget import (
     max_users,
     memory_plan,
 )
-from walkthrough.engine.costs import (
+from walkthrough.costs.estimate import (
     card_shape,
     decode,
     decode_ceiling,
@@ -28,8 +28,8 @@ from walkthrough.engine.costs import (
     users_row,
     weights_bytes,
 )
-from walkthrough.engine.figure import given
-from walkthrough.engine.hardware import load_profiles
+from walkthrough.costs.figure import given
+from walkthrough.costs.hardware import load_profiles
 from walkthrough.inspect.card import LayerInfo, ModelCard, build_card, type_bytes_per_value
 from walkthrough.inspect.gguf import open_gguf
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from walkthrough.engine.budget import FITS, NO_FIT, memory_plan
-from walkthrough.engine.costs import users_table
-from walkthrough.engine.curves import (
+from walkthrough.costs.budget import FITS, NO_FIT, memory_plan
+from walkthrough.costs.estimate import users_table
+from walkthrough.costs.curves import (
     CACHE_TYPES,
     all_kv_bytes,
     contexts,
@@ -18,7 +18,7 @@ from walkthrough.engine.curves import (
     ttft_curve,
     users_curve,
 )
-from walkthrough.engine.hardware import load_profiles
+from walkthrough.costs.hardware import load_profiles
 from walkthrough.inspect.card import build_card, type_bytes_per_value
 from walkthrough.inspect.gguf import open_gguf
 

@@ -6,7 +6,7 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine.activations import round_activations
+from walkthrough.engine.glassbox.activations import round_activations
 
 
 def _x(n: int, seed: int = 0) -> np.ndarray:

@@ -16,10 +16,10 @@ import pytest
 from conftest import FIXTURES_DIR
 from gguf.constants import GGMLQuantizationType
 
-from walkthrough.engine.activations import vec_dot_format
-from walkthrough.engine.config import UnsupportedArchitecture
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.activations import vec_dot_format
+from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 
 # From ../shared/fixtures/README.md: (max |logit difference|, greedy ids must be identical).
 # Q8_0/Q4_0 and the k-quants instead need top-1 agreement on >= 95% of positions.

@@ -10,11 +10,11 @@ from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
 
-from walkthrough.engine.config import UnsupportedArchitecture
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
-from walkthrough.engine.validate import IncompleteModel
-from walkthrough.engine.weights import Weights, dequantize_rows
+from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.glassbox.validate import IncompleteModel
+from walkthrough.engine.glassbox.weights import Weights, dequantize_rows
 from walkthrough.inspect.gguf import open_gguf
 
 QWEN2 = FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"

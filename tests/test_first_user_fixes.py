@@ -109,7 +109,7 @@ def test_four_calls_on_your_own_request_use_your_own_texts():
     """Item 8: --four-calls on your own prompt swapped in the bundled clinical texts for the edit and new chat."""
     import json
 
-    from walkthrough.engine.turns import FOUR_CALLS, FourCalls
+    from walkthrough.engine.serving.turns import FOUR_CALLS, FourCalls
     from walkthrough.inspect.locate import DEFAULT_REQUEST
     from walkthrough.inspect.template import load_messages
 

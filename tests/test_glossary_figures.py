@@ -7,7 +7,7 @@ from importlib import resources
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.engine.corpus import bundled
+from walkthrough.costs.corpus import bundled
 
 
 def _entry(key: str) -> str:

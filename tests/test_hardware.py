@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from walkthrough.engine.hardware import HardwareFileError, bundled_path, load_profiles, pick
+from walkthrough.costs.hardware import HardwareFileError, bundled_path, load_profiles, pick
 from walkthrough.errors import WalkthroughError
 
 REQUIRED_KINDS = ("laptop-860m", "desktop-ddr5", "rtx-4090", "rtx-5090", "m4-max", "strix-halo", "dgx-spark",
@@ -69,7 +69,7 @@ def test_discrete_gpus_offload_to_their_host():
 
 def test_data_file_ships_in_the_package():
     assert bundled_path().is_file()
-    assert bundled_path().parent == Path(__file__).resolve().parents[1] / "walkthrough" / "engine"
+    assert bundled_path().parent == Path(__file__).resolve().parents[1] / "walkthrough" / "costs"
 
 
 def test_user_config_file_adds_and_overrides(tmp_path):

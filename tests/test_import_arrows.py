@@ -1,7 +1,7 @@
 """The import arrows point one way: the layers below the screens never import them, nor Textual.
 
 DESIGN.md's data flow: inspect -> engine -> request -> render -> screens / commands. Every module
-under `commands/`, `render/`, `request/`, `engine/`, `inspect/` (and `cli.py`) is parsed, and every
+under `commands/`, `render/`, `request/`, `costs/`, `engine/`, `inspect/` (and `cli.py`) is parsed, and every
 import in it (top level, inside a function, or under `if TYPE_CHECKING:`) is checked; `screens/`
 holds only Textual code (each of its modules imports Textual or another screen module).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import walkthrough
 
 PACKAGE = Path(walkthrough.__file__).parent
-BELOW_SCREENS = ["commands", "render", "request", "engine", "inspect"]
+BELOW_SCREENS = ["commands", "render", "request", "costs", "engine", "inspect"]
 TEXTUAL = {"textual", "textual_plotext"}  # textual_serve runs the app as a subprocess; it is not imported code
 
 

@@ -21,10 +21,10 @@ from test_engine_reference import _cases, _tolerance
 
 from walkthrough.cli import main
 from walkthrough.request.stages import number as stages_number
-from walkthrough.engine.config import UnsupportedArchitecture
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 
 pytestmark = needs_llama
 
@@ -32,8 +32,8 @@ LLAMA_SELF_TOLERANCE = 1e-4  # same program, same inputs: only thread scheduling
 
 
 def _llama(path: Path, **kwargs):
-    from walkthrough.engine.llama_model import LlamaModel
-    from walkthrough.engine.llama_session import LlamaSession
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
 
     return LlamaSession(LlamaModel.open(path), **kwargs)
 
@@ -121,7 +121,7 @@ def test_attention_weights_and_surprisal_match_the_numpy_engine(path: Path):
 
 
 def test_a_pass_stops_when_progress_raises(tmp_path: Path):
-    from walkthrough.engine.llama_session import PassInterrupted
+    from walkthrough.engine.llama.session import PassInterrupted
 
     path = _cases()[0]
     session = _llama(path)
@@ -203,7 +203,7 @@ async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
 async def test_costs_stage_shows_measured_beside_modelled():
     from app_support import app_for, settle, widget_text
 
-    from walkthrough.engine.measured import measured_here
+    from walkthrough.costs.measured import measured_here
     from walkthrough.units import fmt
 
     path = next(p for p in _cases() if "qwen2moe" in p.name)

@@ -25,7 +25,7 @@ from tiny_model_support import MODEL_PATH
 import walkthrough.app_quit as quit_module
 from walkthrough import textual_private
 from walkthrough.app import make_app
-from walkthrough.engine import coldstart
+from walkthrough.engine.serving import coldstart
 from walkthrough.errors import WalkthroughError
 
 ROOT = Path(__file__).resolve().parents[1]

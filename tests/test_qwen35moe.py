@@ -20,13 +20,13 @@ from conftest import FIXTURES_DIR
 from gguf import GGUFWriter, quants
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine import deltanet
-from walkthrough.engine.config import build_config
-from walkthrough.engine.model import Model
-from walkthrough.engine.qwen35 import hybrid_dims, text_rope_pairs
+from walkthrough.engine.glassbox import deltanet
+from walkthrough.engine.glassbox.config import build_config
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.qwen35 import hybrid_dims, text_rope_pairs
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
-from walkthrough.engine.validate import IncompleteModel
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.glassbox.validate import IncompleteModel
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf

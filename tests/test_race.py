@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from walkthrough.engine.machines import MachineRow
-from walkthrough.engine.measured import Measured
-from walkthrough.engine.race import Lane, finish_time, lanes, tokens_shown
+from walkthrough.costs.machines import MachineRow
+from walkthrough.costs.measured import Measured
+from walkthrough.costs.race import Lane, finish_time, lanes, tokens_shown
 
 
 def test_tokens_appear_at_first_token_then_one_per_interval():

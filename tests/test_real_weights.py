@@ -21,7 +21,7 @@ from real_weights_support import (
     teacher_forced,
 )
 
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.inspect.gguf import open_gguf
 
 # Measured with the stored reference (tests/bench/real_weights.py): top-1 97.0%, mean KL 3.5e-3, the first

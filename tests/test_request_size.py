@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from walkthrough.engine.costs import estimate
-from walkthrough.engine.hardware import load_profiles
-from walkthrough.engine.machines import SORT_KEYS, machine_rows, sort_rows
-from walkthrough.engine.request_size import MAX_USERS, RequestSize, estimate_for
+from walkthrough.costs.estimate import estimate
+from walkthrough.costs.hardware import load_profiles
+from walkthrough.costs.machines import SORT_KEYS, machine_rows, sort_rows
+from walkthrough.costs.request_size import MAX_USERS, RequestSize, estimate_for
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 

@@ -15,8 +15,8 @@ from conftest import FIXTURES_DIR
 from rpc_support import REPO, free_port, needs_rpc, workers
 
 from walkthrough.engine.engines import load_model, new_session
-from walkthrough.engine.llama_placement import THIS_HOST, split_params
-from walkthrough.engine.rpc import Endpoint, parse_endpoints
+from walkthrough.engine.llama.placement import THIS_HOST, split_params
+from walkthrough.engine.llama.rpc import Endpoint, parse_endpoints
 from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import open_gguf

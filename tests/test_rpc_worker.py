@@ -10,7 +10,7 @@ import threading
 import pytest
 from rpc_support import REPO, free_port, needs_rpc, workers
 
-from walkthrough.engine import rpc
+from walkthrough.engine.llama import rpc
 from walkthrough.errors import WalkthroughError
 
 

@@ -12,8 +12,8 @@ import time
 import pytest
 from app_support import app_for, settle
 
-from walkthrough.engine import model as model_module
-from walkthrough.engine.session import Cancelled
+from walkthrough.engine.glassbox import model as model_module
+from walkthrough.engine.glassbox.session import Cancelled
 from walkthrough.request import stages
 from walkthrough.request.run import RunService
 

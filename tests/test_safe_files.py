@@ -23,7 +23,7 @@ from conftest import REPO_ROOT
 from hostile_support import assert_one_clear_line, run_cli
 
 from walkthrough.cli import app_parser, build_parser
-from walkthrough.engine.coldstart import child_parser
+from walkthrough.engine.serving.coldstart import child_parser
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.locate import BUNDLED_MODEL
 from walkthrough.safewrite import Writer

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from conftest import FIXTURES_DIR
 
-from walkthrough.engine.config import UnsupportedArchitecture
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.errors import WalkthroughError
 
 PROMPT = [236, 105, 56, 190, 230, 74, 97, 21, 254, 256, 184, 149, 150]  # any ids below the 268-token vocabulary
@@ -194,7 +194,7 @@ def test_generate_is_prefill_then_decode_and_marks_the_cap():
 
 
 def test_progress_reports_every_layer_and_cancel_abandons_the_pass():
-    from walkthrough.engine.session import Cancelled
+    from walkthrough.engine.glassbox.session import Cancelled
 
     model = MODELS[0].values[0]
     n_layers = model.config.n_layers

@@ -19,12 +19,12 @@ from conftest import FIXTURES_DIR
 from test_qwen35moe import PROMPT as HYBRID_PROMPT
 from test_qwen35moe import Shape, write_qwen35moe
 
-from walkthrough.engine.drafters import DraftModel, PromptLookup, lookup
-from walkthrough.engine.model import Model
-from walkthrough.engine.mtp import MTPBlock, MTPDrafter
+from walkthrough.engine.serving.drafters import DraftModel, PromptLookup, lookup
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.serving.mtp import MTPBlock, MTPDrafter
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.session import Cancelled, Session
-from walkthrough.engine.speculative import prefill, speculate
+from walkthrough.engine.glassbox.session import Cancelled, Session
+from walkthrough.engine.serving.speculative import prefill, speculate
 from walkthrough.errors import WalkthroughError
 
 REFERENCE = FIXTURES_DIR / "reference"
@@ -275,7 +275,7 @@ def test_the_tiny_models_answer_is_the_same_with_prompt_lookup(settings: Sampler
 
 
 def test_round_figures_follow_the_docstring_example():
-    from walkthrough.engine.rounds import expected_tokens
+    from walkthrough.engine.serving.rounds import expected_tokens
 
     # 4 rounds of 3 drafts with 2, 0, 3, 1 accepted: alpha 0.5, 1 + 0.5 + 0.25 + 0.125 tokens expected per round
     assert expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)

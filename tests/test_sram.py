@@ -14,10 +14,10 @@ import pytest
 from test_cli_errors import run_cli
 from test_costs import qwen36_like
 
-from walkthrough.engine.budget import FITS, memory_plan
-from walkthrough.engine.costs import estimate, rows
-from walkthrough.engine.hardware import GIB, load_profiles
-from walkthrough.engine.sram import as_machine, chips_needed, is_sram
+from walkthrough.costs.budget import FITS, memory_plan
+from walkthrough.costs.estimate import estimate, rows
+from walkthrough.costs.hardware import GIB, load_profiles
+from walkthrough.costs.sram import as_machine, chips_needed, is_sram
 
 SRAM_IDS = ("groq-lpu", "cerebras-wse3")
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from walkthrough.engine import corpus, timing
+from walkthrough.costs import corpus, timing
 
 
 def test_nnls_recovers_non_negative_coefficients_and_clips_the_rest() -> None:

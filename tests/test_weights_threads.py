@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES_DIR
 
-from walkthrough.engine.weights import Weights
+from walkthrough.engine.glassbox.weights import Weights
 from walkthrough.inspect.gguf import open_gguf
 
 QWEN2 = FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"

@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import render, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer

@@ -28,7 +28,7 @@ from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
-from walkthrough.engine.session import Cancelled
+from walkthrough.engine.glassbox.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.request.state import Calls
 from walkthrough.screens import messages as msg
@@ -69,9 +69,9 @@ class PlaysTheCalls(App):
 
     @work(thread=True, exclusive=True, group="four-calls", name="play the four calls")
     def _play_calls(self, c: CallsInput) -> None:
-        from walkthrough.engine.model import Model
-        from walkthrough.engine.session import Session
-        from walkthrough.engine.turns import Conversation, FourCalls, summarize
+        from walkthrough.engine.glassbox.model import Model
+        from walkthrough.engine.glassbox.session import Session
+        from walkthrough.engine.serving.turns import Conversation, FourCalls, summarize
 
         worker = get_current_worker()
 
@@ -94,7 +94,7 @@ class PlaysTheCalls(App):
 
     @work(thread=True, exclusive=True, group="four-calls", name=MEASURING)
     def _measure_starts(self, c: CallsInput, model: Engine, first: list[int]) -> None:
-        from walkthrough.engine.coldstart import cold_start, kept_start, warm_start
+        from walkthrough.engine.serving.coldstart import cold_start, kept_start, warm_start
 
         worker = get_current_worker()
 

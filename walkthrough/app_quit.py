@@ -18,7 +18,7 @@ from typing import Any
 from textual.app import App
 
 from walkthrough import textual_private
-from walkthrough.engine.coldstart import kill_children
+from walkthrough.engine.serving.coldstart import kill_children
 from walkthrough.inspect.render_process import stop_all as stop_renders
 
 

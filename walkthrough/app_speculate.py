@@ -21,7 +21,7 @@ from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
-from walkthrough.engine.session import Cancelled
+from walkthrough.engine.glassbox.session import Cancelled
 from walkthrough.errors import WalkthroughError
 from walkthrough.request.run import RoundPlan
 from walkthrough.request.state import Speculation

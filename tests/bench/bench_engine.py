@@ -48,11 +48,11 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from random_models import random_model
 
-from walkthrough.engine.config import UnsupportedArchitecture
-from walkthrough.engine.meter import Meter
-from walkthrough.engine.model import Model
+from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+from walkthrough.engine.glassbox.meter import Meter
+from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.session import Session
 
 REFERENCE = REPO.parent / "shared" / "fixtures" / "reference"
 TINY = REPO / "assets" / "tiny-clinical-moe.gguf"

@@ -36,11 +36,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as walkthrough.cli.main do
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import qwen36_shaped  # noqa: E402
 
-from walkthrough.engine.llama_model import LlamaModel  # noqa: E402
-from walkthrough.engine.llama_session import KV_TYPES, LlamaSession  # noqa: E402
-from walkthrough.engine.measured import spread_ids  # noqa: E402
-from walkthrough.engine.model import Model  # noqa: E402
-from walkthrough.engine.session import Session  # noqa: E402
+from walkthrough.engine.llama.model import LlamaModel  # noqa: E402
+from walkthrough.engine.llama.session import KV_TYPES, LlamaSession  # noqa: E402
+from walkthrough.costs.measured import spread_ids  # noqa: E402
+from walkthrough.engine.glassbox.model import Model  # noqa: E402
+from walkthrough.engine.glassbox.session import Session  # noqa: E402
 from walkthrough.inspect.locate import BUNDLED_MODEL  # noqa: E402
 
 

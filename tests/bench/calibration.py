@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from walkthrough.engine.corpus import bundled
-from walkthrough.engine.timing import DECODE_TERMS, PREFILL_TERMS, calibrate
+from walkthrough.costs.corpus import bundled
+from walkthrough.costs.timing import DECODE_TERMS, PREFILL_TERMS, calibrate
 
 
 def _stats(errors: list[float]) -> str:

@@ -90,8 +90,8 @@ def quantize(kind: str, src: str, dst: str) -> None:
 def compare(model: Path, llama_python: str, *, match_llama_cpp: bool = True) -> None:
     import numpy as np
 
-    from walkthrough.engine.model import Model
-    from walkthrough.engine.session import Session
+    from walkthrough.engine.glassbox.model import Model
+    from walkthrough.engine.glassbox.session import Session
 
     engine = Model.open(model, match_llama_cpp=match_llama_cpp)
     ids = np.random.default_rng(SEED).integers(0, engine.config.n_vocab, N_PROMPT).tolist()

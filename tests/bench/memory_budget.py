@@ -51,7 +51,7 @@ def run(model: Path, budget: int | None, prompt: int, decode: int) -> dict:
 def main() -> None:
     from real_weights_support import find_smollm2
 
-    from walkthrough.engine.memory import dequantized_bytes
+    from walkthrough.costs.memory import dequantized_bytes
     from walkthrough.inspect.gguf import open_gguf
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -47,7 +47,7 @@ from real_weights_support import (  # noqa: E402
     teacher_forced,
 )
 
-from walkthrough.engine.model import Model  # noqa: E402
+from walkthrough.engine.glassbox.model import Model  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 

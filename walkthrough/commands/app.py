@@ -182,11 +182,11 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
 
         load_template_file(args.template)  # unreadable or not UTF-8: one line before the screen is taken
     if args.hardware is not None:
-        from walkthrough.engine.hardware import load_profiles, pick
+        from walkthrough.costs.hardware import load_profiles, pick
 
         pick(load_profiles(), args.hardware)  # an unknown profile name lists the known ones
     if args.engine == "llama.cpp":
-        from walkthrough.engine.llama_model import bindings
+        from walkthrough.engine.llama.model import bindings
 
         bindings()  # not installed: one line saying how to install it, before the screen is taken
     if args.screenshots is not None and args.format == "png":

@@ -59,10 +59,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from walkthrough.engine.context_fit import check_fits
-    from walkthrough.engine.costs import estimate
+    from walkthrough.costs.estimate import estimate
     from walkthrough.engine.engines import load_model
-    from walkthrough.engine.hardware import load_profiles, pick
-    from walkthrough.engine.measured import compare, comparison_title, time_request
+    from walkthrough.costs.hardware import load_profiles, pick
+    from walkthrough.costs.measured import compare, comparison_title, time_request
     from walkthrough.inspect.card import build_card
     from walkthrough.units import binary_bytes
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_split(model, measured) -> None:
     """Where llama.cpp put the layers and what each host and boundary took (with --rpc; else nothing)."""
-    from walkthrough.engine.split_text import pass_lines, placement_lines
+    from walkthrough.render.split_text import pass_lines, placement_lines
 
     placement = getattr(model, "placement", None)
     if placement is not None:

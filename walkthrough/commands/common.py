@@ -44,7 +44,7 @@ def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _endpoints(text: str) -> list:
-    from walkthrough.engine.rpc import parse_endpoints
+    from walkthrough.engine.llama.rpc import parse_endpoints
 
     return _usage_error(parse_endpoints, text)
 
@@ -65,7 +65,7 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
 
 def memory_size(text: str) -> int:
     """argparse type of --max-memory: bytes (`engine.memory.parse_size`), a bad size a usage error."""
-    from walkthrough.engine.memory import parse_size
+    from walkthrough.costs.memory import parse_size
 
     return _usage_error(parse_size, text)
 
@@ -83,7 +83,7 @@ def _usage_error(parse, text: str):
 def memory_report(model, positions: int, chunk: int) -> str:
     """The line saying what the engine made for this request will hold beside the free memory; a warning
     line first (on stderr, suggesting llama.cpp) when that will not fit."""
-    from walkthrough.engine.memory import report
+    from walkthrough.costs.memory import report
 
     weights = getattr(model, "weights", None)  # the numpy engine's cache (llama.cpp maps the file)
     line, problem = report(model.file, model.card, model.engine, positions, chunk,

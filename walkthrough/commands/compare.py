@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from walkthrough.commands.trace import prompt_ids, token_pieces, tokenizer
     from walkthrough.engine.compare import compare_models
     from walkthrough.engine.context_fit import check_fits
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.glassbox.model import Model
     from walkthrough.errors import WalkthroughError
     from walkthrough.inspect.locate import DEFAULT_REQUEST
 

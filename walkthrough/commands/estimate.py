@@ -3,7 +3,7 @@
 The model is found as `walkthrough inspect` finds it (`inspect.locate`, or the
 bundled tiny model). One table per hardware profile (all of them unless
 `--hardware` names one), or with `--json` a list with one object per profile. Every number comes from the
-model card and the profile through `walkthrough.engine.costs`; the "why" column
+model card and the profile through `walkthrough.costs.estimate`; the "why" column
 shows the formula. Defaults follow the model: context = min(4096, trained
 context), prompt = half of it, output = an eighth.
 
@@ -62,8 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from walkthrough.engine.costs import estimate
-    from walkthrough.engine.hardware import load_profiles, pick
+    from walkthrough.costs.estimate import estimate
+    from walkthrough.costs.hardware import load_profiles, pick
     from walkthrough.inspect.card import build_card
 
     if (args.rpc or args.split) and not args.measure:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             for record, e in zip(records, results):
                 record["evidence"] = [_run_json(r) for r in evidence_runs(card, e)]
         if measured is not None:
-            from walkthrough.engine.measured import compare
+            from walkthrough.costs.measured import compare
 
             for record, e in zip(records, results):
                 record["measured"] = {**measured.to_json(), "rows": [r._asdict() for r in compare(e, measured)]}
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
               f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
     print_tables(path, card, results, measured, evidence=args.evidence)
     if measured is not None and measured.split:
-        from walkthrough.engine.split_text import pass_lines
+        from walkthrough.render.split_text import pass_lines
 
         for line in pass_lines(measured.split):
             print(line)
@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
 def evidence_runs(card: Any, e: Any, k: int = 5) -> list[Any]:
     """The measured runs nearest to this request on the estimate's profile (its family's corpus runs)."""
-    from walkthrough.engine import fitted
-    from walkthrough.engine.costs import card_shape
+    from walkthrough.costs import fitted
+    from walkthrough.costs.estimate import card_shape
 
     return fitted.evidence(card_shape(card, e.cache_type), e.hardware, k) if e.fits else []
 
@@ -121,7 +121,7 @@ def _run_json(r: Any) -> dict[str, Any]:
 
 
 def _band_json(band: Any, e: Any) -> dict[str, Any]:
-    from walkthrough.engine.costs import no_band_reason
+    from walkthrough.costs.estimate import no_band_reason
 
     if band is None:
         return {"fraction": None, "text": no_band_reason(e)}
@@ -154,7 +154,7 @@ def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
 def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:
     """The request run on this machine with the chosen engine (`engine.measured.time_request`)."""
     from walkthrough.engine.engines import load_model
-    from walkthrough.engine.measured import time_request
+    from walkthrough.costs.measured import time_request
 
     f = open_model(args.model, runs="estimate --measure")
     try:
@@ -243,7 +243,7 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
     from rich.table import Table
     from rich.text import Text
 
-    from walkthrough.engine.costs import rows
+    from walkthrough.costs.estimate import rows
     from walkthrough.textsafe import safe_text
 
     console = Console()
@@ -284,7 +284,7 @@ def _print_evidence(console: Any, card: Any, e: Any) -> None:
 
 def _print_measured(console: Any, e: Any, measured: Any) -> None:
     from walkthrough.commands.bench import comparison_table
-    from walkthrough.engine.measured import compare, comparison_title
+    from walkthrough.costs.measured import compare, comparison_title
 
     console.print(comparison_table(comparison_title(e.hardware, measured),
                                    compare(e, measured)))

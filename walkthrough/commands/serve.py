@@ -99,7 +99,7 @@ def app_command(args: argparse.Namespace, weight_budget: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from walkthrough.engine.memory import dequantized_bytes, free_memory
+    from walkthrough.costs.memory import dequantized_bytes, free_memory
     from walkthrough.textsafe import visible
 
     if args.max_visitors is not None and args.max_visitors < 1:
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
         load_messages(args.messages)
     if args.hardware is not None:
-        from walkthrough.engine.hardware import load_profiles, pick
+        from walkthrough.costs.hardware import load_profiles, pick
 
         pick(load_profiles(), args.hardware)
     try:

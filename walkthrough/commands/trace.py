@@ -18,7 +18,7 @@ compute every position's logits for it), by the token it chose
 request and of the answer (`walkthrough.engine.surprisal.run_summary`).
 
 `--speculate lookup|mtp|draft` decodes by speculative decoding instead
-(`walkthrough.engine.speculative`): each row after the prompt is one
+(`walkthrough.engine.serving.speculative`): each row after the prompt is one
 verification pass over the pending token and up to `--draft-max` drafts
 (prompt lookup, the file's MTP block, or `--draft MODEL`), showing the
 drafts, how many the model accepted and what the drafter read; the tokens are
@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):
     """The passes of a speculative run: prefill chunks, then one verification pass per round."""
-    from walkthrough.engine import speculative
-    from walkthrough.engine.session import Session
+    from walkthrough.engine.serving import speculative
+    from walkthrough.engine.glassbox.session import Session
     from walkthrough.inspect.locate import model_path
 
     draft = model_path(args.draft) if args.draft else None

@@ -17,7 +17,7 @@ Speculative runs (`--speculate`) show one row per verification pass (phase
 drafts with the accepted ones before a bar and the rejected after it
 ("drafts"), the experts woken over the pass's k + 1 rows, and the token the
 model chose after the accepted drafts; then a summary of the rounds
-(`walkthrough.engine.rounds`): acceptance, tokens per round measured and
+(`walkthrough.engine.serving.rounds`): acceptance, tokens per round measured and
 expected, weight bytes per token against plain decoding, experts, time.
 
 Hybrid models (linear-attention layers beside full attention) get a strip of
@@ -37,10 +37,10 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS
-from walkthrough.engine.measured import first_use_line, measured_here
-from walkthrough.engine.model import Model
-from walkthrough.engine.rounds import round_stats
-from walkthrough.engine.split_text import pass_lines, placement_lines, summary
+from walkthrough.costs.measured import first_use_line, measured_here
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.serving.rounds import round_stats
+from walkthrough.render.split_text import pass_lines, placement_lines, summary
 from walkthrough.engine.steps import Step
 from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label

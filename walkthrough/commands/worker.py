@@ -1,7 +1,7 @@
 """`walkthrough worker`: lend this host's CPU to a run on another host, as a ggml RPC server.
 
 The server is llama.cpp's own (`ggml_backend_rpc_start_server`, through
-llama-cpp-python's libraries; `walkthrough.engine.rpc`); a run on another host
+llama-cpp-python's libraries; `walkthrough.engine.llama.rpc`); a run on another host
 reaches it with `--rpc HOST:PORT` and places some of the model's layers here.
 
 ggml's RPC server has no authentication and no encryption: whoever reaches its
@@ -26,7 +26,7 @@ DEFAULT_HOST = "127.0.0.1"
 
 
 def add_parser(subparsers) -> None:
-    from walkthrough.engine.rpc import DEFAULT_PORT
+    from walkthrough.engine.llama.rpc import DEFAULT_PORT
 
     p = subparsers.add_parser(
         "worker",
@@ -44,8 +44,8 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from walkthrough.commands.serve import check_port_free
-    from walkthrough.engine import rpc
-    from walkthrough.engine.llama_model import default_threads
+    from walkthrough.engine.llama import rpc
+    from walkthrough.engine.llama.model import default_threads
     from walkthrough.textsafe import visible
 
     try:

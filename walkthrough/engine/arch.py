@@ -153,7 +153,7 @@ DENSE = Tensors(required=w(T.FFN_GATE, T.FFN_UP, T.FFN_DOWN))
 DENSE_BIASES = Tensors(optional=b(T.FFN_GATE, T.FFN_UP, T.FFN_DOWN))
 EXPERTS = Tensors(required=w(T.FFN_GATE_INP, T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP))
 SHARED_EXPERT = Tensors(optional=w(T.FFN_GATE_SHEXP, T.FFN_UP_SHEXP, T.FFN_DOWN_SHEXP, T.FFN_GATE_INP_SHEXP))
-GATED_DELTANET = Tensors(  # qwen35 linear-attention layers (walkthrough.engine.deltanet)
+GATED_DELTANET = Tensors(  # qwen35 linear-attention layers (walkthrough.engine.glassbox.deltanet)
     required=(*w(T.ATTN_QKV, T.ATTN_GATE, T.SSM_CONV1D, T.SSM_BETA, T.SSM_ALPHA, T.SSM_NORM, T.SSM_OUT),
               *b(T.SSM_DT), stem(T.SSM_A)),
 )
@@ -251,7 +251,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             mixers={"full": ATTENTION + ATTENTION_BIASES + Tensors(optional=w(T.ATTN_Q_NORM, T.ATTN_K_NORM))},
             ffns={"dense": DENSE, "moe": GLM_EXPERTS}, router=Router(gating="sigmoid", from_metadata=True),
         ),
-        # src/models/lfm2.cpp: layers without KV heads are gated short convolutions (walkthrough.engine.shortconv),
+        # src/models/lfm2.cpp: layers without KV heads are gated short convolutions (walkthrough.engine.glassbox.shortconv),
         # the others attention with q/k norms; the final norm is stored as token_embd_norm.
         Architecture(
             "lfm2", rope="neox", tensors=Tensors(required=w(T.TOKEN_EMBD, T.TOKEN_EMBD_NORM), optional=w(T.OUTPUT)),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walkthrough.engine.config import Config
+from walkthrough.engine.glassbox.config import Config
 
 ROWS_BUDGET = 256_000_000  # bytes of recorded rows the app allows a run (see `rows_bytes`)
 

@@ -20,7 +20,7 @@ from walkthrough.units import binary_bytes
 
 if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
     from walkthrough.engine.protocol import Engine, Session
-    from walkthrough.engine.rpc import Endpoint
+    from walkthrough.engine.llama.rpc import Endpoint
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile
 
@@ -51,13 +51,13 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory
     if split is not None and not rpc:
         raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
     if check_engine(name) == "llama.cpp":
-        from walkthrough.engine.llama_model import LlamaModel
+        from walkthrough.engine.llama.model import LlamaModel
 
         return LlamaModel(f, card=card, rpc=rpc, split=split)
     if rpc:
         raise WalkthroughError("--rpc places llama.cpp's layers on workers: add --engine llama.cpp")
-    from walkthrough.engine.memory import default_budget
-    from walkthrough.engine.model import Model
+    from walkthrough.costs.memory import default_budget
+    from walkthrough.engine.glassbox.model import Model
 
     return Model(f, card=card, max_cache_bytes=max_memory or default_budget())
 
@@ -71,16 +71,16 @@ def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool =
     session's (llama.cpp's takes none: a hybrid model's state rewinds to the start). `measure_surprisal`
     (every prompt token's surprisal) and `attention_rows` (every row of the attention weights) work on both.
     """
-    from walkthrough.engine.llama_model import LlamaModel
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.glassbox.model import Model
 
     if isinstance(model, LlamaModel):
-        from walkthrough.engine.llama_session import LlamaSession
+        from walkthrough.engine.llama.session import LlamaSession
 
         return LlamaSession(model, kv_type=kv_type, record_attention=record_attention, n_ctx=n_ctx,
                             measure_surprisal=measure_surprisal, attention_rows=attention_rows)
     if isinstance(model, Model):
-        from walkthrough.engine.session import Session as NumpySession
+        from walkthrough.engine.glassbox.session import Session as NumpySession
 
         return NumpySession(model, kv_type=kv_type, record_attention=record_attention,
                             auto_checkpoints=auto_checkpoints, measure_surprisal=measure_surprisal,
@@ -90,7 +90,7 @@ def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool =
 
 def advice(card: ModelCard, engine: str) -> str | None:
     """Why to switch to llama.cpp for this file (on numpy, for a large file, llama.cpp installed), else None."""
-    from walkthrough.engine.llama_model import llama_available
+    from walkthrough.engine.llama.model import llama_available
 
     per_token = card.bytes_per_token or 0
     if engine != "numpy" or per_token < LARGE_READ_PER_TOKEN or not llama_available():

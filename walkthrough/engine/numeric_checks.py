@@ -34,8 +34,8 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.textsafe import visible
 
 if TYPE_CHECKING:
-    from walkthrough.engine.config import Config
-    from walkthrough.engine.weights import Weights
+    from walkthrough.engine.glassbox.config import Config
+    from walkthrough.engine.glassbox.weights import Weights
     from walkthrough.inspect.gguf import GGUFFile
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

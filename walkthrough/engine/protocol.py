@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from walkthrough.engine.checkpoints import Checkpoint, Reuse
     from walkthrough.engine.sampler import Sampler, SampleResult
-    from walkthrough.engine.session import Progress
+    from walkthrough.engine.glassbox.session import Progress
     from walkthrough.engine.steps import Step
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from walkthrough.engine.measured import measured_here
+from walkthrough.costs.measured import measured_here
 from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import token_text
 from walkthrough.words import count
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
     from walkthrough.request.state import FirstToken
-    from walkthrough.engine.coldstart import StartTimes
+    from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.engine.steps import Step
-    from walkthrough.engine.turns import Summary, Turn
+    from walkthrough.engine.serving.turns import Summary, Turn
 
 
 def _ms(seconds: float) -> str:

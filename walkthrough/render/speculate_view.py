@@ -1,7 +1,7 @@
 """What the Speculate stage draws: rounds of drafts as rows, and the figures they add up to.
 
 Presentation only: every figure comes from the verification passes' `Step`
-records and `walkthrough.engine.rounds.round_stats`; the model card gives plain
+records and `walkthrough.engine.serving.rounds.round_stats`; the model card gives plain
 decoding's bytes per token and the experts one token wakes.
 """
 
@@ -13,8 +13,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from walkthrough.engine.measured import measured_here
-from walkthrough.engine.rounds import round_stats, weight_bytes
+from walkthrough.costs.measured import measured_here
+from walkthrough.engine.serving.rounds import round_stats, weight_bytes
 from walkthrough.engine.steps import Step
 from walkthrough.render.format import bar, human_bytes
 from walkthrough.textsafe import token_label

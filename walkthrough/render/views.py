@@ -2,7 +2,7 @@
 
 Shared by the stepping stages and the live panel. Presentation only: every
 figure is a field or method of a `Step`/`LayerTrace` (or the model card), or
-comes from the cost model (`walkthrough.engine.costs`).
+comes from the cost model (`walkthrough.costs.estimate`).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def flops_line(step) -> Text:
 def activations_line(step, card) -> Text:
     """The activation arrays the pass's layers produced (largest layer, all layers) beside the cost model's
     compute-buffer estimate for the pass's tokens (`engine.budget.compute_buffer_bytes`); one line at 80."""
-    from walkthrough.engine.budget import compute_buffer_bytes
+    from walkthrough.costs.budget import compute_buffer_bytes
 
     per_layer = [t.activation_bytes for t in step.layers]
     if not per_layer:
@@ -145,8 +145,8 @@ def balance_line(step, state) -> Text | None:
 
     None when the pass read nothing or there is no machine (no profiles, or a broken hardware file).
     """
-    from walkthrough.engine.costs import balance_point, limit
-    from walkthrough.engine.measured import modelled_for
+    from walkthrough.costs.estimate import balance_point, limit
+    from walkthrough.costs.measured import modelled_for
 
     try:
         profile = state.profile

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from walkthrough.engine.session import Cancelled, Progress, stop_when
+from walkthrough.engine.glassbox.session import Cancelled, Progress, stop_when
 from walkthrough.errors import WalkthroughError
 
 if TYPE_CHECKING:
@@ -344,17 +344,17 @@ class RunService:
 
 
 def _user_starts(request: PromptSource) -> list[int]:
-    from walkthrough.engine.turns import user_starts
+    from walkthrough.engine.serving.turns import user_starts
 
     return user_starts(request.chat, request.messages)
 
 
 def _speculative(plan: RoundPlan, progress: Progress) -> Iterator[Step | None]:
     """The prompt's last prefill pass, then one verification pass per round (numpy engine only)."""
-    from walkthrough.engine import speculative
-    from walkthrough.engine.model import Model
+    from walkthrough.engine.serving import speculative
+    from walkthrough.engine.glassbox.model import Model
     from walkthrough.engine.sampler import Sampler
-    from walkthrough.engine.session import Session as NumpySession
+    from walkthrough.engine.glassbox.session import Session as NumpySession
 
     if not isinstance(plan.model, Model):
         raise WalkthroughError("speculative decoding runs on the numpy engine; open the file without "

@@ -29,14 +29,14 @@ from walkthrough.request.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
 if TYPE_CHECKING:
     from walkthrough.engine.attention_map import AttentionMap
-    from walkthrough.engine.coldstart import StartTimes
-    from walkthrough.engine.costs import Estimate
-    from walkthrough.engine.hardware import Profile
-    from walkthrough.engine.measured import Measured
+    from walkthrough.engine.serving.coldstart import StartTimes
+    from walkthrough.costs.estimate import Estimate
+    from walkthrough.costs.hardware import Profile
+    from walkthrough.costs.measured import Measured
     from walkthrough.engine.protocol import Engine
     from walkthrough.engine.sampler import SampleResult, SamplerSettings
     from walkthrough.engine.steps import Step
-    from walkthrough.engine.turns import Summary, Turn
+    from walkthrough.engine.serving.turns import Summary, Turn
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
     from walkthrough.inspect.gguf import GGUFFile
@@ -331,7 +331,7 @@ class RequestState:
 
     def profiles(self) -> list[Profile]:
         """Hardware profiles (bundled and the user's), the one named by --hardware first."""
-        from walkthrough.engine.hardware import load_profiles
+        from walkthrough.costs.hardware import load_profiles
 
         if self._profiles is None:
             found = list(load_profiles().values())
@@ -345,12 +345,12 @@ class RequestState:
         return profiles[self.profile_index % len(profiles)] if profiles else None
 
     def estimate(self) -> Estimate:
-        """This request (its prompt and answer budget) on the chosen machine: a `walkthrough.engine.costs.Estimate`.
+        """This request (its prompt and answer budget) on the chosen machine: a `walkthrough.costs.estimate.Estimate`.
 
         Raises:
             WalkthroughError: the hardware profiles cannot be read (a broken user hardware file).
         """
-        from walkthrough.engine.costs import estimate
+        from walkthrough.costs.estimate import estimate
 
         prompt = max(len(self.prompt_ids), 1)
         return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
@@ -375,7 +375,7 @@ class RequestState:
     def memory_lines(self) -> tuple[str, str | None]:
         """What the chosen engine will hold for this request beside the free memory, and a warning when it
         will not fit (`engine.memory`); the engine's real budget once it is made."""
-        from walkthrough.engine.memory import report
+        from walkthrough.costs.memory import report
 
         weights = getattr(self.model, "weights", None)  # the numpy engine's cache, once the model is made
         budget = weights.max_cache_bytes if weights is not None else self.max_memory
@@ -391,7 +391,7 @@ class RequestState:
     def measured(self) -> Measured | None:
         """What this run's passes measured so far, on the engine that ran them (`engine.measured.Measured`), None
         before the first token."""
-        from walkthrough.engine.measured import measure
+        from walkthrough.costs.measured import measure
 
         return measure(self.steps)
 

@@ -13,10 +13,10 @@ from rich.text import Text
 from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
-from walkthrough.engine.budget import FITS, NO_FIT, OFFLOAD
-from walkthrough.engine.curves import Curve
-from walkthrough.engine.machines import MachineRow
-from walkthrough.engine.race import Lane, finish_time, tokens_shown
+from walkthrough.costs.budget import FITS, NO_FIT, OFFLOAD
+from walkthrough.costs.curves import Curve
+from walkthrough.costs.machines import MachineRow
+from walkthrough.costs.race import Lane, finish_time, tokens_shown
 from walkthrough.textsafe import safe_text
 from walkthrough.units import fmt
 from walkthrough.words import count

@@ -1,6 +1,6 @@
 """The Costs stage: the opened file's request on a real machine: memory, time to first token, decode speed.
 
-Every figure comes from `walkthrough.engine.costs.estimate` (the model card and a
+Every figure comes from `walkthrough.costs.estimate.estimate` (the model card and a
 hardware profile), with its formula; the rows are the ones `walkthrough
 estimate` prints. `h` cycles the hardware profiles; c/l/o/u double the
 context, prompt, answer and users (shift halves), k cycles the KV cache type,
@@ -114,11 +114,11 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         head = self.query_one("#costs-head", Static)
         if state.card is None:
             return
-        from walkthrough.engine.costs import rows
-        from walkthrough.engine.machines import machine_rows, sort_rows
-        from walkthrough.engine.measured import modelled_for
-        from walkthrough.engine.race import lanes
-        from walkthrough.engine.request_size import estimate_for
+        from walkthrough.costs.estimate import rows
+        from walkthrough.costs.machines import machine_rows, sort_rows
+        from walkthrough.costs.measured import modelled_for
+        from walkthrough.costs.race import lanes
+        from walkthrough.costs.request_size import estimate_for
 
         size = self.request_size()
         try:
@@ -166,13 +166,13 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         """The knobs' request, or the request on screen (its prompt and answer budget)."""
         if self.size_knobs is not None:
             return self.size_knobs
-        from walkthrough.engine.request_size import RequestSize
+        from walkthrough.costs.request_size import RequestSize
 
         return RequestSize(None, max(len(self.state.prompt_ids), 1), self.state.max_new_tokens)
 
     def _curves_for(self, card, hw, size) -> dict:
         """The three curves for this file, machine and request size (kept until one of them changes)."""
-        from walkthrough.engine.curves import contexts, decode_curve, kv_curve, ttft_curve, users_curve
+        from walkthrough.costs.curves import contexts, decode_curve, kv_curve, ttft_curve, users_curve
 
         key = (id(card), hw.id, size)
         if self._curves[0] != key:
@@ -202,7 +202,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def _comparison(self, result) -> Text | Table:
         """Modelled (this profile) beside measured (this machine, this run), once the run has a first token."""
-        from walkthrough.engine.measured import compare, comparison_title
+        from walkthrough.costs.measured import compare, comparison_title
 
         measured = self.state.measured()
         if measured is None:
@@ -272,7 +272,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         box.update(race_lines(self._race_lanes, answer, t, box.size.width or self.size.width))
 
     def action_sort(self) -> None:
-        from walkthrough.engine.machines import SORT_KEYS
+        from walkthrough.costs.machines import SORT_KEYS
 
         self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
         self._changed()

@@ -1,6 +1,6 @@
 """The Speculate stage: the same request decoded by drafting k tokens and checking them in one pass.
 
-The stage shows a speculative run of the request (`walkthrough.engine.speculative`)
+The stage shows a speculative run of the request (`walkthrough.engine.serving.speculative`)
 on its model, prompt and sampler settings, one round per key press: a drafter
 proposes up to k tokens, one verification pass over the pending token and the
 drafts keeps the longest prefix the model agrees with plus the model's own

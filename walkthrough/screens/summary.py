@@ -68,7 +68,7 @@ its number key; r on a stepping stage restarts the request.
             table.add_row(row("prefill"), self._passes(prefill, "prompt token"))
         if decode:
             table.add_row(row("decode"), self._passes(decode, "token"))
-        from walkthrough.engine.measured import first_use_line
+        from walkthrough.costs.measured import first_use_line
 
         once = first_use_line([*prefill, *decode])
         if once is not None:  # one-time work, apart from the prefill and decode times above
@@ -104,7 +104,7 @@ its number key; r on a stepping stage restarts the request.
             e = self.state.estimate()
         except WalkthroughError:
             return None
-        from walkthrough.engine.measured import modelled_for
+        from walkthrough.costs.measured import modelled_for
 
         text = Text(f"{modelled_for(e.hardware)}: ")
         if not e.fits:
@@ -142,7 +142,7 @@ its number key; r on a stepping stage restarts the request.
 
     @staticmethod
     def _passes(steps, unit: str) -> str:
-        from walkthrough.engine.measured import measured_here
+        from walkthrough.costs.measured import measured_here
         from walkthrough.engine.steps import totals
 
         t = totals(steps)

@@ -294,7 +294,7 @@ own text dimmed. v switches between the three views.
         state = self.state
         if not (state.finished and state.answer_ids()):
             return
-        from walkthrough.engine.turns import answer_text, follow_up
+        from walkthrough.engine.serving.turns import answer_text, follow_up
 
         answer = answer_text(state.tokenizer, state.answer_ids(), state.model.config.end_ids)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from walkthrough.engine.memory import MIN_BUDGET
-from walkthrough.engine.weights import DEFAULT_CACHE_BYTES
+from walkthrough.costs.memory import MIN_BUDGET
+from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES
 
 # Python + Textual + numpy + a run's activations and KV cache, beside the weights. Measured with
 # tests/bench/serve_visitor_memory.py (2 cores, this project's machine): a visitor's app on the bundled

@@ -1,0 +1,113 @@
+"""Decode and prefill predictions for a hardware profile from the fitted timing model, with their error band.
+
+A profile takes part when it names its backend family (`backend` in hardware.json);
+if it also names a machine of the corpus (`machine`), the machine's sourced spec
+figures are used and its own factor (from its measured runs) scales the family's
+fit. Otherwise the profile's bandwidth is used, and its compute only when it is a
+spec-sheet peak (the kind the model was fitted with). A profile without a backend,
+an SRAM profile or a phase its family has no runs for gets None: the caller falls
+back to the roofline and says the figure has no band.
+
+The band is the family's leave-one-machine-out error (`timing.Phase.band`), e.g.
+"±19%: backend CUDA, 79 runs (12 machines)". `evidence` lists the measured runs
+nearest to a request: same family, closest in bytes read per token and bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from walkthrough.costs import timing
+from walkthrough.costs.corpus import FAMILIES, Run, bundled
+from walkthrough.costs.hardware import Profile
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far a fitted figure may be off: the family's error on machines it was not fitted on."""
+
+    family: str
+    phase: str  # "decode" or "prefill"
+    fraction: float | None  # the band, +/-; None: too few runs to give one
+    runs: int
+    machines: int
+    machine_runs: int = 0  # runs of this very machine behind its factor
+
+    def describe(self) -> str:
+        """E.g. '±19%: backend CUDA, 79 runs (12 machines)'."""
+        runs = f"backend {self.family}, {self.runs} {self.phase} runs ({self.machines} machines)"
+        own = f"; scaled to this machine's {self.machine_runs} measured runs" if self.machine_runs else ""
+        if self.fraction is None:
+            return f"no band: {runs}, too few to say how far off{own}"
+        return f"±{self.fraction * 100:.0f}%: {runs}{own}"
+
+
+def family(hw: Profile) -> str | None:
+    """The profile's backend family if the timing model knows it."""
+    return hw.backend if hw.backend in FAMILIES and hw.memory_kind != "sram" else None
+
+
+def hardware(hw: Profile) -> timing.Hardware:
+    """Spec figures to divide by: the corpus machine's if the profile names one, else the profile's."""
+    machine = bundled().machines.get(hw.machine) if hw.machine else None
+    if machine is not None:
+        return timing.Hardware(machine.bandwidth, machine.compute)
+    return timing.Hardware(hw.bandwidth, hw.compute if hw.compute_basis == "peak" else None)
+
+
+def _phase(fit: timing.FamilyFit, phase: str) -> timing.Phase:
+    return fit.decode if phase == "decode" else fit.prefill
+
+
+def _factor(fit: timing.FamilyFit, hw: Profile, phase: str) -> tuple[float, int]:
+    return _phase(fit, phase).machine_factors.get(hw.machine, (1.0, 0)) if hw.machine else (1.0, 0)
+
+
+def band(hw: Profile, phase: str) -> Band | None:
+    fam = family(hw)
+    if fam is None:
+        return None
+    fit = timing.calibrate()[fam]
+    p = _phase(fit, phase)
+    return Band(fam, phase, p.band, p.runs, p.machines, _factor(fit, hw, phase)[1])
+
+
+def decode_rate(shape: timing.Shape, hw: Profile, context: float) -> tuple[float, Band] | None:
+    """Fitted tokens/s of one stream at `context` cached positions, or None (see the module docstring)."""
+    b = band(hw, "decode")
+    if b is None or b.runs == 0:
+        return None
+    fit = timing.calibrate()[b.family]
+    factor, _ = _factor(fit, hw, "decode")
+    return timing.decode_rate(fit, shape, hardware(hw), context) * factor, b
+
+
+def prefill_seconds(shape: timing.Shape, hw: Profile, n: int, ubatch: int) -> tuple[float, Band] | None:
+    """Fitted seconds to read an n-token prompt from an empty cache, or None."""
+    b = band(hw, "prefill")
+    spec = hardware(hw)
+    if b is None or b.runs == 0 or spec.compute is None or n <= 0:
+        return None
+    fit = timing.calibrate()[b.family]
+    factor, _ = _factor(fit, hw, "prefill")
+    seconds = timing.prefill_seconds(fit, shape, spec, n, 0, ubatch) / factor
+    return (seconds, b) if seconds > 0 else None
+
+
+def evidence(shape: timing.Shape, hw: Profile, k: int = 5) -> list[Run]:
+    """The k measured runs of the profile's family nearest to this request: this very machine first,
+    then by distance in log bytes read per token plus log bandwidth (plus 1 when one is MoE and the other
+    dense)."""
+    fam = family(hw)
+    if fam is None:
+        return []
+    spec = hardware(hw)
+
+    def distance(r: Run) -> tuple[bool, float]:
+        near = abs(math.log(r.bytes_per_token / max(shape.weight_bytes, 1.0)))
+        near += abs(math.log(r.machine.bandwidth / spec.bandwidth))
+        near += 1.0 if bool(r.model.expert_calls) != bool(shape.expert_calls) else 0.0  # MoE beside MoE
+        return (r.machine.id != hw.machine, near)
+
+    return sorted(bundled().family_runs(fam), key=distance)[:k]

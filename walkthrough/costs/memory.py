@@ -1,0 +1,168 @@
+"""What an engine will hold in memory for a request, beside what this machine has free, and the budget that
+bounds the numpy engine's dequantized weights.
+
+The numpy engine multiplies float weights: each matrix is dequantized once and
+kept in its weight cache (float32, or float64 for the matrices `ops.linear`
+multiplies in float64, such as a large output head), so a 4-bit file takes 8 to
+16 times its size if nothing bounds it. `Holding.numpy` counts that from the
+tensor table, the KV cache as the numpy engine stores it (float32), and one
+pass's activations (`budget.compute_buffer_bytes`, at the pass's chunk);
+`Holding.llama_cpp` counts llama.cpp's: the file's bytes (memory-mapped, as
+stored), its F16 KV cache and compute buffer. The weight cache is bounded by
+`--max-memory` (`parse_size`), by default `DEFAULT_SHARE` of the memory free
+when the engine is made (`default_budget`); a matrix larger than a share of the
+budget is never held whole but multiplied a block of rows at a time
+(`weights.Weights.row_blocks`), so a model larger than the budget still runs.
+
+Free memory is the kernel's MemAvailable, lowered to what the cgroup still allows
+(`memory.max` - `memory.current`) inside a container.
+
+Example: SmolLM2-135M Q4_1 (92 MiB of weights) -> numpy holds 540 MiB of float32 weights at most.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from walkthrough.engine.glassbox import ops
+from walkthrough.costs.budget import compute_buffer_bytes
+from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.card import ModelCard
+from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.units import binary_bytes
+
+DEFAULT_SHARE = 0.5  # of the free memory: the numpy engine's default budget for dequantized weights
+MIN_BUDGET = 64 << 20  # a budget below 64 MiB is refused (every pass would decode every weight)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "512M", "2G", "1.5GiB", "800000000" (binary units: 1G = 2^30 bytes).
+
+    Raises:
+        WalkthroughError: not a size, or under `MIN_BUDGET`.
+    """
+    match = _SIZE.match(text)
+    if match is None:
+        raise WalkthroughError(f"--max-memory {text!r}: give a size such as 512M, 2G or 1.5GiB")
+    value = int(float(match[1]) * _UNITS[match[2].lower()])
+    if value < MIN_BUDGET:
+        raise WalkthroughError(f"--max-memory {text}: at least {binary_bytes(MIN_BUDGET)}, or every pass "
+                               "dequantizes every weight again")
+    return value
+
+
+def free_memory() -> int | None:
+    """Bytes this process could still use: MemAvailable, capped by the cgroup's limit; None if unknown."""
+    free = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        if limit != "max" and free is not None:
+            free = min(free, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def default_budget(free: int | None = None) -> int:
+    """The numpy engine's weight budget when none is given: `DEFAULT_SHARE` of the free memory."""
+    free = free_memory() if free is None else free
+    from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES
+
+    return max(MIN_BUDGET, int(free * DEFAULT_SHARE)) if free is not None else DEFAULT_CACHE_BYTES
+
+
+def dequantized_bytes(f: GGUFFile) -> int:
+    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for the matrices
+    `ops.product_dtype` sends to float64 (judged per expert for stacked expert tensors), plus the block
+    offsets of Q4_1/Q5_1 matrices (`quantdot.block_offsets`, float32, one per 32 weights). A token
+    embedding that is not also the output head is read a row at a time and never held."""
+    import numpy as np
+
+    from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
+
+    total = 0
+    for t in f.tensors.values():
+        if t.name == "token_embd.weight" and "output.weight" in f.tensors:
+            continue
+        per = t.n_elements // t.shape[2] if len(t.shape) == 3 else t.n_elements
+        width = np.dtype(ops.product_dtype(per)).itemsize if len(t.shape) >= 2 else 4
+        total += t.n_elements * width
+        if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET:
+            total += t.n_elements // 32 * 4
+    return total
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one engine will hold for a request, in bytes."""
+
+    engine: str
+    weights: int  # resident weights: dequantized (numpy, at most the budget) or the file's bytes (llama.cpp)
+    weights_all: int  # the weights without a budget (numpy: every weight dequantized)
+    kv: int  # KV cache at the request's length
+    activations: int  # one pass's activations (estimate)
+    budget: int | None  # numpy's weight budget
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.activations
+
+    @classmethod
+    def numpy(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int, budget: int) -> Holding:
+        every = dequantized_bytes(f)
+        return cls("numpy", min(every, budget), every, card.kv_bytes(positions, "f32") or 0,
+                   int(compute_buffer_bytes(card, chunk).value), budget)
+
+    @classmethod
+    def llama_cpp(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int) -> Holding:
+        return cls("llama.cpp", f.data_bytes, f.data_bytes, card.kv_bytes(positions, "f16") or 0,
+                   int(compute_buffer_bytes(card, chunk).value), None)
+
+    def line(self, free: int | None) -> str:
+        """One line: what the engine holds, split, beside the free memory."""
+        if self.engine == "numpy":
+            bound = (f"{binary_bytes(self.weights)} of weights dequantized"
+                     + (f" (all {binary_bytes(self.weights_all)} would not fit the --max-memory budget of "
+                        f"{binary_bytes(self.budget)}: the rest is decoded again on use)"
+                        if self.weights_all > self.weights else ""))
+        else:
+            bound = f"{binary_bytes(self.weights)} of weights mapped as stored"
+        room = f"; {binary_bytes(free)} free" if free is not None else ""
+        return (f"the {self.engine} engine will hold {binary_bytes(self.total)}: {bound}, KV cache "
+                f"{binary_bytes(self.kv)}, activations {binary_bytes(self.activations)}{room}")
+
+    def warning(self, free: int | None, other: Holding | None = None) -> str | None:
+        """Why this will not fit the free memory (and whether llama.cpp would), or None."""
+        if free is None or self.total <= free:
+            return None
+        advice = ""
+        if other is not None and self.engine == "numpy" and other.total < self.total:
+            advice = (f"; llama.cpp would hold {binary_bytes(other.total)} (--engine llama.cpp), or lower "
+                      "--max-memory")
+        return (f"the {self.engine} engine needs {binary_bytes(self.total)} but only {binary_bytes(free)} "
+                f"is free{advice}")
+
+
+def report(f: GGUFFile, card: ModelCard, engine: str, positions: int, chunk: int,
+           budget: int | None = None) -> tuple[str, str | None]:
+    """What `engine` will hold for a request of `positions` in passes of `chunk` tokens beside the free
+    memory (`Holding.line`), and why it will not fit, if so (`Holding.warning`, naming llama.cpp's figure).
+    `budget`: the numpy engine's (default `default_budget`)."""
+    free = free_memory()
+    other = Holding.llama_cpp(f, card, positions, chunk)
+    if engine != "numpy":
+        return other.line(free), other.warning(free)
+    mine = Holding.numpy(f, card, positions, chunk, budget or default_budget(free))
+    return mine.line(free), mine.warning(free, other)

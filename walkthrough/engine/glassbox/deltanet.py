@@ -1,0 +1,126 @@
+"""Gated DeltaNet, the "linear" attention of hybrid models (qwen35moe): its operations and its layer.
+
+A linear-attention layer keeps no KV cache. It keeps a fixed-size state in the
+session's cache object (`KVCache.states[layer]`, made by
+`qwen35.HybridDims.new_state`): the last K - 1 inputs of a causal convolution
+("conv") and one [head_v, head_k] matrix per value head ("recurrent"). Each
+token updates that matrix with the gated delta rule and reads it with its query:
+
+    S <- S * decay                       forget a little (decay in (0, 1], one per head and token)
+    delta = (v - S k) * beta             what the memory gets wrong about v, scaled by beta in (0, 1)
+    S <- S + outer(delta, k)             write the correction under key k
+    out = S q / sqrt(head_k)
+
+so a prompt of any length costs the same state, and a decode pass reads that
+state instead of every cached position.
+
+The layer follows llama.cpp (vendored 0.3.36: `build_layer_attn_linear` in
+src/models/qwen35moe.cpp, the recurrence of `build_delta_net_autoregressive`
+in src/models/delta-net-base.cpp and of `ggml_compute_forward_gated_delta_net`
+in ggml-cpu/ops.cpp):
+    qkv = x Wqkv -> causal depthwise conv over the last K inputs -> SiLU -> q | k | v
+    q, k L2-normalised per head; value head h reads key head h mod n_k_heads (ggml_repeat tiles the key heads)
+    beta = sigmoid(x Wbeta), decay = exp(softplus(x Walpha + dt) * a)   (a < 0)
+    out = RMSNorm(delta rule) * ssm_norm * SiLU(x Wgate) per head -> Wout
+A pass runs the projections for all its tokens at once and the recurrence
+token by token, so the result does not depend on how a prompt is chunked.
+
+Shapes: n tokens, d model width, C conv channels, Hk / Hv key / value heads,
+dk / dv their sizes, K the conv kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walkthrough.engine.glassbox import ops
+from walkthrough.engine.glassbox.layers import MIXERS, PassInput
+from walkthrough.engine.steps import LayerTrace
+
+STATE_FLOPS_PER_VALUE = 7  # per token: decay (1) + S k (2) + outer update (2) + S q (2) per state value
+
+
+def causal_conv(x: np.ndarray, state: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depthwise causal convolution continuing from a rolling state.
+
+    Args:
+        x: [n, C] new inputs.
+        state: [K-1, C] the K-1 inputs before them (zeros before the first token).
+        w: [C, K] one kernel per channel; w[:, K-1] weighs the current input.
+
+    Returns:
+        y [n, C] with y[t] = sum_j window[t + j] * w[:, j] over window = state then x, and the new
+        state [K-1, C]: the last K-1 rows of that window.
+    """
+    n, kernel = x.shape[0], w.shape[1]
+    window = np.concatenate([state, x])  # [K-1+n, C]
+    y = np.zeros_like(x)
+    for j in range(kernel):
+        y += window[j : j + n] * w[:, j]
+    return y, window[n:].copy()
+
+
+def l2_normalize(x: np.ndarray, eps: float) -> np.ndarray:
+    """[..., dk] -> [..., dk]: x / sqrt(sum(x^2) + eps) (llama.cpp's `build_gdn_l2_norm`)."""
+    return x / np.sqrt(np.sum(np.square(x), axis=-1, keepdims=True) + np.float32(eps))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + e^x), without overflow for large x."""
+    return np.logaddexp(np.float32(0.0), x)
+
+
+def delta_rule(
+    state: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, decay: np.ndarray, beta: np.ndarray
+) -> np.ndarray:
+    """Run the gated delta rule over n tokens, updating `state` in place.
+
+    Args:
+        state: [Hv, dv, dk] one memory matrix per value head (row i: value dim i).
+        q: [n, Hv, dk] queries (L2-normalised, key head already chosen per value head).
+        k: [n, Hv, dk] keys, likewise.
+        v: [n, Hv, dv] values.
+        decay: [n, Hv] factor each head's memory is multiplied by before the token writes.
+        beta: [n, Hv] how much of the correction each head writes.
+
+    Returns:
+        [n, Hv, dv]: each token's read of the memory, S q / sqrt(dk), after its own write.
+    """
+    n, _, dk = q.shape
+    scale = np.float32(1.0 / np.sqrt(dk))
+    out = np.empty(v.shape, np.float32)
+    for t in range(n):
+        state *= decay[t][:, None, None]
+        recalled = np.einsum("hij,hj->hi", state, k[t])  # [Hv, dv]: what the memory holds under k
+        delta = (v[t] - recalled) * beta[t][:, None]  # [Hv, dv]
+        state += delta[:, :, None] * k[t][:, None, :]  # outer(delta, k) per head
+        out[t] = np.einsum("hij,hj->hi", state, q[t] * scale)
+    return out
+
+
+def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
+    """[n, d] -> [n, d]: one Gated DeltaNet layer, reading and advancing the layer's fixed state."""
+    c, m, n, pre = p.config, p.meter, x.shape[0], f"blk.{layer}."
+    dims = c.hybrid
+    hk, hv, dk, dv = dims.n_k_heads, dims.n_v_heads, dims.head_k, dims.head_v
+    state = p.cache.states[layer]
+    qkv = m.linear(pre + "attn_qkv.weight", x)  # [n, C]
+    z = m.linear(pre + "attn_gate.weight", x).reshape(n, hv, dv)  # [n, Hv, dv] output gate
+    beta = ops.sigmoid(m.linear(pre + "ssm_beta.weight", x))  # [n, Hv]
+    alpha = m.linear(pre + "ssm_alpha.weight", x) + m.tensor(pre + "ssm_dt.bias")  # [n, Hv]
+    decay = np.exp(softplus(alpha) * m.tensor(pre + "ssm_a"))  # [n, Hv], ssm_a < 0 so decay in (0, 1]
+    conv, state["conv"] = causal_conv(qkv, state["conv"], m.tensor(pre + "ssm_conv1d.weight"))
+    mixed = ops.silu(conv)  # [n, C]
+    q = l2_normalize(mixed[:, : hk * dk].reshape(n, hk, dk), c.norm_eps)  # [n, Hk, dk]
+    k = l2_normalize(mixed[:, hk * dk : 2 * hk * dk].reshape(n, hk, dk), c.norm_eps)  # [n, Hk, dk]
+    v = mixed[:, 2 * hk * dk :].reshape(n, hv, dv)  # [n, Hv, dv]
+    key_head = np.arange(hv) % hk  # value head h reads key head h mod Hk
+    out = delta_rule(state["recurrent"], q[:, key_head], k[:, key_head], v, decay, beta)  # [n, Hv, dv]
+    out = ops.rmsnorm(out, m.tensor(pre + "ssm_norm.weight"), c.norm_eps) * ops.silu(z)  # [n, Hv, dv]
+    nbytes = p.cache.state_bytes_by_layer[layer]
+    m.read_state(nbytes, n * (2 * dims.conv_kernel * dims.conv_channels + STATE_FLOPS_PER_VALUE * hv * dv * dk))
+    trace.state_bytes = nbytes
+    return m.linear(pre + "ssm_out.weight", out.reshape(n, hv * dv))
+
+
+MIXERS["linear"] = gated_deltanet

@@ -1,0 +1,192 @@
+"""Counts what one forward pass touches: stored bytes read per tensor group, and FLOPs.
+
+The forward pass fetches every weight through a `Meter`, so the bytes it
+reports are the bytes of the weights actually used, in the file's stored
+format: a matrix once per pass however many tokens the pass holds, a routed
+expert only if some token of the pass chose it, an embedding row per distinct
+token, and the KV cache entries attention read. Groups are the model card's
+(`walkthrough.inspect.card.tensor_group`), so a decode pass that wakes exactly
+`n_experts_used` experts per MoE layer reads the card's `bytes_per_token`.
+
+`written` adds up the bytes of the activation arrays the pass produced: the
+output of every matrix product, every RMSNorm, and attention's weights and
+output (`wrote`); per layer, it is what that layer's activations took.
+
+FLOPs count multiply-adds as 2 per weight per token for matrix products, and
+2 x (key size + value size) per head per visible cached position for attention.
+Linear-attention layers of hybrid models read their fixed state once per pass
+(group "state", beside "kv_cache").
+
+`linear` and `expert_linear` also apply the product the way llama.cpp's CPU
+backend does: the input is rounded to the weight's "vec_dot" format
+(`activations`; for Q4_1/Q5_1 with Q8_1's half-precision block sums), and
+with `exact_products=True` the types `quantdot` knows are multiplied exactly
+as ggml multiplies them (integer block products in its float order: bit for
+bit, but about 40 times slower); `match_llama_cpp=False` gives plain float32
+products. Either way each row is its own product (`ops.linear`), so results
+do not depend on the number of tokens in the pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from walkthrough.engine.glassbox import ops, quantdot
+from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
+from walkthrough.engine.glassbox.weights import Weights, row_nbytes
+
+
+class Meter:
+    """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
+
+    def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True,
+                 exact_products: bool = False):
+        self.weights = weights
+        self.group_of = group_of
+        self.match_llama_cpp = match_llama_cpp
+        self.exact_products = match_llama_cpp and exact_products
+        self._rounded: tuple[np.ndarray, str, np.ndarray] | None = None  # last input rounded: (x, format, result)
+        self.bytes_by_group: dict[str, int] = {}
+        self.flops = 0
+        self.written = 0  # bytes of the activation arrays the pass's operations produced (`wrote`)
+        self._seen: set[object] = set()
+        self._row_bytes: dict[str, int] = {}  # bytes of single rows already read, per tensor
+
+    def _read(self, key: object, group: str, nbytes: int) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self.bytes_by_group[group] = self.bytes_by_group.get(group, 0) + nbytes
+
+    def tensor(self, name: str, group: str | None = None) -> np.ndarray:
+        """A whole tensor (norm weights, biases, small vectors); `group` overrides the name's group.
+
+        Rows of it already read this pass (a tied embedding's lookup) are not counted twice.
+        """
+        self._read(name, group or self.group_of(name), self.weights.info(name).nbytes - self._row_bytes.get(name, 0))
+        return self.weights.get(name)
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """A tensor the architecture may or may not have (biases, q/k norms)."""
+        return self.tensor(name) if self.weights.has(name) else None
+
+    def _count(self, key: object, group: str, nbytes: int, n_values: int, n_tokens: int) -> None:
+        """A matrix applied to n_tokens rows: its stored bytes once, 2 FLOPs per weight per row."""
+        self._read(key, group, nbytes)
+        self.flops += 2 * n_tokens * n_values
+
+    def _count_matrix(self, name: str, n_tokens: int, group: str | None) -> None:
+        info = self.weights.info(name)
+        g = group or self.group_of(name)
+        self._count(name, g, info.nbytes - self._row_bytes.get(name, 0), info.n_elements, n_tokens)
+
+    def matrix(self, name: str, n_tokens: int, group: str | None = None) -> np.ndarray:
+        """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row.
+
+        In the dtype `ops.linear` multiplies it in (`ops.product_dtype`).
+        """
+        self._count_matrix(name, n_tokens, group)
+        return self.weights.get(name, ops.product_dtype(self.weights.info(name).n_elements))
+
+    def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
+        """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
+        fmt = vec_dot_format(self.weights.info(name).ggml_type) if self.match_llama_cpp else "f32"
+        if fmt == "f32":
+            return x
+        last = self._rounded
+        if last is not None and last[0] is x and last[1] == fmt:  # q, k and v share one rounded input
+            return last[2]
+        out = round_activations(x, fmt)
+        self._rounded = (x, fmt, out)
+        return out
+
+    def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None) -> np.ndarray:
+        """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted."""
+        b = self.optional(bias) if bias else None
+        if self.exact_products and self.weights.can_pack(name):
+            self._count_matrix(name, x.shape[0], group)
+            y = quantdot.matmul(x, self.weights.packed(name))
+            return self.wrote(y + b if b is not None else y)
+        dtype = ops.product_dtype(self.weights.info(name).n_elements)
+        if not self.weights.whole(name, dtype):
+            self._count_matrix(name, x.shape[0], group)
+            return self.wrote(self._product_by_blocks(name, x, dtype, b))
+        w = self.matrix(name, x.shape[0], group)
+        return self.wrote(self._rounded_product(name, None, x, w.reshape(-1, x.shape[-1]), b))
+
+    def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
+        """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time (each
+        output value is the same sum over the whole input row: the result does not depend on the blocks)."""
+        xr = self.rounded_input(name, x)
+        info = self.weights.info(name)
+        y = np.empty((x.shape[0], info.shape[1]), np.float32)  # [n, d_out]
+        for r0, r1, block in self.weights.row_blocks(name, dtype):
+            y[:, r0:r1] = ops.linear(xr, block)
+        if b is not None:
+            y = y + b
+        if self.match_llama_cpp and info.ggml_type in quantdot.WITH_OFFSET:  # as `_rounded_product` adds them
+            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, None))
+        return y
+
+    def _rounded_product(self, name: str, e: int | None, x: np.ndarray, w: np.ndarray,
+                         b: np.ndarray | None = None) -> np.ndarray:
+        """x @ w.T with x rounded as llama.cpp rounds it, plus Q8_1's half-precision block sums for Q4_1/Q5_1."""
+        y = ops.linear(self.rounded_input(name, x), w, b)
+        if self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET:
+            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, e))
+        return y
+
+    def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:
+        """[n, d_in] -> [n, d_out] through expert e's slice of a stacked expert tensor."""
+        if self.exact_products and self.weights.can_pack(name):
+            info = self.weights.info(name)
+            self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
+                        info.n_elements // info.shape[2], x.shape[0])
+            return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
+        return self.wrote(self._rounded_product(name, e, x, self.expert(name, e, x.shape[0])))
+
+    def wrote(self, *arrays: np.ndarray) -> np.ndarray:
+        """Count arrays an operation produced as activation bytes (`written`); returns the first."""
+        self.written += sum(a.nbytes for a in arrays)
+        return arrays[0]
+
+    def expert(self, name: str, e: int, n_tokens: int) -> np.ndarray:
+        """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""
+        self._read((name, e), self.group_of(name), self.weights.expert_nbytes(name))
+        info = self.weights.info(name)
+        w = self.weights.expert(name, e, ops.product_dtype(info.n_elements // info.shape[2]))
+        self.flops += 2 * n_tokens * w.size
+        return w
+
+    def expert_bias(self, name: str, e: int) -> np.ndarray:
+        """Expert e's row of a stacked expert bias (ggml [d_out, n_expert]) -> [d_out]; its bytes once."""
+        t = self.weights.info(name)
+        self._read((name, e), self.group_of(name), t.nbytes // t.shape[-1])
+        return self.weights.get(name)[e]
+
+    def rows(self, name: str, ids: np.ndarray, group: str | None = None) -> np.ndarray:
+        """Embedding lookup: one stored row per distinct id."""
+        row = row_nbytes(self.weights.info(name))
+        g = group or self.group_of(name)
+        for i in np.unique(ids).tolist():
+            if (name, "row", i) not in self._seen:
+                self._row_bytes[name] = self._row_bytes.get(name, 0) + row
+            self._read((name, "row", i), g, row)
+        return self.weights.rows(name, ids)
+
+    def read_cache(self, nbytes: int, flops: int) -> None:
+        """Attention read `nbytes` of cached keys and values and did `flops` with them."""
+        self.bytes_by_group["kv_cache"] = self.bytes_by_group.get("kv_cache", 0) + nbytes
+        self.flops += flops
+
+    def read_state(self, nbytes: int, flops: int) -> None:
+        """A linear-attention layer read its fixed state (`nbytes`, group "state") and did `flops` with it."""
+        self.bytes_by_group["state"] = self.bytes_by_group.get("state", 0) + nbytes
+        self.flops += flops
+
+    def totals(self) -> dict[str, int]:
+        """Bytes by group, plus `total` (weights and KV cache)."""
+        out = dict(self.bytes_by_group)
+        out["total"] = sum(self.bytes_by_group.values())
+        return out

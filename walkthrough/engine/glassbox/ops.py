@@ -1,0 +1,285 @@
+"""The numeric operations of a transformer block, one plain numpy function each.
+
+Every function takes and returns float32 arrays; none reads a file or keeps
+state. Shapes are in the comments: n = tokens in this pass, d = model width,
+h = heads, hd = head size, L = positions in the KV cache, E = experts.
+Conventions follow llama.cpp's ggml kernels where the numbers depend on them
+(RMSNorm without mean subtraction, RoPE pairings, GQA head sharing, causal
+mask by position, top-k routing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from walkthrough.engine.glassbox.activations import round_activations
+
+# llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
+# see `build_moe_ffn` in src/llama-graph.cpp.
+MOE_WEIGHT_SUM_MIN = 6.103515625e-5
+GELU_COEF = 0.7978845608028654  # sqrt(2 / pi), ggml's GELU_COEF_A companion (ggml-cpu/vec.h)
+
+
+ROW_PRODUCT_MAX = 4 << 20  # weights (16 MiB as float32) up to which `linear` multiplies row by row
+
+
+def product_dtype(n_weights: int) -> type:
+    """The dtype `linear` wants a weight matrix of this many values in (see `linear`)."""
+    return np.float32 if n_weights <= ROW_PRODUCT_MAX else np.float64
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T (+ [d_out]) -> [n, d_out] float32, each row's result independent of n.
+
+    BLAS picks its summation order by the shape of the product, so one product of n rows gives a
+    row slightly different numbers for different n (and llama.cpp's 8-bit rounding of the next
+    product's input turns such differences into whole steps). So a float32 matrix multiplies each
+    row on its own (the matrix-vector product a decode pass makes anyway; prefill pays for it), and
+    a float64 one (`product_dtype`: matrices too large to reread per row, like an output head)
+    sums in float64, all but exactly, rounding once. Either way prefill logits are the same, bit
+    for bit, for every chunk size.
+    """
+    if w.dtype == np.float64:
+        y = (x.astype(np.float64) @ w.T).astype(np.float32)
+    else:
+        y = np.matmul(x[:, None, :], w.T)[:, 0]  # [n, d_out]
+    return y + b if b is not None else y
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * w"""
+    ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
+    return (x / np.sqrt(ms + np.float32(eps))) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation, as ggml's CPU backend computes it (`ggml_vec_gelu_f32`, GGML_GELU_FP16).
+
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), read from a table indexed by x rounded to F16 and
+    holding F16 results; x <= -10 gives 0 and x >= 10 gives x.
+    """
+    h = x.astype(np.float16).astype(np.float32)
+    t = np.tanh(np.float32(GELU_COEF) * h * (np.float32(1) + np.float32(0.044715) * h * h))
+    y = (np.float32(0.5) * h * (np.float32(1) + t)).astype(np.float16).astype(np.float32)
+    return np.where(x <= -10, np.float32(0), np.where(x >= 10, x, y))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """[...] -> [...]: cap * tanh(x / cap), squashing values into (-cap, cap) (gemma's logit soft-capping)"""
+    c = np.float32(cap)
+    return np.tanh(x / c) * c
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(x - max) / sum, the sum taken in float64 and applied as a float32 reciprocal (ggml's `soft_max`).
+
+    A float64 sum does not depend on how many masked (zero) entries a row carries, so attention
+    weights are the same whatever the cache length of the pass.
+    """
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    inv = (1.0 / np.sum(e, axis=axis, keepdims=True, dtype=np.float64)).astype(e.dtype)
+    return e * inv
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """YaRN context extension (ggml's `rope_yarn`, ggml-cpu/ops.cpp; llama.cpp sets it up in `llama_context`).
+
+    Pairs turning faster than `beta_fast` turns over the original context keep their angle (extrapolate),
+    pairs slower than `beta_slow` turns take the scaled one (interpolate), a ramp mixes those between;
+    cos and sin are multiplied by `mscale`.
+    """
+
+    n_ctx_orig: int  # context the model was trained on (`rope.scaling.original_context_length`)
+    beta_fast: float = 32.0  # llama.cpp's defaults (src/llama-hparams.h)
+    beta_slow: float = 1.0
+    mscale: float = 1.0  # magnitude of cos and sin: 1 + 0.1 ln(factor), or the ratio set by `yarn_log_multiplier`
+
+
+def _yarn_corr_dim(n_rot: int, n_ctx_orig: int, turns: float, base: float) -> float:
+    """The pair index whose angle makes `turns` full turns over n_ctx_orig positions (ggml_rope_yarn_corr_dim)."""
+    return n_rot * math.log(n_ctx_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+
+def rope_angles(
+    positions: np.ndarray,
+    n_rot: int,
+    base: float,
+    freq_scale: float = 1.0,
+    freq_factors: np.ndarray | None = None,
+    yarn: Yarn | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """[n] positions -> (cos, sin), each [n, n_rot/2].
+
+    theta_i = position * freq_scale * base^(-2i / n_rot), divided by freq_factors[i] when the
+    file carries `rope_freqs.weight` (llama 3 long-context factors). With YaRN, pair i mixes the
+    scaled angle with the unscaled one by ramp_i = 1 - clip((i - low) / max(0.001, high - low), 0, 1),
+    low and high the pairs that turn beta_fast and beta_slow times over the original context.
+    """
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
+    if freq_factors is not None:
+        inv = inv / freq_factors.astype(np.float64)
+    extrap = np.outer(positions.astype(np.float64), inv)  # [n, n_rot/2]
+    if yarn is None:
+        theta = extrap * freq_scale
+        return np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    low = max(0.0, math.floor(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_fast, base)))
+    high = min(n_rot - 1.0, math.ceil(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_slow, base)))
+    ramp = 1 - np.clip((np.arange(n_rot // 2) - low) / max(0.001, high - low), 0, 1)  # [n_rot/2]
+    theta = extrap * freq_scale * (1 - ramp) + extrap * ramp
+    return (np.cos(theta) * yarn.mscale).astype(np.float32), (np.sin(theta) * yarn.mscale).astype(np.float32)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
+    """[n, h, hd] -> [n, h, hd]: rotate the first n_rot dims of every head, leave the rest.
+
+    neox=False ("normal", llama): pairs are adjacent dims (x0, x1), (x2, x3), ...
+    neox=True (qwen family): pairs are (x_i, x_{i + n_rot/2}).
+    """
+    half = cos.shape[-1]
+    n_rot = 2 * half
+    c, s = cos[:, None, :], sin[:, None, :]  # [n, 1, n_rot/2]
+    out = x.copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = a * c - b * s
+        out[..., half:n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * c - b * s
+        out[..., 1:n_rot:2] = a * s + b * c
+    return out
+
+
+def attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    q_pos: np.ndarray,
+    scale: float,
+    kv_format: str = "f32",
+    *,
+    window: int = 0,
+    sinks: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Causal softmax attention over the cache, with grouped KV heads.
+
+    Args:
+        q: [n, h, hd] queries of this pass at positions q_pos [n].
+        k: [L, h_kv, hd] every cached key (position j at row j).
+        v: [L, h_kv, hd_v] every cached value.
+        q_pos: [n] absolute positions of the queries; query i sees keys 0..q_pos[i].
+        scale: multiplies q.k before the softmax (1/sqrt(hd)).
+        kv_format: "f16" rounds q and the weights to F16 before their products with the cache, as
+            llama.cpp's CPU backend does against an F16 cache; "f32" leaves them.
+        window: if > 0, query i sees only keys q_pos[i] - window + 1 .. q_pos[i] (sliding window:
+            llama.cpp masks p1 - p0 >= n_swa, `is_masked_swa` in src/llama-hparams.h).
+        sinks: [h] one extra logit per head that joins the softmax's denominator and reads no value
+            (gpt-oss's attention sinks, `ggml_soft_max_add_sinks`).
+
+    Returns:
+        out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
+        Query head i reads KV head i // (h / h_kv), as ggml's broadcast does.
+    """
+    n, h, _ = q.shape
+    big_l, h_kv, _ = k.shape
+    group = h // h_kv
+    q = round_activations(q, kv_format)
+    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3).astype(np.float64)  # [h_kv, group, n, hd]
+    kt = k.transpose(1, 2, 0)[:, None].astype(np.float64)  # [h_kv, 1, hd, L]
+    # Products in float64 are (all but always) exact sums, rounded once: the same whatever n and L.
+    scores = (qg @ kt).astype(np.float32) * np.float32(scale)  # [h_kv, group, n, L]
+    masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
+    if window:
+        masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
+    scores = np.where(masked, -np.inf, scores)
+    if sinks is None:
+        weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
+    else:
+        sink = sinks.reshape(h_kv, group, 1, 1).astype(np.float32)  # [h_kv, group, 1, 1]
+        top = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
+        e = np.exp(scores - top)
+        total = np.sum(e, axis=-1, keepdims=True, dtype=np.float64) + np.exp(sink - top)
+        weights = e * (1.0 / total).astype(np.float32)
+    vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
+    out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
+    out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
+    return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: silu(gate) * up, the gated unit of a SwiGLU FFN (down(swiglu(...)))"""
+    return silu(gate) * up
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: gelu(gate) * up, the gated unit of a GeGLU FFN (gemma)"""
+    return gelu(gate) * up
+
+
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: gpt-oss's clamped SwiGLU (`ggml_swiglu_oai`, ggml-cpu/ops.cpp).
+
+    x = min(gate, limit), y = clip(up, -limit, limit): x * sigmoid(alpha x) * (y + 1).
+    alpha and limit are the constants llama.cpp passes (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE).
+    """
+    x = np.minimum(gate, np.float32(limit))
+    y = np.clip(up, np.float32(-limit), np.float32(limit))
+    return x / (np.float32(1) + np.exp(np.float32(alpha) * -x)) * (y + np.float32(1))
+
+
+GATED = {"silu": swiglu, "gelu": geglu, "swiglu_oai": swiglu_oai}  # the declarations' `activation` -> gated unit
+
+
+def route(
+    logits: np.ndarray,
+    k: int,
+    normalize: bool,
+    gating: str = "softmax",
+    *,
+    bias: np.ndarray | None = None,
+    groups: int = 1,
+    groups_used: int = 1,
+    scale: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
+
+    As llama.cpp's `build_moe_ffn` (src/llama-graph.cpp) does:
+    gating "softmax": the weights are the softmax probabilities of the chosen experts; "sigmoid"
+    (glm4moe): each expert's sigmoid; both renormalised to sum to 1 when `normalize` (qwen3moe, llama) and
+    left as they are otherwise (qwen2moe). gating "softmax_weight" (gpt-oss): the top-k logits, then a
+    softmax over those k only. `bias` [E] moves which experts are chosen but not their weights
+    (`exp_probs_b`); with `groups` > 1 only experts in the `groups_used` groups whose two best scores sum
+    highest can be chosen. `scale` (if not 0 or 1) multiplies the weights.
+    """
+    if gating == "softmax_weight":
+        top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]  # [n, k]
+        return top, softmax(np.take_along_axis(logits, top, axis=-1), axis=-1)
+    probs = softmax(logits, axis=-1) if gating == "softmax" else sigmoid(logits)  # [n, E]
+    select = probs if bias is None else probs + bias  # [n, E]
+    if groups > 1:
+        n, n_exp = select.shape
+        by_group = select.reshape(n, groups, n_exp // groups)  # [n, G, E/G]
+        score = np.sort(by_group, axis=-1)[..., -2:].sum(axis=-1)  # [n, G]: the two best of each group
+        kept = np.argsort(-score, axis=-1, kind="stable")[:, :groups_used]  # [n, used]
+        allowed = np.zeros((n, groups), bool)
+        np.put_along_axis(allowed, kept, True, axis=-1)
+        select = np.where(np.repeat(allowed, n_exp // groups, axis=-1), select, -np.inf)
+    top = np.argsort(-select, axis=-1, kind="stable")[:, :k]  # [n, k]
+    weights = np.take_along_axis(probs, top, axis=-1)  # [n, k]
+    if normalize:
+        weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MOE_WEIGHT_SUM_MIN)
+    if scale and scale != 1.0:
+        weights = weights * np.float32(scale)
+    return top, weights

@@ -1,0 +1,46 @@
+"""LFM2's short convolution, the "linear" layers of lfm2 models: a gated causal convolution with a fixed state.
+
+The layer keeps no KV cache, only the last L - 1 gated inputs of its convolution (`shortconv.l_cache` = L)
+in the session's cache object (`KVCache.states[layer]["conv"]`, [L - 1, d], float32, as llama.cpp keeps it;
+the card's `state_bytes`).
+Following llama.cpp (vendored 0.3.36, `build_shortconv_block` in src/models/lfm2.cpp):
+
+    b | c | x = x Win                      one projection, three [n, d] chunks
+    y = c * conv(b * x)                    depthwise causal convolution over the last L gated inputs
+    out = y Wout
+
+No activation anywhere: the gates b and c are plain products. Shapes: n tokens, d model width, L kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walkthrough.engine.glassbox.deltanet import causal_conv
+from walkthrough.engine.glassbox.layers import MIXERS, PassInput
+from walkthrough.engine.steps import LayerTrace
+
+
+def tensor_shapes(n_embd: int, l_cache: int) -> dict[str, tuple[int, ...]]:
+    """Tensors of one short-convolution layer (name after `blk.N.`) and their ggml shapes (ne0 first)."""
+    return {
+        "shortconv.conv.weight": (l_cache, n_embd),
+        "shortconv.in_proj.weight": (n_embd, 3 * n_embd),
+        "shortconv.out_proj.weight": (n_embd, n_embd),
+    }
+
+
+def short_conv(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
+    """[n, d] -> [n, d]: one gated short convolution, reading and advancing the layer's fixed state."""
+    m, n, pre = p.meter, x.shape[0], f"blk.{layer}."
+    state = p.cache.states[layer]
+    b, c, v = np.split(m.linear(pre + "shortconv.in_proj.weight", x), 3, axis=-1)  # [n, d] each
+    w = m.tensor(pre + "shortconv.conv.weight")  # [d, L]
+    conv, state["conv"] = causal_conv(b * v, state["conv"], w)  # [n, d]
+    nbytes = p.cache.state_bytes_by_layer[layer]
+    m.read_state(nbytes, n * 2 * w.size)
+    trace.state_bytes = nbytes
+    return m.linear(pre + "shortconv.out_proj.weight", c * conv)
+
+
+MIXERS["shortconv"] = short_conv

@@ -1,0 +1,259 @@
+"""Tensors of an opened GGUF as float32 numpy arrays, dequantized lazily and cached.
+
+Nothing is read when a model opens: a tensor's bytes are dequantized (with
+`gguf.quants.dequantize`) the first time the forward pass asks for it and kept
+in a cache bounded by `max_cache_bytes`, so the same weight is never
+dequantized twice per token while it fits (a full cache keeps what it holds, see
+`_remember`; a matrix larger than a share of it is multiplied a block of rows at
+a time and never held whole: `row_blocks`). Routed-expert tensors
+(`blk.N.ffn_{gate,up,down}_exps.weight`, ggml shape [ne0, ne1, n_expert]) are
+sliced per expert from the raw bytes, so only experts a token actually chose
+are ever dequantized. Embedding rows are dequantized one row at a time.
+
+Shapes are numpy order (the reverse of ggml's): a matrix stored with ggml shape
+[n_in, n_out] comes back as [n_out, n_in], so `x @ w.T` applies it.
+
+Matrices of the types `quantdot` multiplies as llama.cpp does (Q8_0, Q4_0,
+Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can instead be fetched `packed`: their
+integer codes and block scales, cached the same way, never dequantized.
+
+The first time a tensor (or expert slice) is ever produced is one-time work, not
+part of the pass that asked for it: `first_use_seconds`, `first_use_bytes` and
+`first_use_tensors` count it (a tensor the full cache could not keep and a pass
+produces again, or a matrix streamed in row blocks, is that pass's own work), so
+`Session.run` can report it apart from the pass's time.
+
+The cache is safe when two threads reach it: its order, evictions and byte
+counters change under a lock (dequantizing runs outside it; two threads that
+miss the same tensor at once both dequantize it, and the cache keeps one).
+
+Every type `gguf.quants` can dequantize works (F32, F16, BF16, Q4_0, Q4_1,
+Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ*, TQ*, MXFP4); any other type raises a
+`WalkthroughError` naming the tensor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from walkthrough.engine.glassbox import quantdot
+from walkthrough.engine.glassbox.dequant import dequantize_fast
+from walkthrough.errors import WalkthroughError
+from walkthrough.inspect.gguf import GGUFFile, TensorInfo
+
+DEFAULT_CACHE_BYTES = 4 << 30  # dequantized float32 weights kept in memory (4 GiB)
+WHOLE_SHARE = 0.25  # a matrix larger than this share of the budget is multiplied a block of rows at a time
+BLOCK_BYTES = 32 << 20  # one block of rows of such a matrix, dequantized
+
+
+def row_nbytes(t: TensorInfo) -> int:
+    """Stored bytes of one row (ne0 values) of a tensor."""
+    block, size = GGML_QUANT_SIZES[t.ggml_type]
+    return t.shape[0] // block * size
+
+
+def dequantize_rows(raw: np.ndarray, ggml_type: GGMLQuantizationType, row_len: int, name: str) -> np.ndarray:
+    """Stored bytes of whole rows -> float32 values.
+
+    Args:
+        raw: uint8 bytes of n whole rows, contiguous.
+        ggml_type: how they are stored.
+        row_len: values per row (ne0).
+        name: tensor name, for the error message.
+
+    Returns:
+        [n_rows, row_len] float32.
+    """
+    if ggml_type == GGMLQuantizationType.F32:
+        return raw.view(np.float32).reshape(-1, row_len)
+    fast = dequantize_fast(raw, ggml_type)
+    if fast is not None:
+        return fast.reshape(-1, row_len)
+    block, size = GGML_QUANT_SIZES[ggml_type]
+    rows = raw.reshape(-1, row_len // block * size)
+    try:
+        out = quants.dequantize(rows, ggml_type)
+    except NotImplementedError:
+        raise WalkthroughError(
+            f"tensor {name} is stored as {ggml_type.name}, which gguf.quants cannot dequantize; "
+            "the engine cannot run this file (inspect still works)"
+        ) from None
+    return np.ascontiguousarray(out, dtype=np.float32).reshape(-1, row_len)
+
+
+class Weights:
+    """Lazy float32 views of a file's tensors, with a bounded least-recently-used cache."""
+
+    def __init__(self, f: GGUFFile, *, max_cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.file = f
+        self.max_cache_bytes = max_cache_bytes
+        self._cache: OrderedDict[object, np.ndarray | quantdot.Packed] = OrderedDict()
+        self._cached_bytes = 0
+        self.dequantized_bytes = 0  # bytes of float32 (or packed) weights produced so far (a measure of work)
+        self._lock = threading.Lock()  # guards the cache's order and the counters
+        self._seen: set[object] = set()  # keys produced at least once
+        self.first_use_seconds = 0.0  # time spent producing tensors the first time they were asked for
+        self.first_use_bytes = 0  # bytes of float32 (or packed) weights those first uses produced
+        self.first_use_tensors = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes the cache holds now (at most `max_cache_bytes`)."""
+        return self._cached_bytes
+
+    def cached(self) -> dict[object, np.ndarray | quantdot.Packed]:
+        """What the cache holds now, least recently used first (a copy)."""
+        with self._lock:
+            return dict(self._cache)
+
+    def has(self, name: str) -> bool:
+        return name in self.file.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        return self.file.tensors[name]
+
+    # ---- cache -------------------------------------------------------------------
+    def _cached(self, key: object):
+        with self._lock:
+            value = self._cache.get(key)
+            if value is not None:
+                self._cache.move_to_end(key)
+            return value
+
+    def _remember(self, key: object, value):
+        """Keep `value` (an array or a `quantdot.Packed`, anything with `nbytes`) in the cache if it has room;
+        returns the value cached under `key` (another thread's, when it cached the same tensor first).
+
+        A full cache keeps what it holds and lets the newcomer go. Every pass reads the weights in the same
+        order, once each: evicting the least recently used one would evict each weight just before its next
+        use (no hits at all once the model is larger than the budget), while keeping the first ones gives a
+        hit for each weight kept, every pass.
+        """
+        with self._lock:
+            self.dequantized_bytes += value.nbytes
+            held = self._cache.get(key)
+            if held is not None:
+                self._cache.move_to_end(key)
+                return held
+            if self._cached_bytes + value.nbytes > self.max_cache_bytes:
+                return value
+            self._cache[key] = value
+            self._cached_bytes += value.nbytes
+            return value
+
+    def holds(self, name: str, dtype: type = np.float32) -> bool:
+        """Whether the cache holds the whole tensor in `dtype` now."""
+        return (name if dtype is np.float32 else (name, "float64")) in self._cache
+
+    def whole(self, name: str, dtype: type) -> bool:
+        """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
+        `WHOLE_SHARE`); otherwise `row_blocks` multiplies it a block of rows at a time."""
+        t = self.file.tensors[name]
+        return self.holds(name, dtype) or t.n_elements * np.dtype(dtype).itemsize <= self.max_cache_bytes * WHOLE_SHARE
+
+    def row_blocks(self, name: str, dtype: type) -> Iterator[tuple[int, int, np.ndarray]]:
+        """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,
+        [rows, n_in] in `dtype`), each block at most `BLOCK_BYTES`, none of them cached."""
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))  # [n_out, stored bytes per row]
+        step = max(1, BLOCK_BYTES // (t.shape[0] * np.dtype(dtype).itemsize))
+        for r0 in range(0, raw.shape[0], step):
+            r1 = min(r0 + step, raw.shape[0])
+            block = dequantize_rows(np.ascontiguousarray(raw[r0:r1]), t.ggml_type, t.shape[0], name)
+            with self._lock:
+                self.dequantized_bytes += block.nbytes
+            yield r0, r1, block.astype(dtype, copy=False)
+    def _load(self, key: object, make: Callable[[], np.ndarray | quantdot.Packed]):
+        """The cached value of `key`, or `make()`'s (timed: its first production is one-time work)."""
+        value = self._cached(key)
+        if value is not None:
+            return value
+        began = time.perf_counter()
+        value = make()
+        took = time.perf_counter() - began
+        with self._lock:
+            if key not in self._seen:
+                self._seen.add(key)
+                self.first_use_seconds += took
+                self.first_use_bytes += value.nbytes
+                self.first_use_tensors += 1
+        return self._remember(key, value)
+
+    def first_use(self) -> tuple[float, int, int]:
+        """(seconds, bytes, tensors) of one-time first-use work so far."""
+        with self._lock:
+            return self.first_use_seconds, self.first_use_bytes, self.first_use_tensors
+
+    # ---- access ------------------------------------------------------------------
+    def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
+        """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in]), float32 or float64.
+
+        Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`).
+        """
+        key = name if dtype is np.float32 else (name, "float64")
+        t = self.file.tensors[name]
+
+        def make() -> np.ndarray:
+            flat = dequantize_rows(self.file.tensor_bytes(name), t.ggml_type, t.shape[0], name)
+            return flat.reshape(t.np_shape).astype(dtype, copy=False)
+
+        return self._load(key, make)
+
+    def expert(self, name: str, e: int, dtype: type = np.float32) -> np.ndarray:
+        """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in]."""
+        key = (name, e) if dtype is np.float32 else (name, e, "float64")
+        t = self.file.tensors[name]
+
+        def make() -> np.ndarray:
+            flat = dequantize_rows(self._expert_bytes(name, e), t.ggml_type, t.shape[0], name)
+            return flat.reshape(t.shape[1], t.shape[0]).astype(dtype, copy=False)
+
+        return self._load(key, make)
+
+    def _expert_bytes(self, name: str, e: int) -> np.ndarray:
+        """Stored bytes of expert e's slice of a stacked expert tensor."""
+        per = self.expert_nbytes(name)
+        return self.file.tensor_bytes(name)[e * per : (e + 1) * per]
+
+    def can_pack(self, name: str) -> bool:
+        """Whether `packed` serves this tensor (a matrix of a type `quantdot` multiplies)."""
+        return self.file.tensors[name].ggml_type in quantdot.SUPPORTED
+
+    def packed(self, name: str) -> quantdot.Packed:
+        """A matrix as `quantdot` multiplies it: ggml [n_in, n_out] -> codes and scales of [n_out, n_in]."""
+        t = self.file.tensors[name]
+        return self._load(("packed", name), lambda: quantdot.pack(self.file.tensor_bytes(name), t.ggml_type,
+                                                                  t.shape[0]))
+
+    def packed_expert(self, name: str, e: int) -> quantdot.Packed:
+        """Expert e of a stacked expert tensor, packed (see `packed`)."""
+        t = self.file.tensors[name]
+        return self._load(("packed", name, e), lambda: quantdot.pack(self._expert_bytes(name, e), t.ggml_type,
+                                                                     t.shape[0]))
+
+    def block_offsets(self, name: str, e: int | None = None) -> np.ndarray:
+        """Q4_1/Q5_1 block offsets m [n_out, n_in / 32] of a matrix (or of expert e's slice)."""
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name) if e is None else self._expert_bytes(name, e)
+        return self._load(("offsets", name, e), lambda: quantdot.block_offsets(raw, t.ggml_type, t.shape[0]))
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a matrix (an embedding lookup): [len(ids), ne0]."""
+        whole = self._cached(name)
+        if whole is not None:
+            return whole[ids]
+        t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))
+        return dequantize_rows(np.ascontiguousarray(raw[ids]), t.ggml_type, t.shape[0], name)
+
+    def expert_nbytes(self, name: str) -> int:
+        """Stored bytes of one expert's slice of a stacked expert tensor."""
+        t = self.file.tensors[name]
+        return t.nbytes // t.shape[2]
