@@ -72,6 +72,22 @@ def wait_ready(proc: subprocess.Popen, endpoint: rpc.Endpoint) -> None:
     raise RuntimeError(f"worker {endpoint} did not answer within {START_SECONDS} s")
 
 
+def free_llama_objects() -> None:
+    """Close every llama.cpp session and model this process still holds, while their workers run: ggml ends
+    the process when it frees a buffer on a worker that is gone."""
+    import gc
+
+    from walkthrough.engine.llama_model import LlamaModel
+    from walkthrough.engine.llama_session import LlamaSession
+
+    gc.collect()
+    objects = gc.get_objects()
+    for kind in (LlamaSession, LlamaModel):
+        for o in objects:
+            if isinstance(o, kind):
+                o.close()
+
+
 @contextlib.contextmanager
 def workers(n: int) -> Iterator[list[tuple[rpc.Endpoint, subprocess.Popen]]]:
     started: list[tuple[rpc.Endpoint, subprocess.Popen]] = []
@@ -83,5 +99,6 @@ def workers(n: int) -> Iterator[list[tuple[rpc.Endpoint, subprocess.Popen]]]:
             wait_ready(proc, endpoint)
         yield started
     finally:
+        free_llama_objects()
         for _, proc in started:
             stop(proc)

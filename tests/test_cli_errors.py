@@ -25,6 +25,7 @@ from walkthrough.inspect import locate
 REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"  # runs in the engine, has a chat template
 VOCAB_ONLY = FIXTURES_DIR / "vocab" / "ggml-vocab-llama-bpe.gguf"  # an architecture the engine runs, no tensors
 OTHER_ARCH = FIXTURES_DIR / "vocab" / "ggml-vocab-gpt-2.gguf"  # an architecture the engine does not run
+MODEL_COMMANDS = tuple(c for c in SUBCOMMANDS if c != "worker")  # worker serves this host's CPU, no file
 HEAVY_MODULES = ("numpy", "textual", "rich", "tokenizers", "jinja2", "gguf")
 
 
@@ -121,21 +122,21 @@ if hasattr(os, "mkfifo"):
 
 
 @pytest.mark.parametrize("kind", BAD_MODELS)
-@pytest.mark.parametrize("command", SUBCOMMANDS)
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
 def test_a_bad_model_is_one_line(command, kind, tmp_path, capsys):
     model, needle = bad_model(kind, tmp_path)
     code, out, err = run_cli(capsys, [*command_argv(command, tmp_path), model])
     assert_one_line_error(code, out, err, needle)
 
 
-@pytest.mark.parametrize("command", SUBCOMMANDS)
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
 def test_a_missing_bundled_model_is_one_line(command, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(locate, "BUNDLED_MODEL", tmp_path / "tiny-clinical-moe.gguf")
     code, out, err = run_cli(capsys, command_argv(command, tmp_path))
     assert_one_line_error(code, out, err, "bundled model", "tiny-clinical-moe.gguf", "name a MODEL")
 
 
-@pytest.mark.parametrize("command", SUBCOMMANDS)
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
 def test_no_model_means_the_bundled_one(command, tmp_path, capsys, monkeypatch):
     """Every command opens the same file for a missing MODEL (a fixture stands in for the tiny model)."""
     monkeypatch.setattr(locate, "BUNDLED_MODEL", REFERENCE)
@@ -184,7 +185,7 @@ def test_malformed_messages_are_one_line(command, kind, tmp_path, capsys):
 def test_the_console_script_prints_one_line_not_a_traceback(tmp_path):
     """`python -m walkthrough`, as a user runs it, on a file that is not a model."""
     model, needle = bad_model("text file", tmp_path)
-    for command in SUBCOMMANDS:
+    for command in MODEL_COMMANDS:
         argv = [*command_argv(command, tmp_path), str(model)]
         done = subprocess.run(
             [sys.executable, "-m", "walkthrough", *argv],
@@ -247,7 +248,8 @@ ISSUE_OPTIONS = {  # the options each issue's usage line names
                  "--users", "--json"],
     "compare": ["[A] B", "--messages", "--json"],
     "serve": ["MODEL", "--host", "--port"],
-    "bench": ["MODEL", "--engine", "--prompt-tokens", "--output-tokens", "--json"],
+    "bench": ["MODEL", "--engine", "--prompt-tokens", "--output-tokens", "--json", "--rpc", "--split"],
+    "worker": ["--host", "--port", "--threads"],
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import threading
 import time
@@ -50,9 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--draft", metavar="MODEL",
                         help="a smaller GGUF with the same vocabulary, a drafter on the Speculate stage")
-    from walkthrough.commands.common import add_engine_argument, add_memory_argument
+    from walkthrough.commands.common import (
+        add_engine_argument,
+        add_memory_argument,
+        add_rpc_arguments,
+    )
 
     add_engine_argument(parser)
+    add_rpc_arguments(parser)
     add_memory_argument(parser)
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
     parser.add_argument("--pace", type=PACE, default=2.0, metavar="SECONDS",
@@ -69,6 +75,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="--record and --screenshots may replace files this run did not make "
                         "(never the model, the draft, the messages or the template)")
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    """--rpc: each worker reached and registered now (one line if not), before the screen is taken; every
+    model the app loads then places its layers over them; a worker lost later restores the terminal first."""
+    from walkthrough.engine import rpc
+    from walkthrough.engine.engines import use_workers
+    from walkthrough.errors import WalkthroughError
+
+    if args.engine != "llama.cpp":
+        raise WalkthroughError("--rpc places llama.cpp's layers on workers: add --engine llama.cpp")
+    if not args.rpc:
+        raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
+    rpc.add_servers(args.rpc)
+    rpc.on_fatal(_restore_terminal)
+    use_workers(args.rpc, args.split)
+
+
+def _restore_terminal() -> None:
+    """Leave the app's screen modes (alternate screen, mouse, hidden cursor) so the one-line error is readable."""
+    import os
+
+    with contextlib.suppress(OSError):
+        os.write(sys.__stdout__.fileno(), b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l"
+                 b"\x1b[?25h\x1b[?1049l\r\n")
+    if _saved_tty:
+        import termios
+
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcsetattr(sys.__stdin__.fileno(), termios.TCSADRAIN, _saved_tty[0])
+
+
+_saved_tty: list = []  # the terminal's modes before the app, restored when a lost worker ends the process
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
     loop = asyncio.new_event_loop()  # not asyncio.run: its shutdown waits for every worker thread to finish
     workers = ThreadPoolExecutor(thread_name_prefix=WORKER_THREADS)
     loop.set_default_executor(workers)  # where Textual runs thread workers
+    if sys.__stdin__ is not None and sys.__stdin__.isatty():
+        import termios
+
+        _saved_tty[:] = [termios.tcgetattr(sys.__stdin__.fileno())]
     app.run(loop=loop)
     workers.shutdown(wait=False, cancel_futures=True)  # idle threads end now; busy ones after their work
     _skip_the_last_collection()
@@ -189,6 +232,8 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
         from walkthrough.engine.llama.model import bindings
 
         bindings()  # not installed: one line saying how to install it, before the screen is taken
+    if args.rpc or args.split:
+        _check_workers(args)
     if args.screenshots is not None and args.format == "png":
         from walkthrough.pictures import chromium
 

@@ -37,6 +37,17 @@ def check_engine(name: str) -> str:
     return name
 
 
+_workers: dict[str, list] = {}  # the app's --rpc/--split, for every model it loads (`use_workers`)
+
+
+def use_workers(rpc: list[Endpoint] | None, split: list[int] | None) -> None:
+    """Place the layers of every llama.cpp model this process loads from now on over these workers (the app's
+    --rpc and --split; its models are loaded deep inside, on each file or engine change)."""
+    _workers.clear()
+    if rpc:
+        _workers.update(rpc=list(rpc), split=list(split) if split is not None else None)
+
+
 def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory: int | None = None,
                rpc: list[Endpoint] | None = None, split: list[int] | None = None) -> Engine:
     """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
@@ -48,6 +59,8 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory
     Raises:
         WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
     """
+    if rpc is None and name == "llama.cpp" and _workers:
+        rpc, split = _workers["rpc"], _workers["split"]
     if split is not None and not rpc:
         raise WalkthroughError("--split says how many layers each host of --rpc holds: give --rpc too")
     if check_engine(name) == "llama.cpp":

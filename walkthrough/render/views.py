@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from walkthrough.engine.layer_groups import KIND_LETTERS, cache_groups, ranges_text
+from walkthrough.engine.layer_groups import KIND_LETTERS, CacheGroup, cache_groups, ranges_text
 from walkthrough.errors import WalkthroughError
 from walkthrough.render.format import human_bytes, human_count
 from walkthrough.textsafe import safe_text, token_label
@@ -24,6 +24,7 @@ TOKEN_STYLES = ("on blue", "underline on magenta")
 SPECIAL_STYLE = "bold reverse"
 KIND_STYLES = {"full": "", "sliding": "cyan", "linear": "magenta"}
 LAYER_RUNS_CHARS = 12  # longest run list ("0-4,6-10") shown before a group is written as a count
+HOST_CHARS = 15  # a host column's width: "127.0.0.1:50052"
 
 
 def token_style(index: int, special: bool) -> str:
@@ -61,16 +62,20 @@ def kv_table(step) -> Group:
     groups = cache_groups(step.layers)
     mixed = len({g.kind for g in groups}) > 1
     table = Table(box=None, padding=(0, 1), show_edge=False)
+    split = _host_groups(step)
+    if split:  # a run over RPC workers: each host's layers apart, the host named on its first row
+        table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=HOST_CHARS)
     table.add_column("layers", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("pos", justify="right")
     table.add_column("bytes", justify="right")
-    for g in groups:
+    for host, g in split or [(None, g) for g in groups]:
         runs = ranges_text(g.layers)
         layers = runs if len(runs) <= LAYER_RUNS_CHARS else count(len(g.layers), "layer")
         kind = Text(f"{g.letter} " if mixed else "", style=KIND_STYLES[g.kind]).append(g.kind)
         pos = "fixed" if g.kind == "linear" else str(g.kv_len)
-        table.add_row(layers, kind, pos, human_bytes(g.total_bytes))
+        named = () if not split else (Text(host or "", style="bold"),)
+        table.add_row(*named, layers, kind, pos, human_bytes(g.total_bytes))
     if not mixed:
         return Group(table)
     strip = Text("layers ", style="bold")
@@ -83,7 +88,30 @@ def kv_table_height(step, width: int) -> int:
     """Lines `kv_table(step)` takes at `width`: its cells are short and do not wrap, its letter strip does."""
     groups = cache_groups(step.layers)
     strip = -(-(len("layers ") + len(step.layers)) // max(width, 1)) if len({g.kind for g in groups}) > 1 else 0
-    return strip + 1 + len(groups)
+    return strip + 1 + len(_host_groups(step) or groups)
+
+
+def hosts_text(split: dict) -> Text:
+    """A run split over hosts (`Step.split`): each host's layers, then its name ("L0-1 127.0.0.1:50052";
+    "input" for a host that only embeds the tokens, "+out" on the host of the output head)."""
+    out = Text("hosts", style="bold")
+    for host in split["placement"]:
+        held = ranges_text(host["layers"]) + ("+out" if host["output"] else "")
+        out.append(f"\n{'L' + held if held else 'input'} {host['host']}")
+    return out
+
+
+def _host_groups(step) -> list[tuple[str | None, CacheGroup]]:
+    """On a run split over hosts (`Step.split`), the cache groups of each host's layers in pass order, each
+    host named on its first group only (None after); [] for a run on one host."""
+    if step.split is None:
+        return []
+    out: list[tuple[str | None, CacheGroup]] = []
+    for host in step.split["placement"]:
+        held = set(host["layers"])
+        for i, g in enumerate(cache_groups([t for t in step.layers if t.index in held])):
+            out.append((host["host"] if i == 0 else None, g))
+    return out
 
 
 def candidates_table(state, step, n: int = 5, piece_chars: int | None = None) -> Table:

@@ -1,5 +1,8 @@
 """The live panel beside the stepping stages: KV cache, experts lit, bytes read, top candidates.
 
+On a run split over RPC workers, the figures name each host's layers and the
+KV cache by layer is grouped by host.
+
 It redraws from the last Step of the run whenever the app's state changes. On a
 wide screen it is a column on the right, its sections one under another; on a
 narrow one (80 columns) it sits under the stage in a short strip whose
@@ -22,7 +25,7 @@ from textual.widgets import Static
 
 from walkthrough.render.experts_view import ExpertsGrid
 from walkthrough.render.format import human_bytes
-from walkthrough.render.views import candidates_table, kv_table, kv_table_height
+from walkthrough.render.views import candidates_table, hosts_text, kv_table, kv_table_height
 from walkthrough.words import count
 
 WIDE_ENOUGH = 60  # columns from which the sections are laid side by side
@@ -64,8 +67,9 @@ class LivePanel(Static):
         width, height = self.size.width, self.size.height
         candidates = Group(Text("next token", style="bold"), candidates_table(state, step, CANDIDATES, PIECE_CHARS))
         candidates_lines = 2 + min(CANDIDATES, len(step.logits))  # title, header, rows: short cells do not wrap
-        figures = Group(kv, read)
-        figures_lines = sum(len(t.wrap(self.app.console, max(width, 1))) for t in (kv, read))
+        texts = (kv, read, *([hosts_text(step.split)] if step.split is not None else []))
+        figures = Group(*texts)
+        figures_lines = sum(len(t.wrap(self.app.console, max(width, 1))) for t in texts)
         layers = Group(Text("KV cache by layer", style="bold"), kv_table(step))
         layers_lines = 1 + kv_table_height(step, width)
         once = Text("")

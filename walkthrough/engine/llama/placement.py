@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from walkthrough.engine.layer_groups import ranges_text
+
 THIS_HOST = "this host"
 F32_BYTES = 4  # ggml's activations between layers are F32
 _ASSIGNED = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
@@ -49,7 +51,7 @@ class Host:
         if self.name == THIS_HOST:
             parts.append("input embedding")
         if self.layers:
-            parts.append(("layer " if len(self.layers) == 1 else "layers ") + _ranges(self.layers))
+            parts.append(("layer " if len(self.layers) == 1 else "layers ") + ranges_text(self.layers))
         if self.output:
             parts.append("output head")
         return " + ".join(parts)
@@ -150,14 +152,3 @@ def from_log(lines: list[str], devices: dict[str, str], n_layers: int, n_embd: i
             device = order[-1]  # output, output_norm, and anything outside the layers
         by_device[device].weight_bytes += t.nbytes
     return Placement(hosts, order, n_embd, n_vocab)
-
-
-def _ranges(layers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'"""
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)

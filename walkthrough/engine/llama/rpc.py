@@ -241,3 +241,8 @@ def on_abort(endpoints: list[Endpoint]) -> None:
 
 
 _fatal_hooks: list = []  # called before the process ends on a lost worker (the app restores the terminal)
+
+
+def on_fatal(hook) -> None:
+    """Call `hook()` before a lost worker ends the process (the app leaves its screen modes)."""
+    _fatal_hooks.append(hook)
