@@ -69,6 +69,11 @@ class RecordingServer:
         RecordingServer.options.append(self.server_options)
 
 
+def serve_without_serving(monkeypatch) -> None:
+    """`walkthrough serve` in this test records what it would serve instead of serving forever."""
+    monkeypatch.setattr("walkthrough.serving_web.server.GuardedServer", RecordingServer)
+
+
 def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -141,7 +146,7 @@ def test_no_model_means_the_bundled_one(command, tmp_path, capsys, monkeypatch):
     """Every command opens the same file for a missing MODEL (a fixture stands in for the tiny model)."""
     monkeypatch.setattr(locate, "BUNDLED_MODEL", REFERENCE)
     if command == "serve":
-        monkeypatch.setattr("walkthrough.serving_web.server.GuardedServer", RecordingServer)
+        serve_without_serving(monkeypatch)
     code, out, err = run_cli(capsys, command_argv(command, tmp_path))
     assert code == 0, err
     if command == "inspect":

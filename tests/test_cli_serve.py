@@ -13,7 +13,13 @@ import sys
 
 import pytest
 from conftest import FIXTURES_DIR
-from test_cli_errors import RecordingServer, assert_one_line_error, free_port, run_cli
+from test_cli_errors import (
+    RecordingServer,
+    assert_one_line_error,
+    free_port,
+    run_cli,
+    serve_without_serving,
+)
 
 from walkthrough.commands.serve import is_loopback
 
@@ -25,7 +31,7 @@ def recording(monkeypatch):
     pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install '.[test]')")
     RecordingServer.started.clear()
     RecordingServer.options.clear()
-    monkeypatch.setattr("walkthrough.serving_web.server.GuardedServer", RecordingServer)
+    serve_without_serving(monkeypatch)
     return RecordingServer.started
 
 

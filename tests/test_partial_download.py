@@ -14,9 +14,14 @@ import pytest
 from app_support import SIZES, app_for, settle, widget_text
 from conftest import FIXTURES_DIR
 from real_weights_support import find_smollm2
-from test_cli_errors import RecordingServer, assert_one_line_error, command_argv, run_cli
+from test_cli_errors import (
+    MODEL_COMMANDS,
+    assert_one_line_error,
+    command_argv,
+    run_cli,
+    serve_without_serving,
+)
 
-from walkthrough.cli import SUBCOMMANDS
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import GGUFError, open_gguf
 from walkthrough.inspect.tokenizer import GGUFTokenizer
@@ -66,10 +71,10 @@ def test_the_header_gives_the_same_card_and_tokens(cut):
     assert GGUFTokenizer.from_gguf(f).encode(text) == GGUFTokenizer.from_gguf(whole).encode(text)
 
 
-@pytest.mark.parametrize("command", SUBCOMMANDS)
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
 def test_every_command_opens_it_or_says_it_needs_the_weights(command, cut, tmp_path, capsys, monkeypatch):
     if command == "serve":
-        monkeypatch.setattr("textual_serve.server.Server", RecordingServer)
+        serve_without_serving(monkeypatch)
     argv = [*command_argv(command, tmp_path), cut]
     if command == "compare":
         argv.insert(-1, REFERENCE)  # A whole, B cut: either missing is refused
