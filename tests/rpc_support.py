@@ -77,8 +77,8 @@ def free_llama_objects() -> None:
     the process when it frees a buffer on a worker that is gone."""
     import gc
 
-    from walkthrough.engine.llama_model import LlamaModel
-    from walkthrough.engine.llama_session import LlamaSession
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
 
     gc.collect()
     objects = gc.get_objects()

@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_workers(args: argparse.Namespace) -> None:
     """--rpc: each worker reached and registered now (one line if not), before the screen is taken; every
     model the app loads then places its layers over them; a worker lost later restores the terminal first."""
-    from walkthrough.engine import rpc
+    from walkthrough.engine.llama import rpc
     from walkthrough.engine.engines import use_workers
     from walkthrough.errors import WalkthroughError
 
