@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from app_support import app_for, screen_text, settle
 
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.request import stages
 from walkthrough.screens.messages import RoundDone
 

@@ -8,8 +8,8 @@ import numpy as np
 
 from walkthrough.engine.attention_map import AttentionMap
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "walkthrough" / "assets" / "tiny-clinical-moe.gguf"

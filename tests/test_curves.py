@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from walkthrough.costs.budget import FITS, NO_FIT, memory_plan
-from walkthrough.costs.estimate import users_table
 from walkthrough.costs.curves import (
     CACHE_TYPES,
     all_kv_bytes,
@@ -18,6 +17,7 @@ from walkthrough.costs.curves import (
     ttft_curve,
     users_curve,
 )
+from walkthrough.costs.estimate import users_table
 from walkthrough.costs.hardware import load_profiles
 from walkthrough.inspect.card import build_card, type_bytes_per_value
 from walkthrough.inspect.gguf import open_gguf

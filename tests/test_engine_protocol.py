@@ -15,11 +15,11 @@ from llama_support import needs_llama
 from tiny_model_support import MODEL_PATH
 
 from walkthrough.engine.engines import load_model, new_session
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session as NumpySession
 from walkthrough.engine.llama.model import LlamaModel
 from walkthrough.engine.llama.session import LlamaSession
-from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.protocol import Engine, ModelLayout, Session
-from walkthrough.engine.glassbox.session import Session as NumpySession
 from walkthrough.inspect.gguf import open_gguf
 
 IMPLEMENTATIONS = [(Engine, Model), (Engine, LlamaModel), (Session, NumpySession), (Session, LlamaSession)]

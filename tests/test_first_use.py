@@ -10,8 +10,8 @@ from conftest import FIXTURES_DIR
 from walkthrough.cli import main
 from walkthrough.costs.measured import first_use_line, measure
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
 
 QWEN2 = FIXTURES_DIR / "reference" / "ref-qwen2-f32.gguf"
 

@@ -15,11 +15,11 @@ from gguf import quants
 from test_cli_errors import run_cli
 
 from walkthrough.costs import memory
-from walkthrough.engine.glassbox.dequant import FAST, dequantize_fast
 from walkthrough.costs.memory import Holding, dequantized_bytes, parse_size
+from walkthrough.engine.glassbox.dequant import FAST, dequantize_fast
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf

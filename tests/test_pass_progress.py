@@ -13,8 +13,8 @@ from rich.console import Console
 
 from walkthrough.app import pass_status
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.screens import messages as msg
 from walkthrough.screens.base import StageBar

@@ -24,9 +24,9 @@ from walkthrough.engine.glassbox import deltanet
 from walkthrough.engine.glassbox.config import build_config
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.qwen35 import hybrid_dims, text_rope_pairs
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.glassbox.validate import IncompleteModel
+from walkthrough.engine.sampler import Sampler
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf

@@ -8,8 +8,8 @@ from conftest import FIXTURES_DIR
 
 from walkthrough.engine.glassbox.config import UnsupportedArchitecture
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.errors import WalkthroughError
 
 PROMPT = [236, 105, 56, 190, 230, 74, 97, 21, 254, 256, 184, 149, 150]  # any ids below the 268-token vocabulary

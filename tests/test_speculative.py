@@ -19,11 +19,11 @@ from conftest import FIXTURES_DIR
 from test_qwen35moe import PROMPT as HYBRID_PROMPT
 from test_qwen35moe import Shape, write_qwen35moe
 
-from walkthrough.engine.serving.drafters import DraftModel, PromptLookup, lookup
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.serving.mtp import MTPBlock, MTPDrafter
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Cancelled, Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.engine.serving.drafters import DraftModel, PromptLookup, lookup
+from walkthrough.engine.serving.mtp import MTPBlock, MTPDrafter
 from walkthrough.engine.serving.speculative import prefill, speculate
 from walkthrough.errors import WalkthroughError
 

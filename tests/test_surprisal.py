@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.surprisal import run_summary
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import render, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer

@@ -31,8 +31,8 @@ from walkthrough.app_load import LoadsTheRequest
 from walkthrough.app_quit import EndsAtOnce
 from walkthrough.app_speculate import SpeculatesRounds
 from walkthrough.app_stages import StageModes
-from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.glassbox.session import Cancelled
+from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.errors import WalkthroughError
 from walkthrough.request import parts, stages
 from walkthrough.request.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder

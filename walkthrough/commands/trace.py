@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):
     """The passes of a speculative run: prefill chunks, then one verification pass per round."""
-    from walkthrough.engine.serving import speculative
     from walkthrough.engine.glassbox.session import Session
+    from walkthrough.engine.serving import speculative
     from walkthrough.inspect.locate import model_path
 
     draft = model_path(args.draft) if args.draft else None

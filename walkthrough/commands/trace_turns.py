@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from walkthrough.commands.common import warn
-from walkthrough.engine.serving.coldstart import cold_start, kept_start, warm_start
 from walkthrough.engine.context_fit import check_fits
 from walkthrough.engine.engines import new_session
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import SamplerSettings
+from walkthrough.engine.serving.coldstart import cold_start, kept_start, warm_start
 from walkthrough.engine.serving.turns import Conversation, FourCalls, summarize
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.template import load_messages

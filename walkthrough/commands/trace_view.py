@@ -36,13 +36,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.costs.measured import first_use_line, measured_here
 from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.serving.rounds import round_stats
-from walkthrough.render.split_text import pass_lines, placement_lines, summary
 from walkthrough.engine.steps import Step
 from walkthrough.render.format import human_bytes
+from walkthrough.render.split_text import pass_lines, placement_lines, summary
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.words import count
 from walkthrough.words import noun as noun_for

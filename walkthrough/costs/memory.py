@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from walkthrough.engine.glassbox import ops
 from walkthrough.costs.budget import compute_buffer_bytes
+from walkthrough.engine.glassbox import ops
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile

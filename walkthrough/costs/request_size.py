@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from walkthrough.costs.estimate import Estimate, estimate
 from walkthrough.costs.curves import CACHE_TYPES
+from walkthrough.costs.estimate import Estimate, estimate
 from walkthrough.costs.hardware import Profile
 from walkthrough.inspect.card import ModelCard
 from walkthrough.words import count

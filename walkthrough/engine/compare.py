@@ -29,9 +29,9 @@ import numpy as np
 
 from walkthrough.engine import surprisal as sp
 from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.numeric_checks import InvalidNumbers, check_logits
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.glassbox.session import Session
 from walkthrough.errors import WalkthroughError
 
 TOP_N = 5

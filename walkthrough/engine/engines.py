@@ -19,8 +19,8 @@ from walkthrough.errors import WalkthroughError
 from walkthrough.units import binary_bytes
 
 if TYPE_CHECKING:  # kept light: the CLI's parser reads ENGINES
-    from walkthrough.engine.protocol import Engine, Session
     from walkthrough.engine.llama.rpc import Endpoint
+    from walkthrough.engine.protocol import Engine, Session
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile
 
@@ -84,8 +84,8 @@ def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool =
     session's (llama.cpp's takes none: a hybrid model's state rewinds to the start). `measure_surprisal`
     (every prompt token's surprisal) and `attention_rows` (every row of the attention weights) work on both.
     """
-    from walkthrough.engine.llama.model import LlamaModel
     from walkthrough.engine.glassbox.model import Model
+    from walkthrough.engine.llama.model import LlamaModel
 
     if isinstance(model, LlamaModel):
         from walkthrough.engine.llama.session import LlamaSession

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from walkthrough.engine.checkpoints import Checkpoint, Reuse
-    from walkthrough.engine.sampler import Sampler, SampleResult
     from walkthrough.engine.glassbox.session import Progress
+    from walkthrough.engine.sampler import Sampler, SampleResult
     from walkthrough.engine.steps import Step
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.gguf import GGUFFile

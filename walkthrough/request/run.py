@@ -351,10 +351,10 @@ def _user_starts(request: PromptSource) -> list[int]:
 
 def _speculative(plan: RoundPlan, progress: Progress) -> Iterator[Step | None]:
     """The prompt's last prefill pass, then one verification pass per round (numpy engine only)."""
-    from walkthrough.engine.serving import speculative
     from walkthrough.engine.glassbox.model import Model
-    from walkthrough.engine.sampler import Sampler
     from walkthrough.engine.glassbox.session import Session as NumpySession
+    from walkthrough.engine.sampler import Sampler
+    from walkthrough.engine.serving import speculative
 
     if not isinstance(plan.model, Model):
         raise WalkthroughError("speculative decoding runs on the numpy engine; open the file without "

@@ -28,15 +28,15 @@ from walkthrough.inspect.locate import DEFAULT_REQUEST
 from walkthrough.request.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
 if TYPE_CHECKING:
-    from walkthrough.engine.attention_map import AttentionMap
-    from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.costs.estimate import Estimate
     from walkthrough.costs.hardware import Profile
     from walkthrough.costs.measured import Measured
+    from walkthrough.engine.attention_map import AttentionMap
     from walkthrough.engine.protocol import Engine
     from walkthrough.engine.sampler import SampleResult, SamplerSettings
-    from walkthrough.engine.steps import Step
+    from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.engine.serving.turns import Summary, Turn
+    from walkthrough.engine.steps import Step
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
     from walkthrough.inspect.gguf import GGUFFile

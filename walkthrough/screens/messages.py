@@ -23,10 +23,10 @@ from textual.worker import Worker
 from walkthrough.request.parts import Part
 
 if TYPE_CHECKING:
-    from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.engine.protocol import Engine
-    from walkthrough.engine.steps import Step
+    from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.engine.serving.turns import Summary, Turn
+    from walkthrough.engine.steps import Step
 
 
 @dataclass

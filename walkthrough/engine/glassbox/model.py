@@ -34,10 +34,10 @@ from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config, build_config
 from walkthrough.engine.glassbox.layers import FFNS, MIXERS, PassInput
 from walkthrough.engine.glassbox.meter import Meter
-from walkthrough.engine.numeric_checks import check_small_tensors
-from walkthrough.engine.steps import LayerTrace
 from walkthrough.engine.glassbox.validate import check_tensors
 from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights
+from walkthrough.engine.numeric_checks import check_small_tensors
+from walkthrough.engine.steps import LayerTrace
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard, build_card, tensor_group, tensor_layer
 from walkthrough.inspect.gguf import GGUFFile, open_gguf

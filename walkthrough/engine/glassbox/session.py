@@ -69,7 +69,6 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from walkthrough.engine import surprisal
-from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.checkpoints import (
     DEFAULT_EVERY,
     Checkpoint,
@@ -78,6 +77,7 @@ from walkthrough.engine.checkpoints import (
     common_prefix,
     copy_states,
 )
+from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.model import Model, Progress
 from walkthrough.engine.sampler import Sampler, SampleResult
 from walkthrough.engine.steps import Step

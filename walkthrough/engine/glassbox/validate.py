@@ -17,8 +17,8 @@ Shapes are ggml order (ne0 first), as `TensorInfo.shape` stores them.
 
 from __future__ import annotations
 
-from walkthrough.engine.glassbox import shortconv
 from walkthrough.engine.arch import Tensors
+from walkthrough.engine.glassbox import shortconv
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from walkthrough.engine.llama.placement import Placement, from_log, split_params
 from walkthrough.engine.llama.pass_cost import PassCounter
+from walkthrough.engine.llama.placement import Placement, from_log, split_params
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard, build_card
 from walkthrough.inspect.gguf import GGUFFile, open_gguf

@@ -39,14 +39,14 @@ import time
 
 import numpy as np
 
-from walkthrough.engine.llama import rpc_traffic
 from walkthrough.engine import surprisal
 from walkthrough.engine.checkpoints import Checkpoint, Checkpoints
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.llama import rpc_traffic
 from walkthrough.engine.llama.capture import Capture, Progress
 from walkthrough.engine.llama.model import LlamaModel, recent_log
 from walkthrough.engine.llama.pass_cost import PassShape
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.steps import LayerTrace, Step
 from walkthrough.errors import WalkthroughError
 

@@ -52,8 +52,8 @@ class StartTimes:
 def _first_token(model, ids: list[int], *, chunk: int | None, kv_type: str, session=None,
                  cancelled: Callable[[], bool] | None = None) -> float:
     """Seconds from sending `ids` to `session` (a new one by default) to its first chosen token."""
-    from walkthrough.engine.sampler import Sampler
     from walkthrough.engine.glassbox.session import Session, stop_when
+    from walkthrough.engine.sampler import Sampler
 
     began = time.perf_counter()
     session = session or Session(model, kv_type=kv_type, auto_checkpoints=False)

@@ -32,11 +32,11 @@ import numpy as np
 
 from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
-from walkthrough.engine.serving.drafters import Proposal
 from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.glassbox.model import EMBEDDING, OUTPUT, Model, Progress, block
-from walkthrough.engine.steps import LayerTrace, Step
 from walkthrough.engine.glassbox.validate import check_layer, check_named
+from walkthrough.engine.serving.drafters import Proposal
+from walkthrough.engine.steps import LayerTrace, Step
 from walkthrough.errors import WalkthroughError
 
 SKIPPED = "none"  # the kind given to trunk layers in the block's own config: no cache, never run

@@ -44,10 +44,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
-from walkthrough.engine.serving.drafters import Drafter, DraftModel, PromptLookup, roll_back
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler
 from walkthrough.engine.glassbox.session import Progress, Session
+from walkthrough.engine.sampler import Sampler
+from walkthrough.engine.serving.drafters import Drafter, DraftModel, PromptLookup, roll_back
 from walkthrough.engine.steps import Draft, Step
 from walkthrough.errors import WalkthroughError
 

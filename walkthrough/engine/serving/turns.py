@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.checkpoints import Reuse
 from walkthrough.engine.context_fit import check_fits
+from walkthrough.engine.glassbox.session import Session, stop_when
 from walkthrough.engine.prefix_break import Break, Held, explain
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.engine.glassbox.session import Session, stop_when
 from walkthrough.engine.steps import Step, totals
 from walkthrough.inspect.chat import ChatTokens, chat_tokens
 
