@@ -80,8 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_workers(args: argparse.Namespace) -> None:
     """--rpc: each worker reached and registered now (one line if not), before the screen is taken; every
     model the app loads then places its layers over them; a worker lost later restores the terminal first."""
-    from walkthrough.engine.llama import rpc
     from walkthrough.engine.engines import use_workers
+    from walkthrough.engine.llama import rpc
     from walkthrough.errors import WalkthroughError
 
     if args.engine != "llama.cpp":

@@ -24,7 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from walkthrough.commands.common import add_engine_argument, add_model_argument, add_rpc_arguments, open_model
+from walkthrough.commands.common import (
+    add_engine_argument,
+    add_model_argument,
+    add_rpc_arguments,
+    open_model,
+)
 from walkthrough.errors import WalkthroughError
 
 DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
@@ -59,6 +64,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="also run the request here and show what it measured beside each estimate")
     add_engine_argument(p)
     add_rpc_arguments(p)
+    p.add_argument("--hosts", type=int, metavar="N",
+                   help="also model the model split over N hosts of the profile (llama.cpp's RPC layer split)")
+    p.add_argument("--link", default="10gbe", metavar="NAME",
+                   help="the link between --hosts: 1gbe, 10gbe (default), 25gbe, thunderbolt, nvlink, pcie4")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,8 +90,14 @@ def run(args: argparse.Namespace) -> int:
         raise WalkthroughError(f"--users {args.users}: must be at least 1")
     results = [estimate(card, hw, context, prompt, output, args.kv_type, args.users) for hw in profiles]
     measured = _measure(args, card, prompt, output) if args.measure else None
+    splits = _splits(args, card, results, context, prompt)
     if args.json:
         records = [dict(as_json(path, card, e), images=images) for e in results]
+        if splits:
+            from walkthrough.commands.estimate_hosts import record
+
+            for r, split in zip(records, splits):
+                r["hosts"] = record(split)
         if args.evidence:
             for record, e in zip(records, results):
                 record["evidence"] = [_run_json(r) for r in evidence_runs(card, e)]
@@ -98,6 +113,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
               f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
     print_tables(path, card, results, measured, evidence=args.evidence)
+    if splits:
+        from rich.console import Console
+
+        from walkthrough.commands.estimate_hosts import link_note, table
+
+        console = Console()
+        for e, split in zip(results, splits):
+            console.print(table(e, split))
+        console.print(link_note(splits[0].link), markup=False, highlight=False)
     if measured is not None and measured.split:
         from walkthrough.render.split_text import pass_lines
 
@@ -151,10 +175,27 @@ def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
             "formula": one.formula + (f" + {one.markers} markers" if one.markers else "")}
 
 
+def _splits(args: argparse.Namespace, card: Any, results: list[Any], context: int, prompt: int) -> list[Any]:
+    """The pipeline split over --hosts for each profile (`costs.pipeline`), or [] without --hosts."""
+    from walkthrough.costs.pipeline import model, pick_link
+
+    if args.hosts is None:
+        return []
+    link = pick_link(args.link)
+    return [model(card, e.hardware, link, args.hosts, context, prompt, args.kv_type, box=_box(e)) for e in results]
+
+
+def _box(e: Any) -> tuple[float, float] | None:
+    """One box's (seconds per token, prompt seconds) when it holds the whole model (no offload), else None."""
+    if e.decode is None or e.prefill is None or e.decode.slow_share.value > 0 or e.chips is not None:
+        return None
+    return 1 / e.decode.tokens_per_s.value, e.prefill.seconds.value
+
+
 def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:
     """The request run on this machine with the chosen engine (`engine.measured.time_request`)."""
-    from walkthrough.engine.engines import load_model
     from walkthrough.costs.measured import time_request
+    from walkthrough.engine.engines import load_model
 
     f = open_model(args.model, runs="estimate --measure")
     try:
