@@ -54,7 +54,7 @@ from walkthrough.costs.budget import (
 )
 from walkthrough.costs.figure import Figure, derived, given
 from walkthrough.costs.fitted import Band
-from walkthrough.costs.hardware import Profile
+from walkthrough.costs.hardware import Profile, is_calibrated
 from walkthrough.inspect.card import ModelCard
 from walkthrough.units import fmt
 from walkthrough.words import count
@@ -453,6 +453,8 @@ def no_band_reason(e: Estimate) -> str:
         return "no band: an SRAM machine, modelled as a pipeline of chips (roofline)"
     if e.memory.placement.describe() and e.decode is not None and e.decode.slow_share.value:
         return "no band: part of the model is read from system RAM, which the fitted model does not cover (roofline)"
+    if is_calibrated(e.hardware):
+        return "no band: this machine as walkthrough calibrate measured it (roofline at the bandwidth it reached)"
     if not fitted.family(e.hardware):
         return "no band: the profile names no backend family, so its typed decode efficiency is used (roofline)"
     return "no band: the profile's family has no measured runs of this phase (roofline)"

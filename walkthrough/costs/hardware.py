@@ -91,14 +91,28 @@ def user_config_path() -> Path:
     return Path(base) / "walkthrough" / "hardware.json"
 
 
+def calibrated_path() -> Path:
+    """`$XDG_CONFIG_HOME/walkthrough/calibrated.json`: the profile `walkthrough calibrate` measured and wrote."""
+    return user_config_path().with_name("calibrated.json")
+
+
+def is_calibrated(hw: Profile) -> bool:
+    """Whether the profile is this machine as `walkthrough calibrate` measured it."""
+    return hw.origin == str(calibrated_path())
+
+
 def load_profiles(extra_file: str | Path | None = None) -> dict[str, Profile]:
-    """Bundled profiles, then the user's config file if present, then `extra_file`; later ids win.
+    """Bundled profiles, then `walkthrough calibrate`'s, then the user's config file if present, then
+    `extra_file`; later ids win (a calibrated `cpu-here` replaces the bundled one).
 
     Raises:
         HardwareFileError: a file is unreadable, not JSON, or has a malformed profile.
     """
     raw: dict[str, tuple[dict[str, Any], str]] = {}
     sources = [(bundled_path(), "bundled")]
+    calibrated = calibrated_path()
+    if calibrated.is_file():
+        sources.append((calibrated, str(calibrated)))
     user = user_config_path()
     if user.is_file():
         sources.append((user, str(user)))
@@ -130,6 +144,11 @@ def _read_entries(path: Path, origin: str) -> list[dict[str, Any]]:
     for i, entry in enumerate(entries, 1):
         _check_entry(entry, f"{where}: profile {i}", bundled=origin == "bundled")
     return entries
+
+
+def check_profile(entry: Any, where: str) -> None:
+    """Check one user profile entry (the hardware-file format), or raise a one-line `HardwareFileError`."""
+    _check_entry(entry, where, bundled=False)
 
 
 def _check_entry(entry: Any, where: str, *, bundled: bool) -> None:
