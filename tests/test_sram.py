@@ -17,7 +17,7 @@ from test_costs import qwen36_like
 from walkthrough.costs.budget import FITS, memory_plan
 from walkthrough.costs.estimate import estimate, rows
 from walkthrough.costs.hardware import GIB, load_profiles
-from walkthrough.costs.sram import as_machine, chips_needed, is_sram
+from walkthrough.costs.sram import as_machine, chips_needed, is_sram, pipeline_fit, pipeline_rate
 
 SRAM_IDS = ("groq-lpu", "cerebras-wse3")
 
@@ -45,7 +45,12 @@ def test_the_estimate_runs_on_that_many_chips_at_one_chips_bandwidth(hw_id, prof
     assert e.chips is not None and e.memory.verdict == FITS
     assert e.hardware.memory_gib == pytest.approx(hw.memory_gib * e.chips.value)
     assert e.decode.ceiling.value == pytest.approx(hw.bandwidth_gbs * 1e9 / e.decode.bytes_per_token.value)
-    assert e.decode.tokens_per_s.value == pytest.approx(e.decode.ceiling.value * hw.decode_efficiency)
+    # the pipeline fitted on the vendor's published single-user speeds, with its band
+    fit = pipeline_fit(e.hardware)
+    layers = sum(1 for layer in card.layers if not layer.mtp)
+    assert e.decode.tokens_per_s.value == pytest.approx(pipeline_rate(fit, e.hardware, e.decode.bytes_per_token.value,
+                                                                      layers))
+    assert e.decode.band.runs == len(hw.published) >= 3 and e.decode.band.fraction == pytest.approx(fit.band)
     labels = [r.label for r in rows(e)]
     assert labels[0] == "chips (SRAM)" and "decode ceiling" in labels
 
@@ -69,3 +74,22 @@ def test_estimate_command_prints_the_chips(capsys):
     assert result["chips"] >= 1 and result["figures"]["chips"]["formula"] == "ceil(memory needed / SRAM per chip)"
     code, out, err = run_cli(capsys, ["estimate", "--hardware", "cerebras-wse3"])
     assert code == 0 and "chips (SRAM)" in out
+
+
+@pytest.mark.parametrize("hw_id", SRAM_IDS)
+def test_the_pipeline_reproduces_the_published_speeds_it_was_fitted_on(hw_id, profiles):
+    hw = profiles[hw_id]
+    fit = pipeline_fit(hw)
+    assert all(c >= 0 for c in fit.coefficients) and fit.coefficients[1] > 0  # a fixed cost per layer
+    for run in hw.published:
+        rate = pipeline_rate(fit, hw, run["bytes_per_token"], run["layers"])
+        assert abs(rate / run["tokens_per_s"] - 1) <= fit.band  # no run further off than a run left out
+        assert run["source"].startswith("https://")
+
+
+def test_a_small_moe_is_not_hundreds_of_times_faster_than_a_dense_70b(profiles):
+    card = qwen36_like()
+    for hw_id in SRAM_IDS:
+        e = estimate(card, profiles[hw_id], 8192, 2900, 300)
+        fastest = max(run["tokens_per_s"] for run in profiles[hw_id].published)
+        assert e.decode.tokens_per_s.value < 5 * fastest, hw_id

@@ -60,6 +60,7 @@ from walkthrough.units import fmt
 from walkthrough.words import count
 
 SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
+SRAM_FITTED = "pipeline of chips fitted on published single-user speeds: a x bytes / one chip's bw + c x layers"
 USERS_SCALED = "roofline per-user speed x (fitted single-user speed / roofline single-user speed)"
 FITTED = "timing model fitted on measured runs: "
 
@@ -206,6 +207,13 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
     fast = total.value - slow
     if not slow:
         ceiling = decode_ceiling(total, bw)
+        pipe = sram.pipeline_fit(hw)
+        if pipe is not None:
+            shape = card_shape(card, cache_type)
+            rate = sram.pipeline_rate(pipe, hw, total.value, shape.layers)
+            band = Band(hw.id, "decode", pipe.band, pipe.runs, 1, basis=f"{hw.id} published single-user speeds")
+            real = derived(rate, "tokens/s", SRAM_FITTED, ceiling=ceiling)
+            return Decode(total, ceiling, real, given(0.0, "", "no offload"), band)
         fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
         if fit is not None:
             real = derived(fit[0], "tokens/s", fitted_formula("decode", card.is_moe), ceiling=ceiling)
@@ -358,7 +366,7 @@ def users_table(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
     if also not in rows:
         rows[also] = users_row(card, hw, also, context, cache_type, placement, fit)
     out = [rows[k] for k in sorted(rows)]
-    if fitted.family(hw):
+    if fitted.family(hw) or sram.pipeline_fit(hw) is not None:
         one = rows.get(1) or users_row(card, hw, 1, context, cache_type, placement, fit)
         single = decode(card, hw, context, cache_type, placement).tokens_per_s
         out = [_scaled(r, single, one.per_user) for r in out]
@@ -450,7 +458,7 @@ def _why(fig: Figure) -> str:
 def no_band_reason(e: Estimate) -> str:
     """Why an estimate's speeds carry no error band (the roofline alone)."""
     if e.chips is not None:
-        return "no band: an SRAM machine, modelled as a pipeline of chips (roofline)"
+        return "no band: an SRAM machine without published single-user speeds (roofline of a pipeline of chips)"
     if e.memory.placement.describe() and e.decode is not None and e.decode.slow_share.value:
         return "no band: part of the model is read from system RAM, which the fitted model does not cover (roofline)"
     if is_calibrated(e.hardware):

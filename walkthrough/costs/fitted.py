@@ -33,10 +33,12 @@ class Band:
     runs: int
     machines: int
     machine_runs: int = 0  # runs of this very machine behind its factor
+    basis: str = ""  # what the runs are when they are not a backend family's corpus runs
 
     def describe(self) -> str:
         """E.g. '±19%: backend CUDA, 79 runs (12 machines)'."""
-        runs = f"backend {self.family}, {self.runs} {self.phase} runs ({self.machines} machines)"
+        runs = (f"{self.basis}, {self.runs} runs" if self.basis else
+                f"backend {self.family}, {self.runs} {self.phase} runs ({self.machines} machines)")
         own = f"; scaled to this machine's {self.machine_runs} measured runs" if self.machine_runs else ""
         if self.fraction is None:
             return f"no band: {runs}, too few to say how far off{own}"

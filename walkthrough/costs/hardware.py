@@ -58,6 +58,7 @@ class Profile:
     sources: dict[str, str] = field(default_factory=dict)
     origin: str = "bundled"  # "bundled" or the user file it came from
     backend: str = ""  # backend family for the fitted timing model ("" : none, the roofline alone)
+    published: tuple[dict[str, Any], ...] = ()  # SRAM machines: published single-user speeds (engine.sram)
     machine: str = ""  # the corpus machine this profile is (its measured runs scale the fit)
 
     @property
@@ -183,6 +184,14 @@ def _check_entry(entry: Any, where: str, *, bundled: bool) -> None:
         fail("compute_precision", "must be a string")
     if entry.get("backend", "") not in ("", *FAMILIES):
         fail("backend", f"must be one of {', '.join(FAMILIES)} (or left out)")
+    published = entry.get("published", [])
+    keys = ("layers", "expert_calls", "bytes_per_token", "tokens_per_s")
+    if not isinstance(published, list) or not all(
+        isinstance(run, dict) and isinstance(run.get("source"), str)
+        and all(isinstance(run.get(k), (int, float)) and not isinstance(run.get(k), bool) and run[k] >= 0 for k in keys)
+        and run["tokens_per_s"] > 0 and run["bytes_per_token"] > 0 for run in published
+    ):
+        fail("published", f"must be a list of runs, each with {', '.join(keys)} (numbers) and a source")
     if not isinstance(entry.get("machine", ""), str):
         fail("machine", "must be the id of a machine of the measured-runs corpus, or left out")
     host = entry.get("host")
@@ -231,6 +240,7 @@ def _profile(entry: dict[str, Any], origin: str, host: Profile | None) -> Profil
         sources=dict(entry.get("sources", {})),
         origin=origin,
         backend=entry.get("backend", ""),
+        published=tuple(entry.get("published", ())),
         machine=entry.get("machine", ""),
     )
 
