@@ -46,6 +46,8 @@ def command_argv(name: str, tmp_path: Path) -> list[str]:
         "compare": ["compare", "--prompt", "hello", "--steps", "1"],
         "serve": ["serve", "--port", str(free_port())],
         "bench": ["bench", "--prompt-tokens", "4", "--output-tokens", "1"],
+        "calibrate": ["calibrate", "--prompt-tokens", "4", "--output-tokens", "2", "--out",
+                      str(tmp_path / "calibrated.json")],
     }[name]
 
 
@@ -255,6 +257,7 @@ ISSUE_OPTIONS = {  # the options each issue's usage line names
     "serve": ["MODEL", "--host", "--port"],
     "bench": ["MODEL", "--engine", "--prompt-tokens", "--output-tokens", "--json", "--rpc", "--split"],
     "worker": ["--host", "--port", "--threads"],
+    "calibrate": ["MODEL", "--engine", "--prompt-tokens", "--output-tokens", "--id", "--out"],
 }
 
 

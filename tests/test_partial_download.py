@@ -27,7 +27,7 @@ from walkthrough.inspect.gguf import GGUFError, open_gguf
 from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
-RUNS = {"trace", "compare", "bench"}  # commands that run the model: refused in one line
+RUNS = {"trace", "compare", "bench", "calibrate"}  # commands that run the model: refused in one line
 KEPT = 1000  # bytes of tensor data left after the header
 
 
