@@ -11,7 +11,7 @@ from walkthrough.costs.corpus import bundled
 
 
 def _entry(key: str) -> str:
-    data = json.loads(resources.files("walkthrough.screens").joinpath("glossary.json").read_text(encoding="utf-8"))
+    data = json.loads(resources.files("walkthrough.render").joinpath("glossary.json").read_text(encoding="utf-8"))
     entries = data["terms"] if isinstance(data, dict) else data
     return next(e for e in entries if e["key"] == key)["text"]
 

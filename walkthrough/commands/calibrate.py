@@ -42,8 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from walkthrough.costs import calibration
-    from walkthrough.engine.engines import load_model
     from walkthrough.costs.hardware import calibrated_path, check_profile
+    from walkthrough.engine.engines import load_model
     from walkthrough.inspect.card import build_card
 
     for name, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens)):
@@ -65,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
               f"{r.compute / 1e12:.3g} TFLOPS reached")
     c = entry["calibration"]
     if c["seconds_per_layer"] is not None:
+        without = c["bandwidth_without_fixed_costs_gbs"]
         print(f"fixed cost: {c['seconds_per_layer'] * 1e6:,.0f} us per layer per token; bandwidth without it "
-              f"{c['bandwidth_without_fixed_costs_gbs']:.3g} GB/s")
+              + (f"{without:.3g} GB/s" if without is not None else "not measurable (the fixed cost explains the time)"))
     else:
         print("fixed cost per layer: needs two models of different sizes (name a MODEL besides the bundled one)")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ Example: 16 decode passes reading 0.25 GB each in 2.0 s -> 2.0 GB/s reached.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from dataclasses import dataclass
 
@@ -28,8 +29,8 @@ import numpy as np
 
 from walkthrough.costs.measured import measure as measure_steps
 from walkthrough.costs.measured import spread_ids
-from walkthrough.engine.protocol import Engine
 from walkthrough.costs.timing import nnls
+from walkthrough.engine.protocol import Engine
 
 GIB = 1 << 30
 WRITTEN_BY = "walkthrough calibrate"
@@ -86,16 +87,15 @@ def measure(model: Engine, name: str, prompt_tokens: int, output_tokens: int, re
 
 
 def fixed_costs(runs: list[MachineRun]) -> tuple[float, float] | None:
-    """(bandwidth B/s, seconds per layer) solving t = bytes / bandwidth + layers x c over the runs; None
-    with fewer than two runs of different sizes (one run cannot tell the two apart)."""
+    """(bandwidth B/s, seconds per layer) solving t = bytes / bandwidth + layers x c over the runs (bandwidth
+    inf when the fixed costs explain all the time); None with fewer than two runs of different sizes (one run
+    cannot tell the two apart)."""
     if len({(r.decode_bytes_per_token, r.layers) for r in runs}) < 2:
         return None
     a = np.array([[r.decode_bytes_per_token / r.decode_seconds_per_token, r.layers / r.decode_seconds_per_token]
                   for r in runs])  # each row: (bytes, layers) / t, so a @ (1/bw, c) = 1
     inv_bw, per_layer = nnls(a, np.ones(len(runs)))
-    if inv_bw <= 0:
-        return None
-    return 1 / inv_bw, per_layer
+    return (1 / inv_bw if inv_bw > 0 else math.inf), per_layer  # inf: the fixed costs explain all the time
 
 
 def memory_gib() -> float:
@@ -125,7 +125,7 @@ def profile_entry(main: MachineRun, others: list[MachineRun], profile_id: str) -
                   "decode_seconds_per_token": r.decode_seconds_per_token, "prefill_tokens": r.prefill_tokens,
                   "prefill_seconds": r.prefill_seconds, "prefill_flops": r.prefill_flops}
                  for r in (main, *others)],
-        "bandwidth_without_fixed_costs_gbs": split[0] / 1e9 if split else None,
+        "bandwidth_without_fixed_costs_gbs": split[0] / 1e9 if split and math.isfinite(split[0]) else None,
         "seconds_per_layer": split[1] if split else None,
     }
     return {
