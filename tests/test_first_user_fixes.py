@@ -131,3 +131,45 @@ def test_trace_four_calls_on_your_own_prompt_says_what_it_sends(tmp_path, capsys
                                       "--json"])
     assert code == 0, err
     assert err.count("\n") == 1 and "--four-calls on your own request: follow-up 'Please go on.'" in err
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_speculate_offers_only_the_drafters_the_file_has(size):
+    """Item 9: d offered the mtp drafter on a file without an MTP block (whose error then named CLI flags)."""
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("6")
+        await settle(pilot)
+        assert app.state.card.n_mtp_layers == 0
+        seen = {app.state.speculation.drafter}
+        for _ in range(3):
+            await pilot.press("d")
+            await settle(pilot)
+            seen.add(app.state.speculation.drafter)
+    assert seen == {"lookup"}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_every_key_a_stage_offers_is_in_its_footer_within_the_screen(size):
+    """Item 10: at 80 columns keys vanished off the footer's end (Four calls and Unload on Chat, most Costs
+    knobs), at 100 they ran under the palette key ("paletteU"). Every shown key's widget lies wholly on
+    screen and clear of the palette key, or the footer ends with "? lists every key"."""
+    from textual.widgets._footer import FooterKey, FooterLabel
+
+    from walkthrough.request import stages
+
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        for stage in stages.STAGES:
+            await pilot.press(str(stage.number))
+            await settle(pilot)
+            screen = app.screen
+            shown = {b.action for _n, b, _e, _t in screen.active_bindings.values() if b.show}
+            keys = list(screen.query(FooterKey))
+            palette = [k for k in keys if k.has_class("-command-palette")]
+            edge = palette[0].region.x if palette else size[0]
+            listed = {k.action for k in keys if k.region.width and k.region.right <= edge}
+            more = any("lists every key" in str(label.render()) for label in screen.query(FooterLabel))
+            assert shown <= listed or more, (stage.label, sorted(shown - listed))

@@ -111,10 +111,23 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         if k != self.speculation.k:
             self._discard_then(k=k)
 
+    def drafter_kinds(self) -> list[str]:
+        """The drafters this file and these options offer: the MTP block only if the file has one, a draft
+        model only with --draft."""
+        state = self.state
+        has_mtp = bool(state.card is not None and state.card.n_mtp_layers)
+        return [kind for kind in DRAFTERS
+                if (kind != "draft" or state.draft is not None) and (kind != "mtp" or has_mtp)]
+
     def action_drafter(self) -> None:
-        kinds = [kind for kind in DRAFTERS if kind != "draft" or self.state.draft is not None]
+        kinds = self.drafter_kinds()
         current = self.speculation.drafter
-        self._discard_then(drafter=kinds[(kinds.index(current) + 1) % len(kinds)])
+        if kinds == [current]:
+            self.notify("This file has no MTP block and no --draft model was given: prompt lookup is the only "
+                        "drafter.", title="Drafter", markup=False)
+            return
+        later = kinds[(kinds.index(current) + 1) % len(kinds)] if current in kinds else kinds[0]
+        self._discard_then(drafter=later)
 
     def _discard_then(self, *, drafter: str | None = None, k: int | None = None) -> None:
         """Start the speculative run again (with this drafter and k), once the user agreed to lose what it
