@@ -165,3 +165,12 @@ def test_bench_json_carries_the_split_and_estimate_rpc_needs_measure():
     alone = _run("estimate", str(TINY), "--rpc", names[0])
     _, err = alone.communicate(timeout=60)
     assert alone.returncode == 2 and "add --measure" in err
+
+
+@needs_rpc
+def test_a_local_model_after_a_split_one_stays_here():
+    """Workers a split model used, once gone, are nothing to a model loaded afterwards without --rpc."""
+    with workers(2) as started:
+        _greedy(TINY, rpc=[e for e, _ in started], split=[0, 2, 2])
+    local, steps = _greedy(TINY)  # ggml would end the process reaching for a worker that is gone
+    assert local and steps[-1].split is None

@@ -146,6 +146,9 @@ class LlamaModel:
         # tiles (this project's sandbox); without it the CPU backend runs the stored formats directly.
         params.use_extra_bufts = False
         devices = self._place(params, split) if self.rpc else {}
+        if not self.rpc:  # this host's CPU only, whatever devices this process registered
+            self._devices = (ctypes.c_void_p * 1)(None)
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         log: list[str] = []
         _state["sink"] = log
         try:

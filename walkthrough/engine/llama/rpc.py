@@ -17,7 +17,7 @@ and an exit status, for a worker that dies during a run.
 
     endpoints = parse_endpoints("127.0.0.1:50052,10.0.0.2:50052")
     for e in endpoints: probe(e)                 # WalkthroughError: unreachable, busy, other version
-    devices = add_servers(endpoints)             # ggml_backend_dev_t of each worker, registered
+    devices = add_servers(endpoints)             # ggml_backend_dev_t of each worker, for llama_model_params
 
 Not handled: several devices per worker (a worker here serves its CPU device);
 RDMA transport; the server's tensor cache (`-c` of rpc-server).
@@ -44,8 +44,8 @@ PROBE_SECONDS = 5.0
 GGML_BACKEND_DEVICE_TYPE_CPU = 0  # enum ggml_backend_dev_type (ggml-backend.h)
 
 _libs: dict[str, ctypes.CDLL] = {}
-_keep: list[object] = []
-_registered: set[Endpoint] = set()  # workers ggml holds a connection to in this process  # ctypes callbacks that must outlive the call that installed them
+_keep: list[object] = []  # ctypes callbacks that must outlive the call that installed them
+_registered: set[Endpoint] = set()  # workers ggml holds a connection to in this process
 
 
 class RpcUnavailable(WalkthroughError):
@@ -110,7 +110,6 @@ def libraries() -> dict[str, ctypes.CDLL]:
     rpc_lib.ggml_backend_rpc_add_server.restype = vp
     rpc_lib.ggml_backend_rpc_get_device_memory.argtypes = [cp, ctypes.c_uint32, ctypes.POINTER(sz),
                                                            ctypes.POINTER(sz)]
-    core.ggml_backend_register.argtypes = [vp]
     core.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     core.ggml_backend_dev_by_type.restype = vp
     base.ggml_backend_reg_dev_count.argtypes = [vp]
@@ -194,7 +193,7 @@ def _recv(s: socket.socket, n: int) -> bytes:
 
 
 def add_servers(endpoints: list[Endpoint]) -> list[int]:
-    """Probe and register each worker with ggml; the device (ggml_backend_dev_t) of each, in order."""
+    """Probe each new worker and connect ggml to it; the device (ggml_backend_dev_t) of each, in order."""
     libs = libraries()
     for e in endpoints:
         if e not in _registered:  # ggml keeps its connection to a registered worker open, and a worker
@@ -205,7 +204,8 @@ def add_servers(endpoints: list[Endpoint]) -> list[int]:
         reg = libs["rpc"].ggml_backend_rpc_add_server(str(e).encode())
         if not reg or libs["base"].ggml_backend_reg_dev_count(reg) < 1:
             raise WalkthroughError(f"worker {e} offers no device to llama.cpp")
-        libs["core"].ggml_backend_register(reg)
+        # Not ggml_backend_register'ed (llama.cpp's --rpc does): a registered worker would join the devices of
+        # every later model of this process, even one meant to run here alone. The devices go to the model.
         devices.append(int(libs["base"].ggml_backend_reg_dev_get(reg, 0)))
         _registered.add(e)
     return devices
