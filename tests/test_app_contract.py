@@ -23,10 +23,10 @@ MESSAGES = [{"role": "user", "content": "What does the record say about warfarin
 
 
 async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixtures_dir, monkeypatch):
-    import walkthrough.app
+    import walkthrough.app_run
 
-    monkeypatch.setattr(walkthrough.app, "PROGRESS_AFTER", 0.0)  # report every layer, even of a short pass
-    monkeypatch.setattr(walkthrough.app, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(walkthrough.app_run, "PROGRESS_AFTER", 0.0)  # report every layer, even of a short pass
+    monkeypatch.setattr(walkthrough.app_run, "PROGRESS_EVERY", 0.0)
     seen: list = []
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
     async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:

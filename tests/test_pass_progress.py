@@ -11,7 +11,7 @@ from app_support import app_for, settle
 from conftest import FIXTURES_DIR
 from rich.console import Console
 
-from walkthrough.app import pass_status
+from walkthrough.app_run import pass_status
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler, SamplerSettings
