@@ -1,9 +1,11 @@
-"""Both engines implement the declared `Engine` and `Session` protocols (walkthrough/engine/protocol.py).
+"""Both engines implement the declared `Engine` and `Session` protocols
+(walkthrough/engine/protocol.py).
 
-Checked two ways: every method and property of a protocol is on both engines' classes, each method taking
-the protocol's parameters (same names, kinds and optional ones still optional); and a loaded model and a
-new session of each engine are instances of the protocols, properties and data members included. The llama.cpp
-engine's instances need llama-cpp-python (skipped without it); its classes are checked anyway.
+Checked two ways: every method and property of a protocol is on both engines' classes, each method
+taking the protocol's parameters (same names, kinds and optional ones still optional); and a loaded
+model and a new session of each engine are instances of the protocols, properties and data members
+included. The llama.cpp engine's instances need llama-cpp-python (skipped without it); its classes
+are checked anyway.
 """
 
 from __future__ import annotations
@@ -22,16 +24,20 @@ from walkthrough.engine.llama.session import LlamaSession
 from walkthrough.engine.protocol import Engine, ModelLayout, Session
 from walkthrough.inspect.gguf import open_gguf
 
-IMPLEMENTATIONS = [(Engine, Model), (Engine, LlamaModel), (Session, NumpySession), (Session, LlamaSession)]
+IMPLEMENTATIONS = [(Engine, Model), (Engine, LlamaModel), (Session, NumpySession),
+                   (Session, LlamaSession)]
 
 
 def _methods(protocol: type) -> dict[str, object]:
-    """The protocol's declared methods (its properties and data members are checked on instances)."""
-    return {name: value for name, value in vars(protocol).items() if not name.startswith("_") and callable(value)}
+    """The protocol's declared methods (its properties and data members are checked on
+    instances)."""
+    return {name: value for name, value in vars(protocol).items()
+            if not name.startswith("_") and callable(value)}
 
 
 def _accepts(implementation, declared) -> list[str]:
-    """What the implementation's signature lacks of the declared one (empty when it takes every call)."""
+    """What the implementation's signature lacks of the declared one (empty when it takes every
+    call)."""
     have = inspect.signature(implementation).parameters
     lacks = []
     for name, param in inspect.signature(declared).parameters.items():
@@ -40,7 +46,7 @@ def _accepts(implementation, declared) -> list[str]:
             lacks.append(f"parameter {name}")
         elif mine.kind != param.kind:
             lacks.append(f"{name} is {mine.kind.description}, declared {param.kind.description}")
-        elif param.default is not inspect.Parameter.empty and mine.default is inspect.Parameter.empty:
+        elif param.default is not param.empty and mine.default is param.empty:
             lacks.append(f"{name} has no default")
     return lacks
 
@@ -61,7 +67,8 @@ def test_a_signature_that_drops_a_parameter_is_caught():
     def prefill(self, ids, chunk=None): ...
 
     assert _accepts(decode, Session.decode) == ["parameter all_logits", "parameter progress"]
-    assert "chunk is positional or keyword, declared keyword-only" in _accepts(prefill, Session.prefill)
+    lacks = _accepts(prefill, Session.prefill)
+    assert "chunk is positional or keyword, declared keyword-only" in lacks
 
 
 def _check_instances(model, session) -> None:

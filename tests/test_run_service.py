@@ -1,7 +1,8 @@
 """The run service owns the model: every kind of pass runs as one of its jobs, never two at once.
 
-The Decode play and the Speculate stage's rounds used to run in two threads on one `Model` (the issue
-counted 5 overlapping `block()` calls, sharing its weight cache and counters); here they take turns.
+The Decode play and the Speculate stage's rounds used to run in two threads on one `Model` (the
+issue counted 5 overlapping `block()` calls, sharing its weight cache and counters); here they take
+turns.
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ class Overlaps:
         monkeypatch.setattr(model_module, "block", counted)
 
 
-async def test_a_decode_play_and_speculate_rounds_take_turns_on_the_model(fixtures_dir, monkeypatch):
+async def test_a_decode_play_and_speculate_rounds_take_turns_on_the_model(fixtures_dir,
+                                                                          monkeypatch):
     overlaps = Overlaps(monkeypatch)
     app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=40)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press(str(stages.number("decode")), "enter")  # play: a pass every tick, whatever the stage
+        # play: a pass every tick, whatever the stage
+        await pilot.press(str(stages.number("decode")), "enter")
         await pilot.pause(0.3)
         assert app.playing
         await pilot.press(str(stages.number("speculate")), "enter")  # and the rounds, played too
@@ -86,7 +89,8 @@ def test_jobs_run_one_at_a_time_and_say_which_runs():
     first.start()
     assert inside.wait(10)
     assert not service.idle() and service.current_job == "four calls"
-    second = threading.Thread(target=lambda: seen.append(service.job("warm starts", lambda: service.current_job)))
+    second = threading.Thread(
+        target=lambda: seen.append(service.job("warm starts", lambda: service.current_job)))
     second.start()
     time.sleep(0.2)
     assert seen == []  # the second waits while the first holds the model
@@ -100,7 +104,8 @@ def test_jobs_run_one_at_a_time_and_say_which_runs():
 def test_a_job_waiting_for_the_model_gives_up_when_cancelled():
     service = RunService()
     inside, release, cancel = threading.Event(), threading.Event(), threading.Event()
-    holder = threading.Thread(target=lambda: service.job("pass", lambda: (inside.set(), release.wait(10))))
+    holder = threading.Thread(
+        target=lambda: service.job("pass", lambda: (inside.set(), release.wait(10))))
     holder.start()
     assert inside.wait(10)
     began = time.monotonic()
@@ -124,4 +129,5 @@ def test_the_steps_of_a_job_run_one_by_one_with_others_between_them():
     for i in service.steps("four calls", passes()):
         assert service.idle()  # between two passes the model is free
         service.job("pass", lambda i=i: order.append(f"decode pass {i}"))
-    assert order == ["call pass 0", "decode pass 0", "call pass 1", "decode pass 1", "call pass 2", "decode pass 2"]
+    assert order == ["call pass 0", "decode pass 0", "call pass 1", "decode pass 1", "call pass 2",
+                     "decode pass 2"]

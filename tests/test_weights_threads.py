@@ -1,9 +1,9 @@
 """The numpy engine's weight cache stays whole when two threads reach it at once.
 
-Only one pass runs on a model at a time (the run service holds its lock), but a `Weights` cache is also
-safe on its own: its least-recently-used order, its evictions and its byte counters are changed under a
-lock. Without it, a thread moving a key to the end while another evicted it raised KeyError, and the
-cached-bytes counter lost updates.
+Only one pass runs on a model at a time (the run service holds its lock), but a `Weights` cache is
+also safe on its own: its least-recently-used order, its evictions and its byte counters are changed
+under a lock. Without it, a thread moving a key to the end while another evicted it raised KeyError,
+and the cached-bytes counter lost updates.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ ROUNDS = 1000
 
 @pytest.fixture()
 def fast_switching():
-    """Let threads switch after every few bytecodes, so the interleavings a race needs come up often."""
+    """Let threads switch after every few bytecodes, so the interleavings a race needs come up
+    often."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     yield
@@ -36,7 +37,8 @@ def test_threads_sharing_a_small_cache_raise_nothing_and_keep_its_counts(fast_sw
     f = open_gguf(QWEN2)
     names = sorted(n for n, t in f.tensors.items() if len(t.shape) == 2)[:12]
     sizes = {n: int(np.prod(f.tensors[n].shape)) * 4 for n in names}
-    w = Weights(f, max_cache_bytes=sum(sorted(sizes.values())[-3:]))  # room for about three: constant eviction
+    # room for about three: constant eviction
+    w = Weights(f, max_cache_bytes=sum(sorted(sizes.values())[-3:]))
     errors: list[BaseException] = []
     start = threading.Barrier(THREADS)
 

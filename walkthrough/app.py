@@ -1,4 +1,5 @@
-"""The Textual app: registers one mode per stage, owns the request state and the workers that fill it.
+"""The Textual app: registers one mode per stage, owns the request state and the workers that fill
+it.
 
 `make_app(...)` builds it for the CLI (`walkthrough [MODEL]`) and for tests alike.
 
@@ -42,26 +43,30 @@ class WrongThread(RuntimeError):
     """The request state was written from a worker thread (only the UI thread writes it)."""
 
 
-class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, SpeculatesRounds, PlaysTheCalls,
-                     StageModes):
+class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, SpeculatesRounds,
+                     PlaysTheCalls, StageModes):
     """One request, stage by stage."""
 
     TITLE = "walkthrough"
-    # Every stylesheet at start, the global one first: a screen's own sheet loaded on its first visit would reparse
-    # all CSS and restyle every screen already made (then again on each return to them), about 0.3 s a stage.
+    # Every stylesheet at start, the global one first: a screen's own sheet loaded on its first
+    # visit would reparse all CSS and restyle every screen already made (then again on each return
+    # to them), about 0.3 s a stage.
     CSS_PATH: ClassVar[list[str | Path]] = ["screens/app.tcss", *sorted(
         f"screens/{sheet.name}" for sheet in (Path(__file__).parent / "screens").glob("*.tcss")
         if sheet.name != "app.tcss")]
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (110, "-wide")]
-    # Reached only when the stage's own key for the action is disabled (check_action): say what to do instead.
+    # Reached only when the stage's own key for the action is disabled (check_action): say what to
+    # do instead.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "explain('step')", show=False),
         Binding("enter", "explain('play')", show=False),
     ]
 
-    state_changed: var[frozenset[str]] = var(frozenset(), always_update=True)  # fields written in the last batch
+    # fields written in the last batch
+    state_changed: var[frozenset[str]] = var(frozenset(), always_update=True)
     status: reactive[str] = reactive("")  # what is loading, shown in the stage bar
-    pass_status: reactive[str] = reactive("")  # the pass in flight ("layer 3 of 30"), shown in the stage bar
+    # the pass in flight ("layer 3 of 30"), shown in the stage bar
+    pass_status: reactive[str] = reactive("")
     playing: reactive[bool] = reactive(False)  # run passes one after another
 
     def __init__(
@@ -80,17 +85,21 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self.runs = RunService()  # every pass on the model, one job at a time
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
-        self.walk = Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay else None
+        self.walk = (Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay
+                     else None)
         self.error: str | None = None
-        self.first_screen_at: float | None = None  # wall-clock time the File stage first showed the file
+        # wall-clock time the File stage first showed the file
+        self.first_screen_at: float | None = None
         self._ui_thread: int | None = None
         self._dirty: set[str] = set()
-        self._keys_shown: tuple[bool | None, ...] = ()  # what the footer last showed of the run keys
+        # what the footer last showed of the run keys
+        self._keys_shown: tuple[bool | None, ...] = ()
 
     # ---- the state's one writer ---------------------------------------------------
     def _state_written(self, name: str) -> None:
         if threading.get_ident() != self._ui_thread:
-            raise WrongThread(f"RequestState.{name} written from a worker thread; post a message instead")
+            raise WrongThread(f"RequestState.{name} written from a worker thread; post a message "
+                              "instead")
         if not self._dirty:
             self.call_next(self._publish)
         self._dirty.add(name)
@@ -103,7 +112,8 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self._sync_bindings()
 
     def _sync_bindings(self) -> None:
-        """Let the footer grey or restore the run keys when their state changed (a footer rebuild is not free)."""
+        """Let the footer grey or restore the run keys when their state changed (a footer rebuild is
+        not free)."""
         if self.return_code is not None:
             return  # the app is ending: its screens (and their footers) may be gone already
         now = (self.check_action("step", ()), self.check_action("play", ()))
@@ -117,17 +127,20 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self.state.listen(self._state_written)
         self.switch_mode(stages.STAGES[0].id)
         s = self.state
-        self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine, s.max_memory)
+        self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine,
+                          s.max_memory)
         self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
 
     def quits_cleanly(self) -> bool:
-        """A quit on a terminal may end the process at once: no error to print, no autoplay files to finish."""
+        """A quit on a terminal may end the process at once: no error to print, no autoplay files to
+        finish."""
         return self.error is None and self.walk is None
 
     def release_processes(self) -> None:
-        self._file_shown.set()  # a load waiting for the first paint goes on, and sees it was cancelled
+        # a load waiting for the first paint goes on, and sees it was cancelled
+        self._file_shown.set()
         super().release_processes()
 
     def on_unmount(self) -> None:
@@ -137,16 +150,20 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
 
     # ---- keys ----------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Keys that do nothing now show disabled in the footer (None); stage digits beyond the list are hidden."""
-        if action == "step":  # a pass in flight greys the key only once it shows its progress (a long pass)
+        """Keys that do nothing now show disabled in the footer (None); stage digits beyond the list
+        are hidden."""
+        # a pass in flight greys the key only once it shows its progress (a long pass)
+        if action == "step":
             blocked = self.step_blocked(counting_the_pass=bool(self.pass_status))
             return None if blocked else True
         if action == "play":
-            return None if (self.state.run_blocker() or self.state.finished) and not self.playing else True
+            idle = (self.state.run_blocker() or self.state.finished) and not self.playing
+            return None if idle else True
         if action == "goto_number":
             return bool(parameters) and int(parameters[0]) <= len(stages.STAGES)
         if action == "explain":
-            return isinstance(self.screen, SteppingScreen)  # the stages whose space / enter run the request
+            # the stages whose space / enter run the request
+            return isinstance(self.screen, SteppingScreen)
         return True
 
 
@@ -173,19 +190,20 @@ def make_app(
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
     Raises:
-        WalkthroughError: the messages file is malformed, max_tokens < 1, or the screenshots cannot be
+        WalkthroughError: the messages file is malformed, max_tokens < 1, or the screenshots cannot
+        be
             written (see `request.autoplay.check_picture_folder`).
     """
     if max_tokens < 1:
         raise WalkthroughError(f"--max-tokens {max_tokens}: the answer needs at least 1 token")
     chat = messages if isinstance(messages, list) else load_messages(messages)
-    state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature, hardware=hardware,
-                         max_new_tokens=max_tokens, template_name=template_name,
+    state = RequestState(spec=model, messages=chat, seed=seed, temperature=temperature,
+                         hardware=hardware, max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
-                         template_file=Path(template) if template is not None else None, engine=engine,
-                         max_memory=max_memory)
-    writer = Writer(run_inputs(model, draft, messages if not isinstance(messages, list) else None, template),
-                    overwrite=overwrite)
+                         template_file=Path(template) if template is not None else None,
+                         engine=engine, max_memory=max_memory)
+    messages_file = messages if not isinstance(messages, list) else None
+    writer = Writer(run_inputs(model, draft, messages_file, template), overwrite=overwrite)
     if screenshots is not None:
         suffixes = ("svg", "png") if picture_format == "png" else ("svg",)
         check_picture_folder(Path(screenshots), suffixes, writer)

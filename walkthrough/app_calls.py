@@ -1,4 +1,5 @@
-"""The four calls (over the Chat stage): played and measured as jobs of the run service, kept in the request state.
+"""The four calls (over the Chat stage): played and measured as jobs of the run service, kept in the
+request state.
 
 A worker plays the scripted sequence (`engine.turns.FourCalls`) from the current
 messages in a session of its own, on its own `Model` of the opened file (so its
@@ -44,14 +45,16 @@ class PlaysTheCalls(App):
     """Mixin of the app: the four calls' play and their cold and warm starts."""
 
     def play_calls(self, calls: CallsInput) -> None:
-        """Play the four calls from the start (a play or a measurement in flight stops within a layer)."""
+        """Play the four calls from the start (a play or a measurement in flight stops within a
+        layer)."""
         self.stop_calls()
         old = self.state.calls
         self.state.calls = Calls(play=old.play + 1 if old is not None else 1)
         self._play_calls(calls)
 
     def measure_starts(self, calls: CallsInput) -> None:
-        """Measure the first request's cold and warm starts, once the calls were played (one at a time)."""
+        """Measure the first request's cold and warm starts, once the calls were played (one at a
+        time)."""
         played = self.state.calls
         if played is None or played.model is None or not played.turns or self.measuring:
             return
@@ -61,10 +64,12 @@ class PlaysTheCalls(App):
     @property
     def measuring(self) -> bool:
         """The cold and warm starts are being measured."""
-        return any(w.name == MEASURING and not w.is_finished and not w.is_cancelled for w in self.workers)
+        return any(w.name == MEASURING and not w.is_finished and not w.is_cancelled
+                   for w in self.workers)
 
     def stop_calls(self) -> None:
-        """Cancel the play or the measurement in flight (it stops within a layer and posts nothing)."""
+        """Cancel the play or the measurement in flight (it stops within a layer and posts
+        nothing)."""
         self.workers.cancel_group(self, "four-calls")
 
     @work(thread=True, exclusive=True, group="four-calls", name="play the four calls")
@@ -81,10 +86,12 @@ class PlaysTheCalls(App):
         try:
             model = Model(c.file)
             talk = Conversation(Session(model), c.tokenizer, c.template, settings=c.settings,
-                                max_tokens=c.max_tokens, chunk=c.chunk, measure_fresh=True, cancelled=cancelled)
+                                max_tokens=c.max_tokens, chunk=c.chunk, measure_fresh=True,
+                                cancelled=cancelled)
             for label, messages in FourCalls.for_request(c.messages).requests(talk, c.messages):
                 for step in self.runs.steps("four calls", talk.ask(messages, label), cancelled):
-                    self.post_message(msg.CallPassed(f"{label}: {step.phase} {step.start}:{step.end}", worker=worker))
+                    what = f"{label}: {step.phase} {step.start}:{step.end}"
+                    self.post_message(msg.CallPassed(what, worker=worker))
                 self.post_message(msg.CallPlayed(talk.turns[-1], model, worker=worker))
             self.post_message(msg.CallsFinished(summarize(talk.turns), worker=worker))
         except Cancelled:
@@ -126,15 +133,18 @@ class PlaysTheCalls(App):
 
     def on_call_played(self, message: msg.CallPlayed) -> None:
         if (calls := self._calls_now(message)) is not None:
-            self.state.calls = replace(calls, turns=(*calls.turns, message.turn), model=message.model)
+            self.state.calls = replace(calls, turns=(*calls.turns, message.turn),
+                                       model=message.model)
 
     def on_calls_finished(self, message: msg.CallsFinished) -> None:
         if (calls := self._calls_now(message)) is not None:
-            self.state.calls = replace(calls, summary=message.summary, status="c measures the cold and warm starts")
+            self.state.calls = replace(calls, summary=message.summary,
+                                       status="c measures the cold and warm starts")
 
     def on_starts_measured(self, message: msg.StartsMeasured) -> None:
         if (calls := self._calls_now(message)) is not None:
-            self.state.calls = replace(calls, starts=message.starts, prompt_tokens=message.prompt_tokens, status="")
+            self.state.calls = replace(calls, starts=message.starts,
+                                       prompt_tokens=message.prompt_tokens, status="")
 
     def on_calls_failed(self, message: msg.CallsFailed) -> None:
         if (calls := self._calls_now(message)) is not None:

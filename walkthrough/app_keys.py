@@ -1,4 +1,5 @@
-"""The app's side of keys typed ahead of a busy app: q goes first, alt+letter chords split, the loop let in.
+"""The app's side of keys typed ahead of a busy app: q goes first, alt+letter chords split, the loop
+let in.
 
 What the rules are and why is in `walkthrough.screens.typeahead`; this mixin is
 where the app meets them: as each key is posted (before the queue) and as each
@@ -25,27 +26,37 @@ class TypeaheadKeys(App):
         self.typeahead = Typeahead()
 
     def post_message(self, message: Message) -> bool:
-        # The only hook that sees a key as it is posted; any other message (a worker's result) passes straight on.
+        # The only hook that sees a key as it is posted; any other message (a worker's result)
+        # passes straight on.
         if not isinstance(message, events.Key) or self.return_code is not None:
-            return super().post_message(message)  # ending: keys typed now mean nothing, the screens may be gone
+            # ending: keys typed now mean nothing, the screens may be gone
+            return super().post_message(message)
         chord = split_chord(message)  # escape then a letter read as one alt+ chord
         if chord is not None:
-            posted = [self.post_message(key) for key in chord]  # both keys, even if the first was refused
+            # both keys, even if the first was refused
+            posted = [self.post_message(key) for key in chord]
             return all(posted)
-        if self.typeahead.posted(message, self.typing, lambda: textual_private.pending(self.screen)):
+        if self.typeahead.posted(message, self.typing, self._screen_busy):
             self.exit()  # q typed ahead of a busy app goes first
             return True
         return super().post_message(message)
 
     async def on_event(self, event: events.Event) -> None:
-        if not self.typeahead.handled(event):  # keys still waiting when q went ahead are not handled
+        # keys still waiting when q went ahead are not handled
+        if not self.typeahead.handled(event):
             return
         if (isinstance(event, events.Key) and event.key in QUIT_KEYS and not event.is_forwarded
                 and isinstance(self.screen, StageScreen) and not self.typing()):
-            self.exit()  # what q does on every stage, without waiting for the stage's own queue (a storm's redraws)
+            # what q does on every stage, without waiting for the stage's own queue (a storm's
+            # redraws)
+            self.exit()
             return
         await super().on_event(event)
         await textual_private.let_the_loop_in()  # the stages and the driver in between events
+
+    def _screen_busy(self) -> bool:
+        """The screen shown still has messages to handle (keys the app passed on to it)."""
+        return textual_private.pending(self.screen)
 
     def typing(self) -> bool:
         """Keys go to a text field now (a message's text, the tensor filter)."""

@@ -1,4 +1,5 @@
-"""Loading the request: the workers that open the file and build each part, and the handlers that store them.
+"""Loading the request: the workers that open the file and build each part, and the handlers that
+store them.
 
 The load worker opens the file, posts it (the File stage paints), then builds
 the tokenizer, the rendered prompt and its tokens, and the engine, posting each
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from walkthrough.inspect.gguf import GGUFFile
     from walkthrough.inspect.tokenizer import GGUFTokenizer
 
-FIRST_PAINT_WAIT = 2.0  # seconds the loader waits for the File stage to be drawn before building the rest
+# seconds the loader waits for the File stage to be drawn before building the rest
+FIRST_PAINT_WAIT = 2.0
 
 
 class LoadsTheRequest(App):
@@ -39,12 +41,15 @@ class LoadsTheRequest(App):
     def __init__(self) -> None:
         super().__init__()
         self._file_shown = threading.Event()
-        self._prompt_cancel = threading.Event()  # set when a newer rebuild replaces the one in flight
-        self._rebuild_after_load = False  # the messages changed while the load built the first prompt
+        # set when a newer rebuild replaces the one in flight
+        self._prompt_cancel = threading.Event()
+        # the messages changed while the load built the first prompt
+        self._rebuild_after_load = False
 
     @work(thread=True, exclusive=True, group="load", name="load request")
-    def load_request(self, spec: str | None, messages: list[dict[str, str]], template_name: str | None,
-                     template_file: Path | None, engine: str, max_memory: int | None = None) -> None:
+    def load_request(self, spec: str | None, messages: list[dict[str, str]],
+                     template_name: str | None, template_file: Path | None, engine: str,
+                     max_memory: int | None = None) -> None:
         """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
         self._report(msg.Progress("opening the file"))
@@ -57,7 +62,8 @@ class LoadsTheRequest(App):
             self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
             return
         self._report(msg.PartReady(Part.FILE, opened))
-        # Let the File stage paint before the heavier parts (tokenizer import and build) take the CPU.
+        # Let the File stage paint before the heavier parts (tokenizer import and build) take the
+        # CPU.
         self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
         if worker.is_cancelled:
             return
@@ -66,18 +72,20 @@ class LoadsTheRequest(App):
         self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed)
         if worker.is_cancelled:
             return
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card, max_memory),
-                    failed)
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card,
+                                                               max_memory), failed)
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 
-    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None, messages: list[dict[str, str]],
+    def _build_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None,
+                      messages: list[dict[str, str]],
                       template_name: str | None, template_file: Path | None, failed: dict[str, str],
                       cancel: threading.Event | None = None) -> None:
-        """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a render."""
+        """(Worker) render the template and tokenize it, posting each part; setting `cancel` stops a
+        render."""
         rendered = self._build(Part.TEMPLATE, lambda: parts.render_template(
-            opened.file, tokenizer, messages, template_name=template_name, template_file=template_file,
-            cancel=cancel), failed)
+            opened.file, tokenizer, messages, template_name=template_name,
+            template_file=template_file, cancel=cancel), failed)
 
         def tokens():
             if tokenizer is None:
@@ -90,13 +98,14 @@ class LoadsTheRequest(App):
         self._build(Part.TOKENS, tokens, failed)
 
     def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
-        """(Worker) build one part and post it, or post why it cannot be built; returns the value or None."""
+        """(Worker) build one part and post it, or post why it cannot be built; returns the value or
+        None."""
         self._report(msg.Progress(f"preparing {part}"))
         try:
             value = build()
         except WalkthroughError as exc:
             failed[part] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the File stage down
+        except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the stage down
             failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
         else:
             self._report(msg.PartReady(part, value))
@@ -105,7 +114,8 @@ class LoadsTheRequest(App):
         return None
 
     def _report(self, message: msg.FromWorker) -> None:
-        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops it."""
+        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops
+        it."""
         message.worker = get_current_worker()
         self.post_message(message)
 
@@ -126,7 +136,8 @@ class LoadsTheRequest(App):
         self._prompt_settled(message.part)
 
     def _file_drawn(self) -> None:
-        """The first screen shows the file's numbers: note when (for the startup benchmark); --exit stops here."""
+        """The first screen shows the file's numbers: note when (for the startup benchmark); --exit
+        stops here."""
         self.first_screen_at = time.time()
         self._file_shown.set()
         if self.exit_at_end and not self.autoplay:
@@ -139,8 +150,8 @@ class LoadsTheRequest(App):
         self._prompt_settled(message.part)
 
     def _prompt_settled(self, part: Part) -> None:
-        """A prompt's tokens arrived (or could not be built): an edit made while the load built the first
-        prompt, from the messages as they were, is rebuilt now (`rebuild_prompt`)."""
+        """A prompt's tokens arrived (or could not be built): an edit made while the load built the
+        first prompt, from the messages as they were, is rebuilt now (`rebuild_prompt`)."""
         if part is Part.TOKENS and self._rebuild_after_load:
             self._rebuild_after_load = False
             self.rebuild_prompt()
@@ -150,15 +161,18 @@ class LoadsTheRequest(App):
         self.exit(return_code=2)
 
     @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
-    def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard, max_memory: int | None = None) -> None:
-        """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped. Its own
-        group: an unload while the request loads must not cancel the loading of the other parts."""
+    def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard,
+                       max_memory: int | None = None) -> None:
+        """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped.
+        Its own group: an unload while the request loads must not cancel the loading of the other
+        parts."""
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card, max_memory), {})
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 
     def rebuild_prompt(self) -> None:
-        """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a worker."""
+        """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a
+        worker."""
         state = self.state
         self.playing = False
         self.runs.stop()
@@ -168,8 +182,9 @@ class LoadsTheRequest(App):
         if state.file is None:
             return
         if Part.TOKENS not in state.loaded and Part.TOKENS not in state.unavailable:
-            # The load is still building the first prompt from the messages as they were (and the tokenizer
-            # it needs): rebuild once its tokens arrive, or they would land after this edit's and win.
+            # The load is still building the first prompt from the messages as they were (and the
+            # tokenizer it needs): rebuild once its tokens arrive, or they would land after this
+            # edit's and win.
             self._rebuild_after_load = True
             return
         opened = parts.OpenedFile(state.path, state.file, state.card)
@@ -179,13 +194,15 @@ class LoadsTheRequest(App):
                              state.template_file, dict(state.unavailable), self._prompt_cancel)
 
     @work(thread=True, exclusive=True, group="prompt", name="rebuild the prompt")
-    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None, messages: list[dict[str, str]],
-                        template_name: str | None, template_file: Path | None, failed: dict[str, str],
+    def _rebuild_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None,
+                        messages: list[dict[str, str]], template_name: str | None,
+                        template_file: Path | None, failed: dict[str, str],
                         cancel: threading.Event) -> None:
-        """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it posts is
-        dropped (its prompt is an old one)."""
+        """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it
+        posts is dropped (its prompt is an old one)."""
         self._report(msg.Progress("rendering and tokenizing"))
-        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed, cancel)
+        self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed,
+                           cancel)
         self._report(msg.PartReady(Part.RUN, None))
         self._report(msg.Progress(""))
 

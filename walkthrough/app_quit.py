@@ -1,4 +1,5 @@
-"""Quitting: on a terminal the process ends at once; anywhere, what the app started is ended with it.
+"""Quitting: on a terminal the process ends at once; anywhere, what the app started is ended with
+it.
 
 Textual's orderly close works through every widget's queued messages before it
 lets go of the terminal, and after a storm of keys and resizes those are
@@ -23,9 +24,11 @@ from walkthrough.inspect.render_process import stop_all as stop_renders
 
 
 class EndsAtOnce(App):
-    """Mixin of the app: `exit` on a terminal ends the process; `release_processes` ends what the app started."""
+    """Mixin of the app: `exit` on a terminal ends the process; `release_processes` ends what the
+    app started."""
 
-    end_process_on_quit = False  # set by the command that runs the app on a terminal (`commands/app.py`)
+    # set by the command that runs the app on a terminal (`commands/app.py`)
+    end_process_on_quit = False
 
     def exit(self, result: Any = None, return_code: int = 0, message: Any = None) -> None:
         super().exit(result, return_code, message)
@@ -33,17 +36,19 @@ class EndsAtOnce(App):
             self.end_process_now()
 
     def quits_cleanly(self) -> bool:
-        """Nothing is left to show after the app (an error, the files an autoplay saves): override."""
+        """Nothing is left to show after the app (an error, the files an autoplay saves):
+        override."""
         return True
 
     def end_process_now(self) -> None:
-        """Give the terminal back and end the process, without Textual's orderly close; where the driver
-        cannot be read (another Textual), the orderly close it is."""
+        """Give the terminal back and end the process, without Textual's orderly close; where the
+        driver cannot be read (another Textual), the orderly close it is."""
         self.release_processes()
         driver = textual_private.driver(self)
         if driver is None:
             return
-        driver.stop_application_mode()  # terminal modes back, input thread ended, alternate screen left
+        # terminal modes back, input thread ended, alternate screen left
+        driver.stop_application_mode()
         driver.close()  # the output thread writes what it holds, then ends
         textual_private.end_process(0)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App
@@ -31,20 +31,26 @@ from walkthrough.screens import messages as msg
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.units import binary_bytes
 
+if TYPE_CHECKING:
+    from walkthrough.inspect.chat import ChatTokens
+
 PLAY_SECONDS = 0.1  # pause between passes while playing
-PROGRESS_AFTER = 0.3  # seconds into a pass before its progress is shown (short passes would only flood the queue)
+# seconds into a pass before its progress is shown (short passes would only flood the queue)
+PROGRESS_AFTER = 0.3
 PROGRESS_EVERY = 0.1  # seconds between progress reports of one pass
 
 
 class RunsTheStage(App):
-    """Mixin of the app: the stage's run (step, play, restart, unload) and the handlers of its passes."""
+    """Mixin of the app: the stage's run (step, play, restart, unload) and the handlers of its
+    passes."""
 
     def __init__(self) -> None:
         super().__init__()
         self._in_flight: int | None = None  # run id of the pass a worker is running
 
     def start_run(self) -> None:
-        """A fresh run from the first token (nothing runs yet); a pass in flight is abandoned at its next layer."""
+        """A fresh run from the first token (nothing runs yet); a pass in flight is abandoned at its
+        next layer."""
         state = self.state
         state.run_id += 1
         state.steps = ()
@@ -62,19 +68,23 @@ class RunsTheStage(App):
         self.speculation_follows_the_request()
 
     def _prompt_source(self) -> PromptSource | None:
-        """Where the run's prompt comes from (messages, rendering), so its first pass can say why reuse stopped."""
+        """Where the run's prompt comes from (messages, rendering), so its first pass can say why
+        reuse stopped."""
         state = self.state
         tokenizer, source, f = state.tokenizer, state.template_source, state.file
         if tokenizer is None or source is None or state.chat is None or f is None:
             return None
         origin = parts.template_origin(f, state.template_file)
-        return PromptSource(list(state.messages), state.chat,
-                            lambda messages: parts.build_tokens(tokenizer, source, messages, origin), tokenizer.decode)
+
+        def render(messages: list[dict]) -> ChatTokens:
+            return parts.build_tokens(tokenizer, source, messages, origin)
+
+        return PromptSource(list(state.messages), state.chat, render, tokenizer.decode)
 
     def action_unload(self) -> None:
-        """Drop what the engine holds (the session's KV cache, the model's dequantized weights), then prepare the
-        model again: the next run pays the first use of every weight, as after a server unloaded the model.
-        Asks first when the run so far would be lost (`discard_then`)."""
+        """Drop what the engine holds (the session's KV cache, the model's dequantized weights),
+        then prepare the model again: the next run pays the first use of every weight, as after a
+        server unloaded the model. Asks first when the run so far would be lost (`discard_then`)."""
         self.discard_then(self.unload)
 
     def unload(self) -> None:
@@ -98,7 +108,8 @@ class RunsTheStage(App):
     def step_blocked(self, *, counting_the_pass: bool = True) -> str | None:
         """Why space would do nothing now, saying what to do instead; None when it runs a pass.
 
-        With counting_the_pass=False, a pass in flight is not a reason (what the key will do once it ends).
+        With counting_the_pass=False, a pass in flight is not a reason (what the key will do once it
+        ends).
         """
         blocker = self.state.run_blocker()
         if blocker:
@@ -112,9 +123,8 @@ class RunsTheStage(App):
 
     def action_explain(self, action: str) -> None:
         """A key whose action is disabled now was pressed: say why and what to do instead."""
-        reason = self.step_blocked() if action == "step" else (
-            self.state.run_blocker() or ("Nothing left to play: press r to run again." if self.state.finished
-                                         else None))
+        done = "Nothing left to play: press r to run again." if self.state.finished else None
+        reason = self.step_blocked() if action == "step" else (self.state.run_blocker() or done)
         if reason:
             self.notify(reason, title="Nothing to do", severity="warning", markup=False)
 
@@ -131,8 +141,8 @@ class RunsTheStage(App):
         self.playing = not self.playing and not self.state.finished
 
     def action_restart(self) -> None:
-        """Run the request again from an empty KV cache (edits and follow-ups keep the cache; r does not),
-        once the user agreed to lose the run so far (`discard_then`)."""
+        """Run the request again from an empty KV cache (edits and follow-ups keep the cache; r does
+        not), once the user agreed to lose the run so far (`discard_then`)."""
         self.discard_then(self.restart)
 
     def restart(self) -> None:
@@ -142,12 +152,13 @@ class RunsTheStage(App):
         self.start_run()
 
     def discard_then(self, then: Callable[[], None]) -> None:
-        """Call `then`, which throws the current run away: at once when nothing would be lost, else only
-        if the user says yes (screens/confirm.py)."""
+        """Call `then`, which throws the current run away: at once when nothing would be lost, else
+        only if the user says yes (screens/confirm.py)."""
         self.ask_then(discard_question(self.state, self.stepping), then)
 
     def ask_then(self, question: str | None, then: Callable[[], None]) -> None:
-        """Call `then` at once when `question` is None (nothing would be lost), else only if the user says yes."""
+        """Call `then` at once when `question` is None (nothing would be lost), else only if the
+        user says yes."""
         if question is None:
             then()
         else:
@@ -178,7 +189,8 @@ class RunsTheStage(App):
         self.post_message(msg.StepDone(run_id, step))
 
     def set_settings(self, settings: SamplerSettings) -> None:
-        """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts the draws)."""
+        """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts
+        the draws)."""
         self.state.settings = settings
         self.runs.set_settings(settings)
         self.speculation_follows_the_request()
@@ -204,10 +216,11 @@ class RunsTheStage(App):
             self.playing = False
 
     def _first_token(self, prompt: list) -> None:
-        """Note how this run reached its first token (the Chat stage lists every run's: cold, warm, reused)."""
+        """Note how this run reached its first token (the Chat stage lists every run's: cold, warm,
+        reused)."""
         state = self.state
-        first = FirstToken(prompt[-1].end, prompt[0].reused, sum(s.seconds for s in prompt), state.runs_on_model == 0,
-                           prompt[0].engine)
+        first = FirstToken(prompt[-1].end, prompt[0].reused, sum(s.seconds for s in prompt),
+                           state.runs_on_model == 0, prompt[0].engine)
         state.first_tokens = (*state.first_tokens, first)
         state.runs_on_model += 1
 
@@ -234,17 +247,21 @@ class RunsTheStage(App):
                 self.action_step()
 
 def head_pending(model: Any) -> int:
-    """Bytes the model's output head decodes on its first use (`Model.head_pending`; 0 for llama.cpp)."""
+    """Bytes the model's output head decodes on its first use (`Model.head_pending`; 0 for
+    llama.cpp)."""
     pending = getattr(model, "head_pending", None)
     return pending() if pending is not None else 0
 
 
 def pass_status(done: int, total: int, head_bytes: int = 0) -> str:
-    """The stage bar's words for a pass in flight: the layer it is at, then the output head's first use.
+    """The stage bar's words for a pass in flight: the layer it is at, then the output head's first
+    use.
 
-    Example: pass_status(18, 18, 1 << 30) -> "pass: layer 18 of 18 done, output head: first use, decoding 1.0 GiB"
+    Example: pass_status(18, 18, 1 << 30) -> "pass: layer 18 of 18 done, output head: first use,
+    decoding 1.0 GiB"
     """
     if done < total:
         return f"pass: layer {done} of {total}"
-    head = f", output head: first use, decoding {binary_bytes(head_bytes)}" if head_bytes else ", output head"
+    head = (f", output head: first use, decoding {binary_bytes(head_bytes)}" if head_bytes
+            else ", output head")
     return f"pass: layer {done} of {total} done{head}"

@@ -1,4 +1,5 @@
-"""The Speculate stage's run: its rounds are jobs of the run service, their Steps kept in the request state.
+"""The Speculate stage's run: its rounds are jobs of the run service, their Steps kept in the
+request state.
 
 The stage asks (`speculate_round`, `play_rounds`, `restart_speculation`) and
 shows `state.speculation`; a round runs in a worker that calls the run service
@@ -37,26 +38,31 @@ class SpeculatesRounds(App):
         return id(state.model), tuple(state.prompt_ids), state.settings
 
     def speculation_follows_the_request(self) -> None:
-        """Start the speculative run again if the request, its model or its knobs changed since it began."""
+        """Start the speculative run again if the request, its model or its knobs changed since it
+        began."""
         if self.state.speculation.started_for != self._speculation_key():
             self.restart_speculation()
 
     def restart_speculation(self, *, drafter: str | None = None, k: int | None = None) -> None:
-        """A new speculative run of the request as it is now, with this drafter and k (default: as before);
-        nothing runs until a round is asked for, and a round in flight stops at its next layer."""
+        """A new speculative run of the request as it is now, with this drafter and k (default: as
+        before); nothing runs until a round is asked for, and a round in flight stops at its next
+        layer."""
         state = self.state
         self.stop_round()
         old = state.speculation
-        new = Speculation(old.run_id + 1, drafter or old.drafter, k or old.k, started_for=self._speculation_key())
+        new = Speculation(old.run_id + 1, drafter or old.drafter, k or old.k,
+                          started_for=self._speculation_key())
         state.speculation = new
         if state.can_run:
-            self.runs.start_rounds(RoundPlan(new.run_id, state.model, tuple(state.prompt_ids), state.chunk,
-                                             state.settings, state.max_new_tokens, new.drafter, new.k, state.draft))
+            self.runs.start_rounds(RoundPlan(new.run_id, state.model, tuple(state.prompt_ids),
+                                             state.chunk, state.settings, state.max_new_tokens,
+                                             new.drafter, new.k, state.draft))
         else:
             self.runs.stop_rounds()
 
     def speculate_round(self) -> None:
-        """Run the next round (the prompt's prefill first) in a worker, unless one runs or the answer is done."""
+        """Run the next round (the prompt's prefill first) in a worker, unless one runs or the
+        answer is done."""
         s = self.state.speculation
         if s.busy or s.finished or s.error or not self.state.can_run:
             return
@@ -71,7 +77,8 @@ class SpeculatesRounds(App):
             self.speculate_round()
 
     def stop_round(self) -> None:
-        """Cancel the round in flight (it stops at its next layer and posts nothing); stop playing."""
+        """Cancel the round in flight (it stops at its next layer and posts nothing); stop
+        playing."""
         self.workers.cancel_group(self, "speculate")
         s = self.state.speculation
         if s.busy or s.playing:
@@ -92,7 +99,8 @@ class SpeculatesRounds(App):
     def on_round_done(self, message: msg.RoundDone) -> None:
         s = self.state.speculation
         if message.stale or message.run_id != s.run_id:
-            return  # a round stopped, or of a run replaced since (either way `busy` was cleared then)
+            # a round stopped, or of a run replaced since (either way `busy` was cleared then)
+            return
         step = message.step
         if message.error:
             s = replace(s, error=message.error)

@@ -41,11 +41,13 @@ class StageModes(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for stage in stages.STAGES:
-            yield SystemCommand(f"Stage {stage.number}: {stage.label}", f"Go to the {stage.label} stage",
+            yield SystemCommand(f"Stage {stage.number}: {stage.label}",
+                                f"Go to the {stage.label} stage",
                                 lambda stage=stage.id: self.action_goto_stage(stage))
         if hasattr(screen, "action_glossary"):
             yield SystemCommand("Glossary", "The terms the stages use", screen.action_glossary)
-            yield SystemCommand("Help", "What this stage shows and its keys", screen.action_stage_help)
+            yield SystemCommand("Help", "What this stage shows and its keys",
+                                screen.action_stage_help)
         # The stage's own keys (step, play, knobs, views...), each under its description.
         seen = set(PALETTE_SKIPS)
         for key, active in screen.active_bindings.items():

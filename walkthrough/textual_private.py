@@ -1,4 +1,5 @@
-"""Every use of Textual's private parts (and of the process-ending shortcuts) in one place, each with its reason.
+"""Every use of Textual's private parts (and of the process-ending shortcuts) in one place, each
+with its reason.
 
 Textual has no public way to do what these do; each was measured to be needed
 (tests/bench/key_storm.py, tests/test_quit_on_terminal.py). They are read only
@@ -10,23 +11,24 @@ app instead of breaking it; tests/test_textual_private.py fails on an upgrade
 that removed a part, so it is noticed.
 
 The private parts read here:
-- `MessagePump._message_queue`: whether a screen still holds keys to handle, so a `q` typed ahead of a busy
-  stage goes first (`pending`, screens/typeahead.py).
+- `MessagePump._message_queue`: whether a screen still holds keys to handle, so a `q` typed ahead of
+  a busy stage goes first (`pending`, screens/typeahead.py).
 - `App._driver`: the terminal driver, to give the terminal back and end the process at once on quit
   instead of Textual's orderly close through seconds of queued redraws (`driver`).
 - `DOMNode._css_update_count`: marks a new stage as styled with the app's current CSS, or Textual's
   `switch_mode` restyles every screen twice on a stage's first visit (`mark_styled`).
 
 And the workarounds that use public API against Textual's grain:
-- `on_event` overrides that `await asyncio.sleep(0)` (`let_the_loop_in`): Textual handles a node's queued
-  messages without returning to the event loop while its queue is not empty; after a storm of keys and
-  resizes nothing else ran for seconds, not even the driver handing over `q`.
-- `App.post_message` override (walkthrough/app_keys.py): the only place keys are seen as they are posted,
-  before the queue; non-key messages (every worker result) leave it after one type check.
-- `os._exit` (`end_process`): after a person quits on a terminal, or once the app ended while a worker still
-  computes a layer nobody will read, the process ends without joining worker threads.
-- `gc.freeze` (`skip_last_collection`): Python's exit runs a full collection over everything the app made
-  (1.0-1.3 s of the 1.8-2.3 s from q to the end on the tiny model, tests/bench/key_storm.py --keys 0).
+- `on_event` overrides that `await asyncio.sleep(0)` (`let_the_loop_in`): Textual handles a node's
+  queued messages without returning to the event loop while its queue is not empty; after a storm of
+  keys and resizes nothing else ran for seconds, not even the driver handing over `q`.
+- `App.post_message` override (walkthrough/app_keys.py): the only place keys are seen as they are
+  posted, before the queue; non-key messages (every worker result) leave it after one type check.
+- `os._exit` (`end_process`): after a person quits on a terminal, or once the app ended while a
+  worker still computes a layer nobody will read, the process ends without joining worker threads.
+- `gc.freeze` (`skip_last_collection`): Python's exit runs a full collection over everything the app
+  made (1.0-1.3 s of the 1.8-2.3 s from q to the end on the tiny model, tests/bench/key_storm.py
+  --keys 0).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ KNOWN = major(getattr(textual, "__version__", "")) == KNOWN_MAJOR
 
 
 def pending(node: Any) -> bool:
-    """Whether `node` (a screen) has messages queued and not yet handled; False when that cannot be read."""
+    """Whether `node` (a screen) has messages queued and not yet handled; False when that cannot be
+    read."""
     queue = getattr(node, "_message_queue", None) if KNOWN else None
     return queue is not None and not queue.empty()
 
@@ -65,8 +68,9 @@ def driver(app: Any) -> Any | None:
 
 
 def mark_styled(screen: Any, app: Any) -> None:
-    """Mark a new screen as styled with the app's current CSS (every sheet is read at start), so showing it
-    the first time does not reparse the CSS and restyle every screen; a no-op where that cannot be read."""
+    """Mark a new screen as styled with the app's current CSS (every sheet is read at start), so
+    showing it the first time does not reparse the CSS and restyle every screen; a no-op where that
+    cannot be read."""
     if KNOWN and hasattr(app, "_css_update_count"):
         screen._css_update_count = app._css_update_count
 
@@ -82,6 +86,7 @@ def end_process(code: int) -> None:
 
 
 def skip_last_collection() -> None:
-    """Leave every object made so far out of the collector, and stop it: exit does not walk the heap."""
+    """Leave every object made so far out of the collector, and stop it: exit does not walk the
+    heap."""
     gc.disable()
     gc.freeze()

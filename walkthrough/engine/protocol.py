@@ -1,4 +1,5 @@
-"""What every engine provides, declared: `Engine` (a loaded model) and `Session` (its run state), as Protocols.
+"""What every engine provides, declared: `Engine` (a loaded model) and `Session` (its run state), as
+Protocols.
 
 The numpy engine (`engine.model.Model`, `engine.session.Session`) and the
 llama.cpp engine (`engine.llama_model.LlamaModel`, `engine.llama_session.LlamaSession`)
@@ -57,10 +58,12 @@ class ModelLayout(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """A file prepared by one engine to run; it holds no per-request state (that is the session's)."""
+    """A file prepared by one engine to run; it holds no per-request state (that is the
+    session's)."""
 
     @property
-    def engine(self) -> str: ...  # the engine's name (`engines.ENGINES`), carried by every Step it runs
+    # the engine's name (`engines.ENGINES`), carried by every Step it runs
+    def engine(self) -> str: ...
     @property
     def file(self) -> GGUFFile: ...
     @property
@@ -74,8 +77,9 @@ class Engine(Protocol):
 
 @runtime_checkable
 class Session(Protocol):
-    """The run state of a conversation on one engine: the tokens held, the last logits, the pending token,
-    and the passes that extend it, one `Step` per pass (see `engine.session.Session` for each one's rules)."""
+    """The run state of a conversation on one engine: the tokens held, the last logits, the pending
+    token, and the passes that extend it, one `Step` per pass (see `engine.session.Session` for each
+    one's rules)."""
 
     @property
     def model(self) -> Engine: ...
@@ -100,28 +104,33 @@ class Session(Protocol):
         """Go back exactly to `saved`."""
 
     def rewind(self, position: int) -> int:
-        """Forget every position from `position` on; returns the position reached (can be smaller)."""
+        """Forget every position from `position` on; returns the position reached (can be
+        smaller)."""
 
     def recover(self) -> int:
-        """After a pass was abandoned midway, make the session consistent again; returns the position."""
+        """After a pass was abandoned midway, make the session consistent again; returns the
+        position."""
 
     def reuse_prefix(self, ids: list[int]) -> Reuse:
-        """Keep what the session holds of a new prompt and rewind to there; what was kept and why."""
+        """Keep what the session holds of a new prompt and rewind to there; what was kept and
+        why."""
 
-    def feed(self, ids: list[int], *, phase: str, sampler: Sampler | None = None, all_logits: bool = False,
-             progress: Progress | None = None) -> Step:
-        """One pass over `ids` at the next positions; sample from its last logits if a sampler is given."""
+    def feed(self, ids: list[int], *, phase: str, sampler: Sampler | None = None,
+             all_logits: bool = False, progress: Progress | None = None) -> Step:
+        """One pass over `ids` at the next positions; sample from its last logits if a sampler is
+        given."""
 
     def choose(self, sampler: Sampler) -> SampleResult:
         """Sample the next token from the last logits; the next decode pass feeds it."""
 
-    def prefill(self, ids: Iterable[int], *, chunk: int | None = None, sampler: Sampler | None = None,
-                all_logits: bool = False, checkpoint_at: Iterable[int] = (),
+    def prefill(self, ids: Iterable[int], *, chunk: int | None = None,
+                sampler: Sampler | None = None, all_logits: bool = False,
+                checkpoint_at: Iterable[int] = (),
                 progress: Progress | None = None) -> Iterator[Step]:
         """A prompt in passes of `chunk` tokens."""
 
-    def request(self, ids: Iterable[int], *, chunk: int | None = None, sampler: Sampler | None = None,
-                all_logits: bool = False, marks: Iterable[int] = (),
+    def request(self, ids: Iterable[int], *, chunk: int | None = None,
+                sampler: Sampler | None = None, all_logits: bool = False, marks: Iterable[int] = (),
                 progress: Progress | None = None) -> Iterator[Step]:
         """A new request's prompt: reuse what the session holds, prefill the rest."""
 
@@ -129,7 +138,7 @@ class Session(Protocol):
                all_logits: bool = False, progress: Progress | None = None) -> Iterator[Step]:
         """One pass per token until a stop token or `max_tokens` passes."""
 
-    def generate(self, ids: Iterable[int], sampler: Sampler, max_tokens: int, *, chunk: int | None = None,
-                 all_logits: bool = False, marks: Iterable[int] = (),
+    def generate(self, ids: Iterable[int], sampler: Sampler, max_tokens: int, *,
+                 chunk: int | None = None, all_logits: bool = False, marks: Iterable[int] = (),
                  progress: Progress | None = None) -> Iterator[Step]:
         """`request`, then `decode`, until an end-of-turn token or `max_tokens` picked."""

@@ -1,4 +1,5 @@
-"""The run service: the one owner of the request's model, running every pass on it as a job, one at a time.
+"""The run service: the one owner of the request's model, running every pass on it as a job, one at
+a time.
 
 Every pass the app runs goes through here, under its one lock: the stage's
 run (prefill chunks and decoded tokens, `next_pass`), the Speculate stage's
@@ -64,7 +65,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run of the request: which model, which prompt, how it is cut and capped, which knobs to start with."""
+    """One run of the request: which model, which prompt, how it is cut and capped, which knobs to
+    start with."""
 
     run_id: int
     model: Engine
@@ -82,12 +84,14 @@ class PromptSource:
 
     messages: list[dict[str, Any]]
     chat: ChatTokens
-    render: Callable[[list[dict[str, Any]]], ChatTokens]  # messages -> ChatTokens with the same template, now
+    # messages -> ChatTokens with the same template, now
+    render: Callable[[list[dict[str, Any]]], ChatTokens]
     decode: Callable[[list[int]], str]  # token ids -> text
 
 
 class _Run:
-    """A started run: its plan, its cancel flag, and (from its first pass) its session's pass generator."""
+    """A started run: its plan, its cancel flag, and (from its first pass) its session's pass
+    generator."""
 
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
@@ -96,7 +100,8 @@ class _Run:
         self.sampler: Sampler | None = None
         self.passes: Iterator[Step] | None = None
         self.report: Progress | None = None  # the progress callable of the pass in flight
-        self.held: Held | None = None  # what the session held when the run began, with where it came from
+        # what the session held when the run began, with where it came from
+        self.held: Held | None = None
 
 
 @dataclass(frozen=True)
@@ -115,25 +120,29 @@ class RoundPlan:
 
 
 class _Rounds:
-    """A started speculative run: its plan, its cancel flag, its generator of Steps and how many it made."""
+    """A started speculative run: its plan, its cancel flag, its generator of Steps and how many it
+    made."""
 
     def __init__(self, plan: RoundPlan) -> None:
         self.plan = plan
         self.cancel = threading.Event()  # set when another run replaces this one
-        self.steps: Iterator[Step | None] | None = None  # the prompt's last prefill pass, then one per round
+        # the prompt's last prefill pass, then one per round
+        self.steps: Iterator[Step | None] | None = None
         self.made = 0  # Steps the generator made so far
         self.report: Progress | None = None  # the pass hook of the call in flight
 
 
 class RunService:
-    """Every pass on the request's model, one job at a time; `start`, `start_rounds`, `set_settings` and
-    `stop` never block, the other calls run a job (from a worker thread)."""
+    """Every pass on the request's model, one job at a time; `start`, `start_rounds`, `set_settings`
+    and `stop` never block, the other calls run a job (from a worker thread)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # one job at a time on the model (its weight cache, the cores)
+        # one job at a time on the model (its weight cache, the cores)
+        self._lock = threading.Lock()
         self._job: str | None = None  # the job holding the lock
         self._run: _Run | None = None
-        self._session: Session | None = None  # kept from run to run (its KV cache is what runs reuse)
+        # kept from run to run (its KV cache is what runs reuse)
+        self._session: Session | None = None
         self._source: PromptSource | None = None  # where the tokens the session holds came from
         self._drop = False  # `unload` asked: the next run starts a new session
         self._rounds: _Rounds | None = None  # the Speculate stage's run
@@ -141,7 +150,8 @@ class RunService:
     # ---- jobs ----------------------------------------------------------------------------------
     @property
     def current_job(self) -> str | None:
-        """The job computing now ("pass", "speculative round", "four calls", ...), None when idle."""
+        """The job computing now ("pass", "speculative round", "four calls", ...), None when
+        idle."""
         return self._job
 
     def idle(self) -> bool:
@@ -150,7 +160,8 @@ class RunService:
 
     @contextmanager
     def _holding(self, job: str, cancelled: Callable[[], bool]) -> Iterator[None]:
-        """Hold the model for `job`; while another job holds it, wait, or raise Cancelled once `cancelled()`."""
+        """Hold the model for `job`; while another job holds it, wait, or raise Cancelled once
+        `cancelled()`."""
         while not self._lock.acquire(timeout=WAIT_POLL):
             if cancelled():
                 raise Cancelled()
@@ -161,7 +172,8 @@ class RunService:
             self._job = None
             self._lock.release()
 
-    def job(self, name: str, work: Callable[[], T], cancelled: Callable[[], bool] = lambda: False) -> T:
+    def job(self, name: str, work: Callable[[], T],
+            cancelled: Callable[[], bool] = lambda: False) -> T:
         """Run `work()` as job `name` while holding the model (say, the warm starts).
 
         Raises:
@@ -170,8 +182,10 @@ class RunService:
         with self._holding(name, cancelled):
             return work()
 
-    def steps(self, name: str, passes: Iterator[T], cancelled: Callable[[], bool] = lambda: False) -> Iterator[T]:
-        """The items of `passes`, each computed as job `name` (other jobs may run between two of them)."""
+    def steps(self, name: str, passes: Iterator[T],
+              cancelled: Callable[[], bool] = lambda: False) -> Iterator[T]:
+        """The items of `passes`, each computed as job `name` (other jobs may run between two of
+        them)."""
         while True:
             with self._holding(name, cancelled):
                 item = next(passes, None)
@@ -187,14 +201,16 @@ class RunService:
         return None if run is None else run.plan
 
     def _replace(self, slot: str, new: _Run | _Rounds | None) -> None:
-        """Put `new` in the run slot `slot`; the run it held is cancelled (its pass stops at its next layer)."""
+        """Put `new` in the run slot `slot`; the run it held is cancelled (its pass stops at its
+        next layer)."""
         old = getattr(self, slot)
         setattr(self, slot, new)
         if old is not None:
             old.cancel.set()
 
     def start(self, plan: RunPlan) -> None:
-        """Make `plan` the current run (nothing runs yet); a pass of the previous run stops at its next layer."""
+        """Make `plan` the current run (nothing runs yet); a pass of the previous run stops at its
+        next layer."""
         self._replace("_run", _Run(plan))
 
     def stop(self) -> None:
@@ -213,11 +229,12 @@ class RunService:
 
         Args:
             progress: called with (layers done, layers in all) during the pass.
-            cancelled: the caller's own stop request (its worker was cancelled), checked at every layer.
+            cancelled: the caller's own stop request (its worker was cancelled), checked at every
+            layer.
 
         Raises:
-            Cancelled: the run was replaced or stopped (before or during the pass), or `cancelled()`.
-            WalkthroughError: the engine refused the pass.
+            Cancelled: the run was replaced or stopped (before or during the pass), or
+            `cancelled()`. WalkthroughError: the engine refused the pass.
         """
         with self._holding("pass", cancelled):
             run = self._run
@@ -229,7 +246,8 @@ class RunService:
 
             def report(done: int, total: int) -> None:
                 if run.cancel.is_set() or cancelled():
-                    run.cancel.set()  # the generator is closed by the exception: this run cannot go on
+                    # the generator is closed by the exception: this run cannot go on
+                    run.cancel.set()
                     raise Cancelled()
                 if progress is not None:
                     progress(done, total)
@@ -241,15 +259,18 @@ class RunService:
             return step
 
     def unload(self) -> None:
-        """Stop the run and let go of the session (its KV cache): the next run starts from an empty one.
+        """Stop the run and let go of the session (its KV cache): the next run starts from an empty
+        one.
 
-        Never blocks: the pass in flight stops at its next layer, and the next run's first pass drops the session.
+        Never blocks: the pass in flight stops at its next layer, and the next run's first pass
+        drops the session.
         """
         self.stop()
         self._drop = True
 
     def close(self, release: Callable[[], None]) -> None:
-        """Stop both runs, wait for the job in flight to let go (within a layer), then call `release`."""
+        """Stop both runs, wait for the job in flight to let go (within a layer), then call
+        `release`."""
         self.stop()
         self.stop_rounds()
         with self._holding("close", lambda: False):
@@ -257,24 +278,27 @@ class RunService:
 
     # ---- the Speculate stage's run ---------------------------------------------------------------
     def start_rounds(self, plan: RoundPlan) -> None:
-        """Make `plan` the speculative run (nothing runs until `next_round`); a round of the previous one stops
-        at its next layer."""
+        """Make `plan` the speculative run (nothing runs until `next_round`); a round of the
+        previous one stops at its next layer."""
         self._replace("_rounds", _Rounds(plan))
 
     def stop_rounds(self) -> None:
         """No speculative run; a round in flight stops at its next layer."""
         self._replace("_rounds", None)
 
-    def next_round(self, run_id: int, shown: int, cancelled: Callable[[], bool] = lambda: False) -> Step | None:
-        """The Step of speculative run `run_id` after the `shown` first ones (the prefill's last pass first), None
-        when the answer is done.
+    def next_round(self, run_id: int, shown: int,
+                   cancelled: Callable[[], bool] = lambda: False) -> Step | None:
+        """The Step of speculative run `run_id` after the `shown` first ones (the prefill's last
+        pass first), None when the answer is done.
 
         Args:
             shown: Steps of this run the caller holds.
-            cancelled: the caller's own stop request (its worker was cancelled), checked at every layer.
+            cancelled: the caller's own stop request (its worker was cancelled), checked at every
+            layer.
 
         Raises:
-            Cancelled: the run was replaced (before or during the round), or `cancelled()`; the run itself
+            Cancelled: the run was replaced (before or during the round), or `cancelled()`; the run
+            itself
                 can go on at the next call.
             WalkthroughError: the engine refused the round.
         """
@@ -284,8 +308,9 @@ class RunService:
                 raise Cancelled()
             run.report = stop_when(lambda: run.cancel.is_set() or cancelled())
             try:
-                if run.steps is None or run.made != shown:  # a round was cut off, or its step not kept
-                    run.steps, run.made = _speculative(run.plan, lambda done, total: run.report(done, total)), 0
+                # a round was cut off, or its step not kept
+                if run.steps is None or run.made != shown:
+                    run.steps, run.made = _speculative(run.plan, _reporting(run)), 0
                     while run.made < shown:  # the steps the caller holds, computed again
                         next(run.steps)
                         run.made += 1
@@ -304,7 +329,8 @@ class RunService:
         plan, session, source = run.plan, self._session, self._source
         if self._drop:
             session, self._drop = None, False
-        keep = (session is not None and session.model is plan.model and session.attention_rows == plan.attention_rows
+        keep = (session is not None and session.model is plan.model
+                and session.attention_rows == plan.attention_rows
                 and plan.model.engine == "numpy")  # llama.cpp's context is sized per run
         if keep:
             session.recover()  # a pass abandoned midway leaves nothing half-done behind
@@ -317,12 +343,14 @@ class RunService:
         self._session, self._source = session, plan.request
         run.sampler = Sampler(plan.settings)
         marks = [] if plan.request is None else _user_starts(plan.request)
-        run.passes = session.generate(list(plan.prompt_ids), run.sampler, plan.max_tokens, chunk=plan.chunk,
-                                      marks=marks, progress=lambda done, total: run.report(done, total))
+        run.passes = session.generate(list(plan.prompt_ids), run.sampler, plan.max_tokens,
+                                      chunk=plan.chunk, marks=marks,
+                                      progress=lambda done, total: run.report(done, total))
 
     @staticmethod
     def _explain(run: _Run, step: Step) -> None:
-        """Say why the first pass's reuse stopped, from where the held and the new tokens came from."""
+        """Say why the first pass's reuse stopped, from where the held and the new tokens came
+        from."""
         from walkthrough.engine.prefix_break import explain
 
         request = run.plan.request
@@ -349,6 +377,11 @@ def _user_starts(request: PromptSource) -> list[int]:
     return user_starts(request.chat, request.messages)
 
 
+def _reporting(run: _Rounds) -> Progress:
+    """The pass hook a speculative run's passes call: the hook of the round in flight."""
+    return lambda done, total: run.report(done, total)
+
+
 def _speculative(plan: RoundPlan, progress: Progress) -> Iterator[Step | None]:
     """The prompt's last prefill pass, then one verification pass per round (numpy engine only)."""
     from walkthrough.engine.glassbox.model import Model
@@ -357,14 +390,14 @@ def _speculative(plan: RoundPlan, progress: Progress) -> Iterator[Step | None]:
     from walkthrough.engine.serving import speculative
 
     if not isinstance(plan.model, Model):
-        raise WalkthroughError("speculative decoding runs on the numpy engine; open the file without "
-                               "--engine llama.cpp to see it")
+        raise WalkthroughError("speculative decoding runs on the numpy engine; open the file "
+                               "without --engine llama.cpp to see it")
     drafter = speculative.make_drafter(plan.drafter, plan.model, draft=plan.draft)
     session = NumpySession(plan.model, keep_hidden=drafter.needs_hidden)
     sampler = Sampler(plan.settings)
     last = None
-    for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk, sampler=sampler,
-                                    progress=progress):
+    for last in speculative.prefill(session, drafter, plan.prompt_ids, chunk=plan.chunk,
+                                    sampler=sampler, progress=progress):
         pass
     yield last
     if not last.stopped:

@@ -1,4 +1,5 @@
-"""The four calls, over the Chat stage: a request, a follow-up, an edit, a new chat, each with its reuse and cost.
+"""The four calls, over the Chat stage: a request, a follow-up, an edit, a new chat, each with its
+reuse and cost.
 
 The screen asks the app to play the calls when it opens and on `r`, and to
 measure the cold and warm starts on `c` (`app_calls.py`: jobs of the run
@@ -35,11 +36,14 @@ if TYPE_CHECKING:  # the engine loads when the calls play, not when the app star
     from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 ANSWER_CHARS = 70  # of each call's answer shown
+HEADING = ("The four calls: the request, a follow-up, an edit of its question, a new chat with the "
+           "same system prompt. Each is also run from an empty cache.")
 
 
 @dataclass(frozen=True)
 class CallsInput:
-    """What the calls need from the request: the file, its tokenizer and template, the messages, the knobs."""
+    """What the calls need from the request: the file, its tokenizer and template, the messages, the
+    knobs."""
 
     path: Path
     file: GGUFFile
@@ -52,7 +56,8 @@ class CallsInput:
 
 
 class FourCallsScreen(ModalScreen):
-    """The scripted sequence, played and measured (what it shows lives in the app's `state.calls`)."""
+    """The scripted sequence, played and measured (what it shows lives in the app's
+    `state.calls`)."""
 
     CSS_PATH = "four_calls.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -85,17 +90,21 @@ class FourCallsScreen(ModalScreen):
         return self.app.state.calls or Calls()
 
     def action_replay(self) -> None:
-        """Play the four calls again, once the user agreed to lose the calls played so far (if any)."""
+        """Play the four calls again, once the user agreed to lose the calls played so far (if
+        any)."""
         question = calls_question(len(self.played.turns))
         self.app.ask_then(question, lambda: self.app.play_calls(self.calls))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "starts":  # greyed until the four calls are done: measuring would replace the play
-            return True if self.played.summary is not None and self.played.model is not None else None
+        # greyed until the four calls are done: measuring would replace the play
+        if action == "starts":
+            done = self.played.summary is not None and self.played.model is not None
+            return True if done else None
         return True
 
     def action_starts(self) -> None:
-        self.app.measure_starts(self.calls)  # one at a time: a second `c` does not start another process
+        # one at a time: a second `c` does not start another process
+        self.app.measure_starts(self.calls)
 
     def _changed(self, fields: frozenset[str]) -> None:
         if "calls" in fields and self.is_attached:
@@ -107,8 +116,7 @@ class FourCallsScreen(ModalScreen):
 
     def _redraw(self) -> None:
         tok, calls = self.calls.tokenizer, self.played
-        parts: list[Text] = [Text("The four calls: the request, a follow-up, an edit of its question, a new chat "
-                                  "with the same system prompt. Each is also run from an empty cache.", style="bold")]
+        parts: list[Text] = [Text(HEADING, style="bold")]
         for n, turn in enumerate(calls.turns, start=1):
             parts.append(Text(f"\n{n}. {turn.label}: {count(len(turn.messages), 'message')}, "
                               f"{count(len(turn.chat.ids), 'prompt token')}", style="bold"))
@@ -119,7 +127,8 @@ class FourCallsScreen(ModalScreen):
             parts.append(Text(""))
             parts.extend(safe_text(line) for line in summary_lines(calls.summary))
         if calls.starts is not None:
-            parts.extend(safe_text(line) for line in start_lines(calls.prompt_tokens, *calls.starts))
+            lines = start_lines(calls.prompt_tokens, *calls.starts)
+            parts.extend(safe_text(line) for line in lines)
         if calls.status:
             parts.append(Text(f"\n{calls.status}", style="italic"))
         self.shown = "\n".join(part.plain for part in parts)

@@ -34,13 +34,15 @@ from walkthrough.screens.confirm import speculate_question
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
-DRAFTERS = ("lookup", "mtp", "draft")  # the kinds the stage cycles through ("draft" with the app's --draft)
+# the kinds the stage cycles through ("draft" with the app's --draft)
+DRAFTERS = ("lookup", "mtp", "draft")
 MAX_DRAFTS = 8
 ROUNDS_SHOWN = 8
 
 
 class SpeculateScreen(StageScreen):
-    """Rounds of drafts, accepted and rejected, and what speculation saves (or costs) on this model."""
+    """Rounds of drafts, accepted and rejected, and what speculation saves (or costs) on this
+    model."""
 
     HEADING = "speculative decoding"
     CAPTION = ("Speculative decoding: cheap guesses are checked in one pass, so one "
@@ -92,7 +94,8 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         return self.state.speculation
 
     def on_screen_suspend(self) -> None:
-        if self.app.current_mode != self.STAGE:  # left the stage (an overlay on top of it stops nothing)
+        # left the stage (an overlay on top of it stops nothing)
+        if self.app.current_mode != self.STAGE:
             self.app.stop_round()
 
     def action_round(self) -> None:
@@ -130,8 +133,8 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         self._discard_then(drafter=later)
 
     def _discard_then(self, *, drafter: str | None = None, k: int | None = None) -> None:
-        """Start the speculative run again (with this drafter and k), once the user agreed to lose what it
-        wrote (asked only when it wrote something or a round runs)."""
+        """Start the speculative run again (with this drafter and k), once the user agreed to lose
+        what it wrote (asked only when it wrote something or a round runs)."""
         s = self.speculation
         question = speculate_question(len(s.answer()), len(s.rounds), s.busy)
         self.app.ask_then(question, lambda: self.app.restart_speculation(drafter=drafter, k=k))
@@ -171,8 +174,9 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
                                 rounds_table(list(s.rounds), state.piece, ROUNDS_SHOWN)))
             parts = [figures(list(s.rounds), state.card)]
             if state.card.is_moe:
-                parts.append(Group(Text("experts woken by the last verification pass", style="bold"),
-                                   ExpertsGrid(s.rounds[-1], state.card.n_experts, last_token_only=False)))
+                grid = ExpertsGrid(s.rounds[-1], state.card.n_experts, last_token_only=False)
+                woken = Text("experts woken by the last verification pass", style="bold")
+                parts.append(Group(woken, grid))
             figures_view.update(Group(*parts))
         answer = s.answer()
         text = state.tokenizer.decode(answer) if state.tokenizer and answer else ""
