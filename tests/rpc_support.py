@@ -73,8 +73,9 @@ def wait_ready(proc: subprocess.Popen, endpoint: rpc.Endpoint) -> None:
 
 
 def free_llama_objects() -> None:
-    """Close every llama.cpp session and model this process still holds, while their workers run: ggml ends
-    the process when it frees a buffer on a worker that is gone."""
+    """Close every llama.cpp session and model over RPC workers this process still holds, while the workers
+    run: ggml ends the process when it frees a buffer on a worker that is gone. Models on this host alone
+    (other tests' cached ones) are left as they are."""
     import gc
 
     from walkthrough.engine.llama.model import LlamaModel
@@ -82,10 +83,12 @@ def free_llama_objects() -> None:
 
     gc.collect()
     objects = gc.get_objects()
-    for kind in (LlamaSession, LlamaModel):
-        for o in objects:
-            if isinstance(o, kind):
-                o.close()
+    for o in objects:
+        if isinstance(o, LlamaSession) and o.model.rpc:
+            o.close()
+    for o in objects:
+        if isinstance(o, LlamaModel) and o.rpc:
+            o.close()
 
 
 @contextlib.contextmanager
