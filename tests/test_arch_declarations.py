@@ -9,7 +9,7 @@ from gguf.constants import GGMLQuantizationType as Q
 from gguf_builder import Tensor, write_gguf
 from test_engine_weights import _metadata
 
-from walkthrough.engine.arch import ARCHITECTURES, stem
+from walkthrough.architectures.declarations import ARCHITECTURES, stem
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.validate import UnexpectedTensor
 from walkthrough.inspect.card import build_card

@@ -14,7 +14,7 @@ from pathlib import Path
 import walkthrough
 
 PACKAGE = Path(walkthrough.__file__).parent
-BELOW_SCREENS = ["commands", "render", "request", "costs", "engine", "inspect"]
+BELOW_SCREENS = ["commands", "render", "request", "costs", "engine", "inspect", "architectures"]
 TEXTUAL = {"textual", "textual_plotext"}  # textual_serve runs the app as a subprocess; it is not imported code
 
 
@@ -83,3 +83,17 @@ def test_screens_hold_only_textual_code() -> None:
         )
     ]
     assert plain == []
+
+
+def test_the_card_and_the_declarations_do_not_climb() -> None:
+    """inspect/ reads the architectures' declarations, never the engine; architectures/ imports neither."""
+    rules = {"inspect": ("walkthrough.engine", "walkthrough.costs"),
+             "architectures": ("walkthrough.engine", "walkthrough.costs", "walkthrough.inspect")}
+    bad = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
+        for part, above in rules.items()
+        for path in modules_under(part)
+        for line, module in imported_modules(path)
+        if any(module == a or module.startswith(a + ".") for a in above)
+    ]
+    assert bad == []

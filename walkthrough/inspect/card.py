@@ -9,7 +9,7 @@ sliding-window or linear attention with a fixed state; MoE or dense FFN).
 No tensor data is read: a header-only file gives the same card.
 
 For an architecture the engine runs, a layer's FFN kind is the one whose tensors its
-declaration (`walkthrough.engine.arch`) lists and the layer holds: the engine and the card
+declaration (`walkthrough.architectures.declarations`) lists and the layer holds: the engine and the card
 classify a layer the same way.
 
 What is not known is left as None and its name listed in `card.unknown`, so an
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.engine.arch import declared
+from walkthrough.architectures.declarations import declared
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.hparams import Hparams, recurrent_state_values, swa_flags

@@ -12,7 +12,7 @@ The patterns follow llama.cpp (vendored 0.3.36):
   `src/models/qwen35moe.cpp`), else the layer's tensors;
 - sliding-window layers: `attention.sliding_window_pattern` as one flag per
   layer or a period (`llama_hparams::set_swa_pattern` in `src/llama-hparams.cpp`),
-  else the architecture's default period (`_SWA_DEFAULTS`);
+  else the architecture's default period (`SWA_DEFAULTS`);
 - recurrent state values per layer: `llama_hparams::n_embd_r` + `n_embd_s`.
 """
 
@@ -24,27 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from walkthrough.architectures.sliding import SWA_DEFAULTS, SWA_DISABLED
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.tensors import RECURRENT_PREFIXES
 
-# Default sliding-window period and whether the dense layer comes first, for architectures
-# that use one when the file gives no pattern: the `load_swa_pattern(ml, N[, dense_first])`
-# calls in llama.cpp's src/models/{gemma2,gemma3,gemma3n,gemma-embedding,cohere2,cohere2moe,
-# exaone4,olmo2,openai-moe}.cpp (vendored 0.3.36).
-_SWA_DEFAULTS: dict[str, tuple[int, bool]] = {
-    "gemma2": (2, False),
-    "gemma3": (6, False),
-    "gemma3n": (5, False),
-    "gemma-embedding": (6, False),
-    "cohere2": (4, False),
-    "cohere2moe": (4, True),
-    "exaone4": (4, False),
-    "olmo2": (4, False),
-    "gpt-oss": (2, False),
-}
-# Architectures whose declared window llama.cpp does not apply: every layer attends to all positions
-# (src/models/phi3.cpp: "Phi SWA is currently disabled", swa_type NONE).
-_SWA_DISABLED = frozenset({"phi3"})
 # Keys that size a recurrent layer's state (see recurrent_state_values).
 _STATE_KEYS = ("wkv.head_size", "shortconv.l_cache", "ssm.inner_size", "ssm.state_size")
 RWKV_DEFAULT_TOKEN_SHIFT = 2  # llama_hparams::token_shift_count default (src/llama-hparams.h)
@@ -125,13 +108,13 @@ class Hparams:
 
 def swa_flags(hp: Hparams, n_all: int, n_trunk: int) -> list[bool]:
     """Which layers use the sliding window (only meaningful where a window is declared)."""
-    if hp.arch in _SWA_DISABLED:
+    if hp.arch in SWA_DISABLED:
         return [False] * n_all
     explicit = hp.raw("attention.sliding_window_pattern")
     if _is_sequence(explicit):
         flags = [bool(v) for v in explicit[:n_all]]
         return [f and i < n_trunk for i, f in enumerate(flags + [False] * (n_all - len(flags)))]
-    default = _SWA_DEFAULTS.get(hp.arch)
+    default = SWA_DEFAULTS.get(hp.arch)
     period = as_count(explicit)
     if period is None and default is not None:
         period = default[0]

@@ -3,7 +3,7 @@
 The model card (`walkthrough.inspect.card`) is the single source of structural
 numbers (widths, heads, experts, layer kinds: full, sliding-window or linear
 attention, dense or MoE FFN). The architecture's declaration
-(`walkthrough.engine.arch`) says how to run them. This module adds the few
+(`walkthrough.architectures.declarations`) says how to run them. This module adds the few
 run-time numbers neither carries: the RoPE frequency scale and the RoPE base of
 sliding-window layers, the final logit soft-cap, and which token ids end a
 generation.
@@ -15,13 +15,12 @@ scaling (`{arch}.rope.scaling.type`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-import math
-
+from walkthrough.architectures.declarations import ARCHITECTURES, Architecture, Router
 from walkthrough.engine import numeric_checks
 from walkthrough.engine.glassbox import ops
-from walkthrough.engine.arch import ARCHITECTURES, Architecture, Router
 from walkthrough.engine.glassbox.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard

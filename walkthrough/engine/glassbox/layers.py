@@ -4,7 +4,7 @@ A mixer moves information between positions (full or sliding-window attention wi
 "linear" Gated DeltaNet layers with a fixed state live in `deltanet.py`); an FFN transforms each
 position (a gated FFN, or routed experts plus an optional shared expert). What varies between
 architectures (q/k norms, the gate activation, the router) is read from the declaration,
-`Config.spec` (`walkthrough.engine.arch`); which optional tensors (biases) a layer has, from the file.
+`Config.spec` (`walkthrough.architectures.declarations`); which optional tensors (biases) a layer has, from the file.
 Each function takes the pass's `Meter` (weights, bytes read, FLOPs), the layer
 index, the normed input [n, d], and fills the layer's `LayerTrace`.
 

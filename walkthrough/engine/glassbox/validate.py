@@ -6,7 +6,7 @@ would fail deep inside numpy; checking first turns it into one line naming the
 tensor, the shape expected from the metadata, and the shape found, as
 llama.cpp's loader does ("tensor has wrong shape").
 
-The other way round, a tensor the declaration (`walkthrough.engine.arch`) does
+The other way round, a tensor the declaration (`walkthrough.architectures.declarations`) does
 not list for its layer is refused too: the recipe would skip it, and skipping a
 weight gives wrong logits without a word. Blocks past the trunk
 (multi-token-prediction layers, which the card lists and decoding does not run)
@@ -17,7 +17,7 @@ Shapes are ggml order (ne0 first), as `TensorInfo.shape` stores them.
 
 from __future__ import annotations
 
-from walkthrough.engine.arch import Tensors
+from walkthrough.architectures.declarations import Tensors
 from walkthrough.engine.glassbox import shortconv
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
