@@ -5,7 +5,8 @@ is fitted on the other machines' runs, and the left-out machine's runs are predi
 (leave-one-machine-out). Prints the median and 90th percentile of |predicted /
 measured - 1| for decode (tokens/s of tg runs), prefill (tokens/s of pp runs) and
 time to first token (seconds of pp runs of 1,024 tokens or more), per family and
-over all; then the source article's laptop figures (issue 27), held out the same way.
+over all; then the source article's laptop figures (issue 27), held out the same way,
+and last with the laptop's own runs in the fit, as `estimate` predicts for its profile.
 
     python tests/bench/calibration.py
 Goals (issue 27): decode median <= 15%, p90 <= 35%; prefill median <= 25%; laptop within 25%.
@@ -16,7 +17,15 @@ from __future__ import annotations
 import numpy as np
 
 from walkthrough.costs.corpus import bundled
-from walkthrough.costs.timing import DECODE_TERMS, PREFILL_TERMS, calibrate
+from walkthrough.costs.timing import (
+    DECODE_TERMS,
+    PREFILL_TERMS,
+    calibrate,
+    decode_rate,
+    prefill_seconds,
+    run_hardware,
+    run_shape,
+)
 
 
 def _stats(errors: list[float]) -> str:
@@ -64,5 +73,26 @@ def main() -> None:
         print(line)
 
 
+def in_sample(fits: dict, machine: str = "laptop-860m") -> None:
+    """The machine's runs predicted as `estimate` predicts for its profile: its family's fit on every run,
+    times the machine's own factor."""
+    print(f"\n{machine} with its own runs in the fit (what estimate uses for its profile):")
+    for run in bundled().runs:
+        if run.machine.id != machine:
+            continue
+        fit = fits[run.family]
+        shape, hw = run_shape(run), run_hardware(run)
+        if run.test == "tg":
+            factor = fit.decode.machine_factors.get(machine, (1.0, 0))[0]
+            rate = decode_rate(fit, shape, hw, run.depth + run.n / 2) * factor
+        else:
+            factor = fit.prefill.machine_factors.get(machine, (1.0, 0))[0]
+            rate = run.n / (prefill_seconds(fit, shape, hw, run.n, run.depth, run.ubatch) / factor)
+        what = f"{run.model.id} {run.test} {run.n}"
+        print(f"  {what:34s} measured {run.tokens_per_s:7.1f} tokens/s, predicted {rate:7.1f} "
+              f"({rate / run.tokens_per_s - 1:+.0%})")
+
+
 if __name__ == "__main__":
     main()
+    in_sample(calibrate())
