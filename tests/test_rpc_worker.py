@@ -87,3 +87,15 @@ def test_a_build_without_rpc_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(rpc, "_libs", {})
     with pytest.raises(rpc.RpcUnavailable, match=r"without ggml's RPC backend; install with `CMAKE_ARGS=-DGGML_RPC=ON"):
         rpc.libraries()
+
+
+def test_a_missing_extra_says_how_to_install_with_rpc(monkeypatch):
+    from walkthrough.engine.llama import model as llama_model
+
+    def missing():
+        raise llama_model.LlamaUnavailable(f"the llama.cpp engine needs llama-cpp-python: {llama_model.INSTALL_HINT}")
+
+    monkeypatch.setattr(llama_model, "bindings", missing)
+    monkeypatch.setattr(rpc, "_libs", {})
+    with pytest.raises(rpc.RpcUnavailable, match=r"needs llama-cpp-python.*with RPC: install with `CMAKE_ARGS"):
+        rpc.libraries()
