@@ -118,7 +118,12 @@ def test_trace_json_names_each_host_and_bad_addresses_are_usage_errors():
         names = [str(e) for e, _ in started]
         proc = _trace("--ids", "1,2,3", "--steps", "2", "--json", "--rpc", ",".join(names))
         out, err = proc.communicate(timeout=120)
+        text = _trace("--ids", "1,2,3", "--steps", "2", "--rpc", ",".join(names), "--split", "1,2,1")
+        table, text_err = text.communicate(timeout=120)
     assert proc.returncode == 0, err
+    assert text.returncode == 0, text_err
+    assert f"{names[0]}: layers 1-2;" in table and f"{names[1]}: layer 3 + output head;" in table
+    assert "decode, per pass on each host" in table and "computed (n_tokens x n_embd x 4)" in table
     records = [json.loads(line) for line in out.splitlines()]
     assert [h["host"] for h in records[-1]["split"]["placement"]][1:] == names
     bad = _trace("--ids", "1", "--rpc", "127.0.0.1")
