@@ -173,3 +173,45 @@ async def test_every_key_a_stage_offers_is_in_its_footer_within_the_screen(size)
             listed = {k.action for k in keys if k.region.width and k.region.right <= edge}
             more = any("lists every key" in str(label.render()) for label in screen.query(FooterLabel))
             assert shown <= listed or more, (stage.label, sorted(shown - listed))
+
+
+@pytest.mark.parametrize("command", ["inspect", "trace", "tokenize", "bench"])
+def test_a_subcommand_s_usage_line_is_its_own(command, capsys):
+    """Item 11: every subcommand's --help began with the app's usage glued to its own."""
+    from walkthrough.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"usage: walkthrough {command} ") and "(opens the app)" not in first
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_help_names_keys_as_the_footer_does_and_lists_n_and_p(size):
+    """Item 11: help listed "slash" for / and left out n and p (tab and shift+tab took their rows)."""
+    from textual.widgets import Static
+
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        rows = widget_text(app.screen.query_one("#help-text", Static)).splitlines()
+    keys = {line.split("  ")[0].strip(): line for line in rows if "  " in line.strip()}
+    assert any(k.startswith("/") for k in keys) and not any(k.startswith("slash") for k in keys)
+    assert any("Next stage" in line and "n" in k.split(", ") for k, line in keys.items())
+    assert any("Previous stage" in line and "p" in k.split(", ") for k, line in keys.items())
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_the_tokens_stage_shows_a_newline_as_the_docs_say(size):
+    """Item 11: the Tokens stage showed "\\n" where the docs promise "↵"."""
+    from textual.widgets import Static
+
+    app = app_for(REFERENCE, [{"role": "user", "content": "first line\nsecond line"}])
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot)
+        strip = widget_text(app.screen.query_one("#token-strip", Static))
+    assert "↵" in strip and "\\n" not in strip

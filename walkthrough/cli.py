@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="without a COMMAND, opens the app:\n" + app_parser(add_help=False).format_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="walkthrough")  # "usage: walkthrough trace ..."
     for name in SUBCOMMANDS:
         _command(name).add_parser(sub)
     return parser

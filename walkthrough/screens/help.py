@@ -15,16 +15,11 @@ from textual.widgets import Static
 
 from walkthrough.screens.footer import KeysFooter
 
-
 GLOSSARY_NOTE = (
     "The terms line above the footer lists the glossary terms this screen shows. g opens the glossary at the "
     "term under the cursor (the selected row of a table, the selected token), then lists the terms on this "
     "screen, then all of them: up / down choose, enter follows a related term, escape closes."
 )
-
-
-def _key_label(key: str) -> str:
-    return {"question_mark": "?", "space": "space", "enter": "enter"}.get(key, key)
 
 
 def unwrap(text: str) -> str:
@@ -53,14 +48,18 @@ class HelpScreen(ModalScreen):
         keys = Table.grid(padding=(0, 2))
         keys.add_column(style="bold")
         keys.add_column()
-        seen: set[str] = set()
-        for key, active in self.stage.active_bindings.items():
+        by_action: dict[str, list[str]] = {}  # description -> every key doing it (n and tab: Next stage)
+        for active in self.stage.active_bindings.values():
             binding = active.binding
             if active.node is not self.stage:
                 continue  # the stage's own keys, not those of the widget that has focus (scrolling...)
-            if binding.description and binding.description not in seen:
-                seen.add(binding.description)
-                keys.add_row(_key_label(key), binding.description)
+            if binding.description:
+                shown = by_action.setdefault(binding.description, [])
+                label = self.app.get_key_display(binding)  # as the footer writes it: "/", not "slash"
+                if label not in shown:
+                    shown.append(label)
+        for description, labels in by_action.items():
+            keys.add_row(", ".join(labels), description)
         keys.add_row("ctrl+p", "command palette: every action by name")
         box = Table.grid()
         box.add_row(Text(f"{title}", style="bold"))

@@ -17,8 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from walkthrough.screens.base import StageScreen
 from walkthrough.render.views import token_style
+from walkthrough.screens.base import StageScreen
 from walkthrough.textsafe import safe_text, token_label
 
 CURSOR_STYLE = "bold reverse yellow"
@@ -131,7 +131,9 @@ it came from are shown above the strip.
         text = Text()
         for i, token in enumerate(chat.tokens):
             style = CURSOR_STYLE if i == self.cursor else token_style(i, token.special)
-            text.append_text(safe_text(token.piece, style))
+            text.append_text(token_label(token.piece, style))  # whitespace as signs: ␣ ↵ →
+            if token.piece.endswith("\n"):
+                text.append("\n")  # and the prompt's lines kept as lines
             if self.show_ids:
                 text.append(f"{token.id} ", style="dim")
         return text
