@@ -14,6 +14,18 @@ REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What about warfarin?"}]
 
 
+async def _shown_after(size, messages, key: str, widget: str) -> str:
+    """The text of a widget after one key, in the app on the reference model."""
+    from textual.widgets import Static
+
+    app = app_for(REFERENCE, messages)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press(key)
+        await settle(pilot)
+        return widget_text(app.screen.query_one(widget, Static))
+
+
 async def _run_to_the_end(pilot, passes: int = 60) -> None:
     app = pilot.app
     for _ in range(passes):
@@ -189,14 +201,7 @@ def test_a_subcommand_s_usage_line_is_its_own(command, capsys):
 @pytest.mark.parametrize("size", SIZES.values())
 async def test_help_names_keys_as_the_footer_does_and_lists_n_and_p(size):
     """Item 11: help listed "slash" for / and left out n and p (tab and shift+tab took their rows)."""
-    from textual.widgets import Static
-
-    app = app_for(REFERENCE, MESSAGES)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press("question_mark")
-        await settle(pilot)
-        rows = widget_text(app.screen.query_one("#help-text", Static)).splitlines()
+    rows = (await _shown_after(size, MESSAGES, "question_mark", "#help-text")).splitlines()
     keys = {line.split("  ")[0].strip(): line for line in rows if "  " in line.strip()}
     assert any(k.startswith("/") for k in keys) and not any(k.startswith("slash") for k in keys)
     assert any("Next stage" in line and "n" in k.split(", ") for k, line in keys.items())
@@ -206,12 +211,5 @@ async def test_help_names_keys_as_the_footer_does_and_lists_n_and_p(size):
 @pytest.mark.parametrize("size", SIZES.values())
 async def test_the_tokens_stage_shows_a_newline_as_the_docs_say(size):
     """Item 11: the Tokens stage showed "\\n" where the docs promise "↵"."""
-    from textual.widgets import Static
-
-    app = app_for(REFERENCE, [{"role": "user", "content": "first line\nsecond line"}])
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press("3")
-        await settle(pilot)
-        strip = widget_text(app.screen.query_one("#token-strip", Static))
+    strip = await _shown_after(size, [{"role": "user", "content": "first line\nsecond line"}], "3", "#token-strip")
     assert "↵" in strip and "\\n" not in strip
