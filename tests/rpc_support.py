@@ -102,6 +102,8 @@ def workers(n: int) -> Iterator[list[tuple[rpc.Endpoint, subprocess.Popen]]]:
             wait_ready(proc, endpoint)
         yield started
     finally:
-        free_llama_objects()
-        for _, proc in started:
-            stop(proc)
+        try:
+            free_llama_objects()
+        finally:  # the workers go even if closing failed
+            for _, proc in started:
+                stop(proc)
