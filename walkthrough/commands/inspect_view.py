@@ -23,6 +23,7 @@ from walkthrough.inspect.card import ModelCard, type_bytes_per_value
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.render.file_view import params_table, quant_mix_table
 from walkthrough.render.format import human_bytes, human_count, show
+from walkthrough.render.name_view import name_lines
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
@@ -34,6 +35,8 @@ def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: 
     """Print the card of an opened file, plus the tensor table and the metadata when asked."""
     console = Console(file=out, markup=False, emoji=False, highlight=False)
     console.print(summary_table(f, card))
+    console.print(_heading("The name decoded (what it claims, what the file holds)"))
+    console.print(name_lines(f.path.name, card.name, card))
     projector = projector_lines(f)
     if projector is not None:
         console.print(_heading("Image tokens (multimodal projector)"))

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from walkthrough.render.format import bar, human_bytes, human_count, show
+from walkthrough.render.name_view import name_lines
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
@@ -153,6 +154,8 @@ def overview(f, card, engine_note: Text) -> Group:
         head,
         params,
         engine_note,
+        _section("Name decoded"),
+        name_lines(f.path.name, card.name, card),
         _section("Layout on disk"),
         layout_table(f),
         _section("Architecture"),
