@@ -6,5 +6,6 @@ classify a file's layers, the engine reads them to run one, and nothing here imp
 (`tests/test_import_arrows.py`).
 
 - declarations: `Architecture` (tensors, block recipe, router) and `ARCHITECTURES`, one entry each;
+- layer_kinds: each kind of mixer and FFN (the function running it, what it keeps, the keys it reads);
 - sliding: which layers of an architecture slide when the file does not say (llama.cpp's defaults).
 """

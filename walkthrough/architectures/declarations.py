@@ -7,7 +7,7 @@ and the block recipe: which norm sits where (pre-norm, or gemma's sandwich with 
 gate activation, the embedding scale, q/k norms, the attention output gate, attention sinks, the router.
 Which kind each layer is comes from the model card (`walkthrough.inspect.card`), which reads the same
 declaration to classify a layer's FFN; the engine runs the layer with the kind's function
-(`layers.MIXERS` / `layers.FFNS`), and `validate.check_tensors` refuses a file holding a tensor the
+(declared in `architectures.layer_kinds`), and `validate.check_tensors` refuses a file holding a tensor the
 declaration does not list: a tensor the recipe would skip would give wrong logits without a word.
 
 This module is plain data (no numpy, no file access), so the card can read it for any file.

@@ -28,12 +28,12 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from walkthrough.architectures.layer_kinds import LAYER_KINDS
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import type_bytes_per_value
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0", "f32")
-KV_KINDS = ("full", "sliding")  # layer kinds that keep K and V per position
 
 
 def _round_to_type(x: np.ndarray, cache_type: str) -> np.ndarray:
@@ -55,7 +55,7 @@ class KVCache:
             raise WalkthroughError(f"KV cache type {cache_type!r} is not one of {', '.join(CACHE_TYPES)}")
         self.cache_type = cache_type
         self.config = config
-        self.layers = [i for i, m in enumerate(config.mixers) if m in KV_KINDS]  # layers that keep K and V
+        self.layers = [i for i in range(len(config.mixers)) if LAYER_KINDS[config.mixer_key(i)].keeps == "kv"]
         self.length = 0  # positions held
         self._per_value = type_bytes_per_value(cache_type)
         self._k: dict[int, np.ndarray] = {}

@@ -113,7 +113,7 @@ class Config:
         return float(self.n_embd) ** 0.5 if self.spec.embed_scale else 1.0
 
     def mixer_key(self, layer: int) -> str:
-        """The `layers.MIXERS` entry that runs a layer: its kind, or "gated_full" for gated full attention."""
+        """The layer kind running a layer (`architectures.layer_kinds`): its card kind, "gated_full" or "shortconv"."""
         kind = self.mixers[layer]
         if kind == "linear" and self.spec.linear_kind == "shortconv":
             return "shortconv"

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from walkthrough.engine.glassbox import ops
-from walkthrough.engine.glassbox.layers import MIXERS, PassInput
+from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
 
 STATE_FLOPS_PER_VALUE = 7  # per token: decay (1) + S k (2) + outer update (2) + S q (2) per state value
@@ -122,5 +122,3 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     trace.state_bytes = nbytes
     return m.linear(pre + "ssm_out.weight", out.reshape(n, hv * dv))
 
-
-MIXERS["linear"] = gated_deltanet

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from walkthrough.engine.glassbox import ops
-from walkthrough.engine.glassbox.layers import MIXERS, PassInput, attend, project_qkv
+from walkthrough.engine.glassbox.layers import PassInput, attend, project_qkv
 from walkthrough.engine.glassbox.qwen35 import text_rope_pairs
 from walkthrough.engine.steps import LayerTrace
 
@@ -36,5 +36,3 @@ def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTr
     o = out.reshape(n, -1)
     return m.linear(pre + "attn_output.weight", o, pre + "attn_output.bias")
 
-
-MIXERS["gated_full"] = gated_full_attention

@@ -8,17 +8,20 @@ architectures (q/k norms, the gate activation, the router) is read from the decl
 Each function takes the pass's `Meter` (weights, bytes read, FLOPs), the layer
 index, the normed input [n, d], and fills the layer's `LayerTrace`.
 
-`MIXERS` and `FFNS` map a layer kind to its function: a new kind is one more
-entry, the block in `model.py` does not change.
+`runner(kind)` is the function of a layer kind, as `architectures.layer_kinds` declares it: a new
+kind is its module and one declaration line there; the block in `model.py` does not change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from importlib import import_module
 
 import numpy as np
 
+from walkthrough.architectures.layer_kinds import LAYER_KINDS
 from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config
@@ -176,6 +179,10 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
 
 
 Mixer = Callable[[PassInput, int, np.ndarray, LayerTrace], np.ndarray]
-MIXERS: dict[str, Mixer] = {"full": full_attention, "sliding": full_attention}
-# + "linear" (deltanet.py), "gated_full" (gated_attention.py)
-FFNS: dict[str, Mixer] = {"dense": dense_ffn, "moe": moe_ffn}
+
+
+@cache
+def runner(kind: str) -> Mixer:
+    """The function running a layer kind (a mixer's `Config.mixer_key`, or an FFN kind), imported once."""
+    module, name = LAYER_KINDS[kind].forward.split(":")
+    return getattr(import_module(module), name)

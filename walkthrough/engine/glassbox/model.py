@@ -10,9 +10,8 @@ architecture comes from `general.architecture`):
 The post-norms exist only where the declaration names them (gemma's sandwich),
 the scale and soft-cap only where it asks for them.
 
-The mixer and FFN of each layer are picked by kind from `layers.MIXERS` /
-`layers.FFNS` (the card's per-layer kinds; `Config.mixer_key`). Hybrid layers
-register there from `deltanet` ("linear") and `gated_attention` ("gated_full"). A missing `output.weight` means the
+The mixer and FFN of each layer run by kind (`layers.runner`: the card's per-layer kinds,
+`Config.mixer_key`), each kind's function declared in `architectures.layer_kinds`. A missing `output.weight` means the
 embedding matrix is reused as the output head (tied embeddings).
 
 Example:
@@ -29,10 +28,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from walkthrough.engine.glassbox import deltanet, gated_attention, ops, shortconv  # noqa: F401  (mixers register)
+from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config, build_config
-from walkthrough.engine.glassbox.layers import FFNS, MIXERS, PassInput
+from walkthrough.engine.glassbox.layers import PassInput, runner
 from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.glassbox.validate import check_tensors
 from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights
@@ -226,7 +225,7 @@ def ffn_half(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace) -> np.ndarr
     """The second half of block i: x + FFN(norm(x)) (post-norm if declared), times the layer's output scale
     if it has one (gemma4), [rows, d] -> [rows, d]."""
     spec = p.config.spec
-    x = x + _norm(p, i, FFNS[trace.ffn](p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
+    x = x + _norm(p, i, runner(trace.ffn)(p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
     scale = p.meter.optional(f"blk.{i}.layer_output_scale.weight")  # [1]
     return x if scale is None else x * scale
 
@@ -240,7 +239,7 @@ def block(
     With last_only, a list `aside` receives the other rows [n - 1, d] as they enter the FFN.
     """
     spec = p.config.spec
-    x = x + _norm(p, i, MIXERS[p.config.mixer_key(i)](p, i, _norm(p, i, x, spec.attn_norm), trace), spec.attn_post_norm)
+    x = x + _norm(p, i, runner(p.config.mixer_key(i))(p, i, _norm(p, i, x, spec.attn_norm), trace), spec.attn_post_norm)
     if last_only:
         if aside is not None:
             aside.append(x[:-1])

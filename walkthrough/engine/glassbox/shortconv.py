@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from walkthrough.engine.glassbox.deltanet import causal_conv
-from walkthrough.engine.glassbox.layers import MIXERS, PassInput
+from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
 
 
@@ -42,5 +42,3 @@ def short_conv(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np
     trace.state_bytes = nbytes
     return m.linear(pre + "shortconv.out_proj.weight", c * conv)
 
-
-MIXERS["shortconv"] = short_conv

@@ -1,0 +1,62 @@
+"""Layer kinds, declared once: what runs each half of a layer, what it keeps between passes, what it reads.
+
+A layer is a mixer (moves information between positions) and an FFN (transforms each position). Each
+kind names the engine function that runs it by import path ("module:function", so this module imports
+no engine), what it keeps between passes ("kv": keys and values per position, the KV cache; "state": a
+fixed-size state; "": nothing) and the metadata keys it reads beyond the card's (after `{arch}.`).
+The numpy engine runs a layer with `LAYER_KINDS[key].forward` (`engine/glassbox/layers.py:runner`) and
+its KV cache keeps K and V for the layers whose kind keeps "kv" (`engine/glassbox/cache.py`).
+
+Adding a kind is its module (one function `[n, d] -> [n, d]`) and one line here, or `register(...)`:
+
+    LayerKind("toy", "walkthrough.engine.glassbox.toy:toy_mixer"),
+
+Example: LAYER_KINDS["shortconv"].keeps -> "state"; LAYER_KINDS["sliding"].metadata ->
+("attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa", ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_GLASSBOX = "walkthrough.engine.glassbox"
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """One kind of mixer or FFN: the key the engine runs it by, its function, what it keeps, what it reads."""
+
+    name: str  # the runner key: `Config.mixer_key(layer)` for a mixer, the card's FFN kind for an FFN
+    forward: str  # "module:function" running it: (PassInput, layer, x [n, d], LayerTrace) -> [n, d]
+    keeps: str = ""  # "kv": K and V per position (the KV cache); "state": a fixed-size state; "": nothing
+    metadata: tuple[str, ...] = ()  # keys it reads beyond the card's (after `{arch}.`)
+
+
+_SWA_KEYS = ("attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
+             "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa")
+_SSM_KEYS = ("ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size")
+_ROUTER_KEYS = ("expert_weights_norm", "expert_weights_scale", "expert_gating_func", "expert_group_count",
+                "expert_group_used_count")
+
+LAYER_KINDS: dict[str, LayerKind] = {
+    kind.name: kind
+    for kind in (
+        LayerKind("full", f"{_GLASSBOX}.layers:full_attention", "kv"),
+        LayerKind("sliding", f"{_GLASSBOX}.layers:full_attention", "kv", _SWA_KEYS),
+        LayerKind("gated_full", f"{_GLASSBOX}.gated_attention:gated_full_attention", "kv",
+                  ("rope.dimension_sections",)),
+        LayerKind("linear", f"{_GLASSBOX}.deltanet:gated_deltanet", "state", _SSM_KEYS),
+        LayerKind("shortconv", f"{_GLASSBOX}.shortconv:short_conv", "state", ("shortconv.l_cache",)),
+        LayerKind("dense", f"{_GLASSBOX}.layers:dense_ffn"),
+        LayerKind("moe", f"{_GLASSBOX}.layers:moe_ffn", "", _ROUTER_KEYS),
+    )
+}
+
+
+def register(kind: LayerKind) -> None:
+    """Declare one more layer kind (refused if its name is taken: a kind is declared once)."""
+    if kind.name in LAYER_KINDS:
+        raise ValueError(f"layer kind {kind.name!r} is already declared ({LAYER_KINDS[kind.name].forward})")
+    if kind.keeps not in ("kv", "state", ""):
+        raise ValueError(f"layer kind {kind.name!r} keeps {kind.keeps!r}, not 'kv', 'state' or ''")
+    LAYER_KINDS[kind.name] = kind
