@@ -117,6 +117,10 @@ def test_the_child_runs_every_option_as_parsed():
         "--raw",
         "--max-memory",
         "512M",
+        "--rpc",
+        "127.0.0.1:50052,127.0.0.1:50053",
+        "--split",
+        "1,1,2",
     ]
     parser = app_parser()
     args = parser.parse_args(given[1:] + ["--", given[0]])

@@ -51,7 +51,18 @@ def argv_from(
         elif isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             options.append(action.option_strings[-1])
         elif type(action) is argparse._StoreAction and action.nargs is None:
-            options.append(f"{action.option_strings[-1]}={value}")
+            options.append(f"{action.option_strings[-1]}={_option_text(value)}")
         else:
             raise TypeError(f"cannot write {action.option_strings[-1]} back into a command line")
     return options + (["--", *positionals] if positionals else [])
+
+
+def _option_text(value: object) -> str:
+    """How a parsed value is typed back: a list (--rpc's workers, --split's counts) as its items joined by
+    commas, which is how those options are parsed; anything else as its str().
+
+    Example: [Endpoint("127.0.0.1", 50052), Endpoint("10.0.0.2", 50053)] -> "127.0.0.1:50052,10.0.0.2:50053".
+    """
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
