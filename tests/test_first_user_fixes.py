@@ -213,3 +213,12 @@ async def test_the_tokens_stage_shows_a_newline_as_the_docs_say(size):
     """Item 11: the Tokens stage showed "\\n" where the docs promise "↵"."""
     strip = await _shown_after(size, [{"role": "user", "content": "first line\nsecond line"}], "3", "#token-strip")
     assert "↵" in strip and "\\n" not in strip
+
+
+def test_trace_writes_rates_below_one_and_long_times_as_every_figure_is_written():
+    """Item 11: "1 tokens/s" and "0 tokens/s" for rates under two, "1295 ms" for over a second."""
+    from walkthrough.commands.trace_view import rate_line
+
+    assert rate_line("prefill", 5, 5.6249, "numpy").startswith("prefill: 5 tokens in 5.62 s, 0.889 tokens/s (")
+    assert rate_line("decode", 1, 1.295, "numpy").startswith("decode: 1 token in 1.29 s, 0.772 tokens/s (")
+    assert rate_line("decode", 23, 0.4547, "numpy").startswith("decode: 23 tokens in 455 ms, 50.6 tokens/s (")

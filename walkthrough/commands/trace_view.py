@@ -44,6 +44,7 @@ from walkthrough.engine.steps import Step
 from walkthrough.render.format import human_bytes
 from walkthrough.render.split_text import pass_lines, placement_lines, summary
 from walkthrough.textsafe import safe_text, token_label
+from walkthrough.units import fmt
 from walkthrough.words import count
 from walkthrough.words import noun as noun_for
 
@@ -76,6 +77,16 @@ def _top(step: Step, piece: Callable[[int], str]) -> Text:
         out.append_text(_piece(piece, tid))
         out.append(f" {p:.2f}", style="dim")
     return out
+
+
+def rate_line(phase: str, tokens: int, seconds: float, engine: str) -> str:
+    """A phase's tokens, time and rate, written as every figure of the project is (`units.fmt`).
+
+    Example: rate_line("prefill", 5, 5.6249, "numpy") ->
+        "prefill: 5 tokens in 5.62 s, 0.889 tokens/s (measured here, numpy engine)"
+    """
+    rate = f", {fmt(tokens / seconds, 'tokens/s')}" if seconds > 0 else ""
+    return f"{phase}: {count(tokens, 'token')} in {fmt(seconds, 's')}{rate} ({measured_here(engine)})"
 
 
 def print_trace(
@@ -138,9 +149,7 @@ def print_trace(
     console.print(table)
     for phase, (tokens, seconds) in totals.items():
         if tokens:
-            rate = f", {tokens / seconds:.0f} tokens/s" if seconds > 0 else ""
-            console.print(f"{phase}: {count(tokens, 'token')} in {seconds * 1000:.1f} ms{rate} "
-                          f"({measured_here(steps[0].engine)})")
+            console.print(rate_line(phase, tokens, seconds, steps[0].engine))
     for line in pass_lines(summary(steps)):
         console.print(safe_text(line))
     once = first_use_line(steps)
