@@ -2,8 +2,8 @@
 
 `round_block(values, types)` quantizes a block's values with gguf.quants to
 every type it can write (F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, MXFP4,
-TQ2_0, TQ1_0 with gguf 0.19; found by asking gguf.quants, not listed here)
-and back, and reports per type the rounded values, the error of each, the RMS
+TQ2_0, TQ1_0 with gguf 0.19; found by asking gguf.quants, not listed here),
+plus the k-quants `walkthrough.inspect.kquants` writes as llama.cpp does (Q6_K), and back, and reports per type the rounded values, the error of each, the RMS
 and largest error, and the outlier effect: one value of the block made
 `OUTLIER_TIMES` larger, the RMS error of the other values of its block of that
 type, which share its scale (in Q4_0 one large value stretches the 16 steps over a wider range, so
@@ -29,6 +29,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
+from walkthrough.inspect.kquants import WRITERS
 
 OUTLIER_TIMES = 8.0  # how much larger the planted outlier is than the block's largest value
 
@@ -69,6 +70,7 @@ def writable_types() -> tuple[Q, ...]:
         except (NotImplementedError, quants.QuantError, ValueError, TypeError):
             continue
         found.append(qtype)
+    found += [qtype for qtype in WRITERS if qtype not in found]
     return tuple(sorted(found, key=lambda t: (-bits_of(t), t.name)))
 
 
@@ -80,7 +82,11 @@ def bits_of(qtype: Q) -> float:
 def round_trip(x: np.ndarray, qtype: Q) -> np.ndarray:
     """[n] float32 -> [n] float32 through `qtype` (n a multiple of its block size)."""
     row = np.ascontiguousarray(x, np.float32).reshape(1, -1)
-    return np.asarray(quants.dequantize(quants.quantize(row, qtype), qtype), np.float32).reshape(-1)
+    if qtype in WRITERS:  # llama.cpp's k-quant rounding (gguf.quants reads these but cannot write them)
+        stored = np.frombuffer(WRITERS[qtype](row), np.uint8).reshape(1, -1)
+    else:
+        stored = quants.quantize(row, qtype)
+    return np.asarray(quants.dequantize(stored, qtype), np.float32).reshape(-1)
 
 
 def with_outlier(x: np.ndarray) -> tuple[np.ndarray, int]:
