@@ -67,10 +67,11 @@ def test_same_bytes_as_llama_cpp_on_real_weights(qtype):
         assert WRITERS[qtype](values) == _ggml_quantize(qtype, values), path.name
 
 
-def test_block_view_rounds_to_q6_k():
+def test_block_view_rounds_to_the_k_quants():
     x = _random_row()[:256]
     rounds = {r.qtype: r for r in round_block(x)}
-    assert Q.Q6_K in writable_types() and rounds[Q.Q6_K].values is not None
-    expected = quants.dequantize(np.frombuffer(_ggml_quantize(Q.Q6_K, x), np.uint8), Q.Q6_K).reshape(-1)
-    np.testing.assert_array_equal(rounds[Q.Q6_K].values, expected)
-    assert rounds[Q.Q8_0].rms < rounds[Q.Q6_K].rms < rounds[Q.Q4_0].rms
+    for qtype in WRITERS:
+        assert qtype in writable_types() and rounds[qtype].values is not None
+        expected = quants.dequantize(np.frombuffer(_ggml_quantize(qtype, x), np.uint8), qtype).reshape(-1)
+        np.testing.assert_array_equal(rounds[qtype].values, expected)
+    assert rounds[Q.Q8_0].rms < rounds[Q.Q6_K].rms < rounds[Q.Q4_K].rms

@@ -1,7 +1,8 @@
-"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K so far (issue 31, item 1).
+"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K, Q5_K, Q4_K so far (issue 31, item 1).
 
 gguf-py can read k-quant blocks but not write them, so the block view could not round a block to Q6_K.
-This module follows the rules of `quantize_row_q6_K_ref` and its helper `make_qx_quants` (ggml-quants.c,
+This module follows the rules of `quantize_row_q{6,5,4}_K_ref` and their helpers `make_qx_quants` and
+`make_qkx2_quants` (ggml-quants.c,
 llama.cpp as vendored in llama-cpp-python 0.3.36), keeping every operation in float32 in the same order,
 so the bytes are the ones llama.cpp writes (tests/test_kquants.py compares them with ggml_quantize_chunk).
 
@@ -9,6 +10,10 @@ Q6_K: a super-block of 256 values is 16 sub-blocks of 16. Each sub-block gets it
 search over 19 candidate scales, weighting each value by its square), the 16 scales are stored as int8
 steps of one FP16 super-scale, and each value as a 6-bit level 0..63 (q - 32). 210 bytes per 256 values:
 6.5625 bits per weight.
+
+Q5_K, Q4_K: a super-block of 256 is 8 sub-blocks of 32, each with a scale and a minimum found by a search
+over candidate scales (weighted least squares, weights sqrt(mean x^2) + |x|), both stored as 6-bit steps
+of two FP16 super-scales; levels are 5 or 4 bits (x ~ d*sc*q - dmin*m). 176 / 144 bytes per 256 values.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q6_k"]
+__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q4_k", "quantize_q5_k", "quantize_q6_k"]
 
 QK_K = 256
 Q6_K_BYTES = QK_K // 2 + QK_K // 4 + QK_K // 16 + 2  # ql, qh, scales, d: 210
@@ -112,4 +117,134 @@ def quantize_q6_k(values: np.ndarray) -> bytes:
     return out.tobytes()
 
 
-WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k}  # type -> its reference quantizer
+
+def _make_qkx2_quants(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's scale, negated min and levels 0..nmax, by make_qkx2_quants (squared error, weights
+    mean-square root + |x|, as Q4_K and Q5_K compute them); x: (rows, 32) float32."""
+    rows, n = x.shape
+    sum_x2 = np.zeros(rows, F32)
+    for i in range(n):
+        sum_x2 = (sum_x2 + x[:, i] * x[:, i]).astype(F32)
+    av_x = np.sqrt((sum_x2 / F32(n)).astype(F32)).astype(F32)
+    w = (av_x[:, None] + np.abs(x)).astype(F32)  # (rows, n)
+    vmin = np.minimum(x.min(axis=1), F32(0)).astype(F32)
+    vmax = x.max(axis=1).astype(F32)
+    sum_w = w[:, 0].copy()
+    sum_x = (sum_w * x[:, 0]).astype(F32)
+    for i in range(1, n):
+        sum_w = (sum_w + w[:, i]).astype(F32)
+        sum_x = (sum_x + w[:, i] * x[:, i]).astype(F32)
+    flat = vmax == vmin
+
+    def levels(iscale: np.ndarray, low: np.ndarray) -> np.ndarray:
+        shifted = (x - low[:, None]).astype(F32)
+        return np.clip(_nearest((iscale[:, None] * shifted).astype(F32)), 0, nmax)
+
+    def error(scale: np.ndarray, lv: np.ndarray, low: np.ndarray) -> np.ndarray:
+        diff = ((scale[:, None] * lv.astype(F32)).astype(F32) + low[:, None] - x).astype(F32)
+        total = np.zeros(rows, F32)
+        for i in range(n):
+            total = (total + w[:, i] * (diff[:, i] * diff[:, i])).astype(F32)
+        return total
+
+    low = vmin.copy()
+    iscale = (F32(nmax) / np.where(flat, F32(1), vmax - low)).astype(F32)
+    scale = (F32(1) / iscale).astype(F32)
+    lv = levels(iscale, low)
+    best = error(scale, lv, low)
+    for step in range(nstep + 1):
+        # the C loop divides by max - min with min as last improved (a better step moves it)
+        span = np.where(flat, F32(1), (vmax - low)).astype(F32)
+        iscale = (((F32(rmin) + F32(rdelta) * F32(step)).astype(F32) + F32(nmax)) / span).astype(F32)
+        trial = levels(iscale, low)
+        tf = trial.astype(F32)
+        sum_l = np.zeros(rows, F32)
+        sum_l2 = np.zeros(rows, F32)
+        sum_xl = np.zeros(rows, F32)
+        for i in range(n):
+            wl = (w[:, i] * tf[:, i]).astype(F32)
+            sum_l = (sum_l + wl).astype(F32)
+            sum_l2 = (sum_l2 + wl * tf[:, i]).astype(F32)
+            sum_xl = (sum_xl + wl * x[:, i]).astype(F32)
+        det = ((sum_w * sum_l2).astype(F32) - (sum_l * sum_l).astype(F32)).astype(F32)
+        ok = det > 0
+        safe = np.where(ok, det, F32(1)).astype(F32)
+        t_scale = (((sum_w * sum_xl).astype(F32) - (sum_x * sum_l).astype(F32)) / safe).astype(F32)
+        t_min = (((sum_l2 * sum_x).astype(F32) - (sum_l * sum_xl).astype(F32)) / safe).astype(F32)
+        positive = t_min > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_scale = np.where(positive, (sum_xl / sum_l2).astype(F32), t_scale).astype(F32)
+        t_min = np.where(positive, F32(0), t_min).astype(F32)
+        cur = error(t_scale, trial, t_min)
+        better = ok & (cur < best)
+        lv = np.where(better[:, None], trial, lv)
+        best = np.where(better, cur, best).astype(F32)
+        scale = np.where(better, t_scale, scale).astype(F32)
+        low = np.where(better, t_min, low).astype(F32)
+    scale = np.where(flat, F32(0), scale).astype(F32)
+    lv = np.where(flat[:, None], 0, lv)
+    return scale, (-np.where(flat, vmin, low)).astype(F32), lv.astype(np.int32)
+
+
+def _pack_scales_mins(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+    """Eight 6-bit scales and mins in 12 bytes, as get_scale_min_k4 reads them; (nb, 8) each -> (nb, 12)."""
+    out = np.zeros((ls.shape[0], 12), np.uint8)
+    out[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    return out
+
+
+def _scale_min_k(values: np.ndarray, nmax: int, rmin: float, nstep: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K's common part: (blocks, 256) -> fp16 d and dmin (nb,), packed scales (nb, 12), levels (nb, 256)."""
+    x = np.ascontiguousarray(values, dtype=F32).reshape(-1, QK_K)
+    nb = x.shape[0]
+    with np.errstate(all="ignore"):  # an all-negative sub-block can make max - min vanish, as in C
+        scales, mins, lv = _make_qkx2_quants(x.reshape(nb * 8, 32), nmax, rmin, 0.1, nstep)
+    scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
+    max_scale = np.maximum(scales.max(axis=1), F32(0)).astype(F32)
+    max_min = np.maximum(mins.max(axis=1), F32(0)).astype(F32)
+    with np.errstate(divide="ignore"):
+        inv_scale = np.where(max_scale > 0, F32(63) / max_scale, F32(0)).astype(F32)
+        inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0)).astype(F32)
+    ls = np.minimum(63, _nearest((inv_scale[:, None] * scales).astype(F32)) & 0xFF).astype(np.uint8)
+    lm = np.minimum(63, _nearest((inv_min[:, None] * mins).astype(F32)) & 0xFF).astype(np.uint8)
+    d16 = (max_scale / F32(63)).astype(F32).astype(np.float16)
+    dmin16 = (max_min / F32(63)).astype(F32).astype(np.float16)
+    d = (d16.astype(F32)[:, None] * ls.astype(F32)).astype(F32)  # (nb, 8)
+    dm = (dmin16.astype(F32)[:, None] * lm.astype(F32)).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = _nearest(((x.reshape(nb, 8, 32) + dm[:, :, None]).astype(F32) / d[:, :, None]).astype(F32))
+    fresh = np.clip(fresh, 0, nmax)
+    lv = np.where((d != 0)[:, :, None], fresh, lv.reshape(nb, 8, 32)).reshape(nb, QK_K).astype(np.uint8)
+    head = np.concatenate([d16.view(np.uint8).reshape(nb, 2), dmin16.view(np.uint8).reshape(nb, 2),
+                           _pack_scales_mins(ls, lm)], axis=1)
+    return head, lv
+
+
+def quantize_q4_k(values: np.ndarray) -> bytes:
+    """The Q4_K bytes of `values` as quantize_row_q4_K_ref writes them: d, dmin, 12 bytes of 6-bit sub-block
+    scales and mins, then 4-bit levels (x ~ d*sc*q - dmin*m), 144 bytes per 256 values."""
+    head, lv = _scale_min_k(values, 15, -1.0, 20)
+    nb = lv.shape[0]
+    part = lv.reshape(nb, 4, 2, 32)  # (nb, 64-value chunk, low/high half, 32)
+    qs = (part[:, :, 0] | (part[:, :, 1] << 4)).reshape(nb, 128)
+    return np.concatenate([head, qs], axis=1).tobytes()
+
+
+def quantize_q5_k(values: np.ndarray) -> bytes:
+    """The Q5_K bytes of `values` as quantize_row_q5_K_ref writes them: as Q4_K with 5-bit levels, the fifth
+    bits in 32 bytes of qh, 176 bytes per 256 values."""
+    head, lv = _scale_min_k(values, 31, -0.5, 15)
+    nb = lv.shape[0]
+    part = lv.reshape(nb, 4, 2, 32)
+    low = part & 0xF
+    qs = (low[:, :, 0] | (low[:, :, 1] << 4)).reshape(nb, 128)
+    high = (part >> 4).astype(np.uint8)  # (nb, 4, 2, 32): bit 2*chunk + half of qh[j]
+    shifts = (2 * np.arange(4)[:, None] + np.arange(2)[None, :]).astype(np.uint8)  # (4, 2)
+    qh = np.bitwise_or.reduce((high << shifts[None, :, :, None]).reshape(nb, 8, 32), axis=1).astype(np.uint8)
+    return np.concatenate([head, qh, qs], axis=1).tobytes()
+
+WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q4_K: quantize_q4_k}  # type -> its reference quantizer
