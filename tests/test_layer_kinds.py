@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from walkthrough.architectures.layer_kinds import LAYER_KINDS, LayerKind, register
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, LayerKind, keeps, register
 from walkthrough.engine.glassbox import layers
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
@@ -27,6 +27,11 @@ def toy_mixer(p: layers.PassInput, layer: int, x: np.ndarray, trace: LayerTrace)
     """[n, d] -> [n, d]: each position keeps only half of itself (moves nothing between positions)."""
     calls.append((layer, x.shape[0]))
     return 0.5 * x
+
+
+def toy_state(config, layer: int) -> dict[str, np.ndarray]:
+    """A toy kind's zero state: one [4, d] array per layer."""
+    return {"memory": np.zeros((4, config.n_embd), np.float32)}
 
 
 @pytest.fixture
@@ -57,8 +62,29 @@ def test_a_new_layer_kind_runs_from_its_declaration(toy_kind) -> None:
     assert logits is not None and np.all(np.isfinite(logits))
 
 
+def test_a_new_kind_with_a_state_gets_it_from_its_declaration() -> None:
+    register(LayerKind("toy_state", f"{__name__}:toy_mixer", "state", state=f"{__name__}:toy_state"))
+    try:
+        model = Model.open(TINY)
+        n = model.config.n_layers
+        model.config = dataclasses.replace(model.config, mixers=("toy_state",) * n)
+        session = Session(model)
+        assert sorted(session.cache.states) == list(range(n))
+        assert session.cache.state_bytes_by_layer == {i: 4 * model.config.n_embd * 4 for i in range(n)}
+    finally:
+        del LAYER_KINDS["toy_state"]
+        layers.runner.cache_clear()
+
+
+def test_layers_no_kind_runs_keep_nothing() -> None:
+    """The card's "none" / "unknown" layers (and the MTP block's skipped trunk) keep no cache."""
+    assert keeps("none") == keeps("unknown") == "" and keeps("full") == "kv" and keeps("linear") == "state"
+
+
 def test_a_kind_is_declared_once(toy_kind) -> None:
     with pytest.raises(ValueError, match="already declared"):
         register(LayerKind("toy", f"{__name__}:toy_mixer"))
     with pytest.raises(ValueError, match="keeps"):
         register(LayerKind("toy2", f"{__name__}:toy_mixer", keeps="everything"))
+    with pytest.raises(ValueError, match="names the function"):
+        register(LayerKind("toy3", f"{__name__}:toy_mixer", keeps="state"))

@@ -3,7 +3,8 @@
 A layer is a mixer (moves information between positions) and an FFN (transforms each position). Each
 kind names the engine function that runs it by import path ("module:function", so this module imports
 no engine), what it keeps between passes ("kv": keys and values per position, the KV cache; "state": a
-fixed-size state; "": nothing) and the metadata keys it reads beyond the card's (after `{arch}.`).
+fixed-size state, made by the function `state` names; "": nothing) and the metadata keys it reads
+beyond the card's (after `{arch}.`).
 The numpy engine runs a layer with `LAYER_KINDS[key].forward` (`engine/glassbox/layers.py:runner`) and
 its KV cache keeps K and V for the layers whose kind keeps "kv" (`engine/glassbox/cache.py`).
 
@@ -17,7 +18,9 @@ Example: LAYER_KINDS["shortconv"].keeps -> "state"; LAYER_KINDS["sliding"].metad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 
 _GLASSBOX = "walkthrough.engine.glassbox"
 
@@ -30,6 +33,7 @@ class LayerKind:
     forward: str  # "module:function" running it: (PassInput, layer, x [n, d], LayerTrace) -> [n, d]
     keeps: str = ""  # "kv": K and V per position (the KV cache); "state": a fixed-size state; "": nothing
     metadata: tuple[str, ...] = ()  # keys it reads beyond the card's (after `{arch}.`)
+    state: str = ""  # keeps "state": "module:function" making one layer's zero state, (Config, layer) -> arrays
 
 
 _SWA_KEYS = ("attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
@@ -45,8 +49,10 @@ LAYER_KINDS: dict[str, LayerKind] = {
         LayerKind("sliding", f"{_GLASSBOX}.layers:full_attention", "kv", _SWA_KEYS),
         LayerKind("gated_full", f"{_GLASSBOX}.gated_attention:gated_full_attention", "kv",
                   ("rope.dimension_sections",)),
-        LayerKind("linear", f"{_GLASSBOX}.deltanet:gated_deltanet", "state", _SSM_KEYS),
-        LayerKind("shortconv", f"{_GLASSBOX}.shortconv:short_conv", "state", ("shortconv.l_cache",)),
+        LayerKind("linear", f"{_GLASSBOX}.deltanet:gated_deltanet", "state", _SSM_KEYS,
+                  f"{_GLASSBOX}.deltanet:new_state"),
+        LayerKind("shortconv", f"{_GLASSBOX}.shortconv:short_conv", "state", ("shortconv.l_cache",),
+                  f"{_GLASSBOX}.shortconv:new_state"),
         LayerKind("dense", f"{_GLASSBOX}.layers:dense_ffn"),
         LayerKind("moe", f"{_GLASSBOX}.layers:moe_ffn", "", _ROUTER_KEYS),
     )
@@ -59,4 +65,19 @@ def register(kind: LayerKind) -> None:
         raise ValueError(f"layer kind {kind.name!r} is already declared ({LAYER_KINDS[kind.name].forward})")
     if kind.keeps not in ("kv", "state", ""):
         raise ValueError(f"layer kind {kind.name!r} keeps {kind.keeps!r}, not 'kv', 'state' or ''")
+    if (kind.keeps == "state") != bool(kind.state):
+        raise ValueError(f"layer kind {kind.name!r}: a kind keeping a state names the function making it")
     LAYER_KINDS[kind.name] = kind
+
+
+def resolve(target: str) -> Callable:
+    """The function a declaration names: "package.module:function" -> that function (imported now)."""
+    module, name = target.split(":")
+    return getattr(import_module(module), name)
+
+
+def keeps(name: str) -> str:
+    """What a layer of this kind keeps between passes: "kv", "state" or "" (also for the card's "none" and
+    "unknown" layers, which no declared kind runs)."""
+    kind = LAYER_KINDS.get(name)
+    return kind.keeps if kind is not None else ""

@@ -28,7 +28,7 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.architectures.layer_kinds import LAYER_KINDS
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, keeps, resolve
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import type_bytes_per_value
@@ -55,7 +55,7 @@ class KVCache:
             raise WalkthroughError(f"KV cache type {cache_type!r} is not one of {', '.join(CACHE_TYPES)}")
         self.cache_type = cache_type
         self.config = config
-        self.layers = [i for i in range(len(config.mixers)) if LAYER_KINDS[config.mixer_key(i)].keeps == "kv"]
+        self.layers = [i for i in range(len(config.mixers)) if keeps(config.mixer_key(i)) == "kv"]
         self.length = 0  # positions held
         self._per_value = type_bytes_per_value(cache_type)
         self._k: dict[int, np.ndarray] = {}
@@ -73,10 +73,10 @@ class KVCache:
             self._v[i] = np.zeros((capacity, h, config.head_v(i)), np.float32)
         self.states: dict[int, dict[str, np.ndarray]] = {}  # linear-attention layers: name -> fixed-size array
         self.state_bytes_by_layer: dict[int, int] = {}
-        for i, kind in enumerate(config.mixers):
-            if kind == "linear" and (config.hybrid is not None or config.shortconv_l_cache):
-                self.states[i] = (config.hybrid.new_state() if config.hybrid is not None  # Gated DeltaNet
-                                  else {"conv": np.zeros((config.shortconv_l_cache - 1, config.n_embd), np.float32)})
+        for i in range(len(config.mixers)):
+            if keeps(config.mixer_key(i)) == "state":  # the kind's declaration names what makes its zero state
+                kind = LAYER_KINDS[config.mixer_key(i)]
+                self.states[i] = resolve(kind.state)(config, i)
                 self.state_bytes_by_layer[i] = sum(a.nbytes for a in self.states[i].values())
 
     @property

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from walkthrough.engine.glassbox import ops
+from walkthrough.engine.glassbox.config import Config
 from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
 
@@ -122,3 +123,7 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     trace.state_bytes = nbytes
     return m.linear(pre + "ssm_out.weight", out.reshape(n, hv * dv))
 
+
+def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
+    """A zero state for one Gated DeltaNet layer: "conv" [K - 1, C], "recurrent" [Hv, dv, dk] (`HybridDims`)."""
+    return config.hybrid.new_state()

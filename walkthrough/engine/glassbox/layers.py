@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from importlib import import_module
 
 import numpy as np
 
-from walkthrough.architectures.layer_kinds import LAYER_KINDS
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, resolve
 from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config
@@ -184,5 +183,4 @@ Mixer = Callable[[PassInput, int, np.ndarray, LayerTrace], np.ndarray]
 @cache
 def runner(kind: str) -> Mixer:
     """The function running a layer kind (a mixer's `Config.mixer_key`, or an FFN kind), imported once."""
-    module, name = LAYER_KINDS[kind].forward.split(":")
-    return getattr(import_module(module), name)
+    return resolve(LAYER_KINDS[kind].forward)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from walkthrough.engine.glassbox.config import Config
 from walkthrough.engine.glassbox.deltanet import causal_conv
 from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
@@ -42,3 +43,7 @@ def short_conv(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np
     trace.state_bytes = nbytes
     return m.linear(pre + "shortconv.out_proj.weight", c * conv)
 
+
+def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
+    """A zero state for one short-convolution layer: its last L - 1 gated inputs, "conv" [L - 1, d]."""
+    return {"conv": np.zeros((config.shortconv_l_cache - 1, config.n_embd), np.float32)}
