@@ -1,4 +1,4 @@
-"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K, Q5_K, Q4_K so far (issue 31, item 1).
+"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K, Q5_K, Q4_K and Q2_K so far (issue 31, item 1).
 
 gguf-py can read k-quant blocks but not write them, so the block view could not round a block to Q6_K.
 This module follows the rules of `quantize_row_q{6,5,4}_K_ref` and their helpers `make_qx_quants` and
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q4_k", "quantize_q5_k", "quantize_q6_k"]
+__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q2_k", "quantize_q4_k", "quantize_q5_k", "quantize_q6_k"]
 
 QK_K = 256
 Q6_K_BYTES = QK_K // 2 + QK_K // 4 + QK_K // 16 + 2  # ql, qh, scales, d: 210
@@ -118,16 +118,20 @@ def quantize_q6_k(values: np.ndarray) -> bytes:
 
 
 
-def _make_qkx2_quants(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's scale, negated min and levels 0..nmax, by make_qkx2_quants (squared error, weights
-    mean-square root + |x|, as Q4_K and Q5_K compute them); x: (rows, 32) float32."""
-    rows, n = x.shape
-    sum_x2 = np.zeros(rows, F32)
-    for i in range(n):
+def _rms_plus_abs(x: np.ndarray) -> np.ndarray:
+    """Q4_K's and Q5_K's weights: sqrt(mean x^2) of the row + |x|; (rows, n) -> (rows, n)."""
+    sum_x2 = np.zeros(x.shape[0], F32)
+    for i in range(x.shape[1]):
         sum_x2 = (sum_x2 + x[:, i] * x[:, i]).astype(F32)
-    av_x = np.sqrt((sum_x2 / F32(n)).astype(F32)).astype(F32)
-    w = (av_x[:, None] + np.abs(x)).astype(F32)  # (rows, n)
+    av_x = np.sqrt((sum_x2 / F32(x.shape[1])).astype(F32)).astype(F32)
+    return (av_x[:, None] + np.abs(x)).astype(F32)
+
+
+def _make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int,
+                      use_mad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's scale, negated min and levels 0..nmax, by make_qkx2_quants (weighted squared error, or
+    absolute with use_mad); x, w: (rows, n) float32."""
+    rows, n = x.shape
     vmin = np.minimum(x.min(axis=1), F32(0)).astype(F32)
     vmax = x.max(axis=1).astype(F32)
     sum_w = w[:, 0].copy()
@@ -143,9 +147,10 @@ def _make_qkx2_quants(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nste
 
     def error(scale: np.ndarray, lv: np.ndarray, low: np.ndarray) -> np.ndarray:
         diff = ((scale[:, None] * lv.astype(F32)).astype(F32) + low[:, None] - x).astype(F32)
+        diff = np.abs(diff) if use_mad else (diff * diff).astype(F32)
         total = np.zeros(rows, F32)
         for i in range(n):
-            total = (total + w[:, i] * (diff[:, i] * diff[:, i])).astype(F32)
+            total = (total + w[:, i] * diff[:, i]).astype(F32)
         return total
 
     low = vmin.copy()
@@ -202,7 +207,8 @@ def _scale_min_k(values: np.ndarray, nmax: int, rmin: float, nstep: int
     x = np.ascontiguousarray(values, dtype=F32).reshape(-1, QK_K)
     nb = x.shape[0]
     with np.errstate(all="ignore"):  # an all-negative sub-block can make max - min vanish, as in C
-        scales, mins, lv = _make_qkx2_quants(x.reshape(nb * 8, 32), nmax, rmin, 0.1, nstep)
+        sub = x.reshape(nb * 8, 32)
+        scales, mins, lv = _make_qkx2_quants(sub, _rms_plus_abs(sub), nmax, rmin, 0.1, nstep)
     scales, mins = scales.reshape(nb, 8), mins.reshape(nb, 8)
     max_scale = np.maximum(scales.max(axis=1), F32(0)).astype(F32)
     max_min = np.maximum(mins.max(axis=1), F32(0)).astype(F32)
@@ -247,4 +253,35 @@ def quantize_q5_k(values: np.ndarray) -> bytes:
     qh = np.bitwise_or.reduce((high << shifts[None, :, :, None]).reshape(nb, 8, 32), axis=1).astype(np.uint8)
     return np.concatenate([head, qh, qs], axis=1).tobytes()
 
-WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q4_K: quantize_q4_k}  # type -> its reference quantizer
+
+def quantize_q2_k(values: np.ndarray) -> bytes:
+    """The Q2_K bytes of `values` as quantize_row_q2_K_ref writes them: 16 bytes of 4-bit sub-block scales
+    and mins (16 sub-blocks of 16, fitted by absolute error weighted by |x|), 64 bytes of 2-bit levels, then
+    d and dmin (x ~ d*sc*q - dmin*m), 84 bytes per 256 values."""
+    x = np.ascontiguousarray(values, dtype=F32).reshape(-1, QK_K)
+    nb = x.shape[0]
+    sub = x.reshape(nb * 16, 16)
+    with np.errstate(all="ignore"):
+        scales, mins, lv = _make_qkx2_quants(sub, np.abs(sub).astype(F32), 3, -0.5, 0.1, 15, use_mad=True)
+    scales, mins = scales.reshape(nb, 16), mins.reshape(nb, 16)
+    max_scale = np.maximum(scales.max(axis=1), F32(0)).astype(F32)
+    max_min = np.maximum(mins.max(axis=1), F32(0)).astype(F32)
+    q4 = F32(15)
+    with np.errstate(divide="ignore"):
+        iscale = np.where(max_scale > 0, q4 / max_scale, F32(0)).astype(F32)
+        imin = np.where(max_min > 0, q4 / max_min, F32(0)).astype(F32)
+    sc = (_nearest((iscale[:, None] * scales).astype(F32)) & 0xFF).astype(np.uint8)
+    sc = sc | ((_nearest((imin[:, None] * mins).astype(F32)) << 4) & 0xFF).astype(np.uint8)
+    d16 = np.where(max_scale > 0, max_scale / q4, F32(0)).astype(F32).astype(np.float16)
+    dmin16 = np.where(max_min > 0, max_min / q4, F32(0)).astype(F32).astype(np.float16)
+    d = (d16.astype(F32)[:, None] * (sc & 0xF).astype(F32)).astype(F32)  # (nb, 16)
+    dm = (dmin16.astype(F32)[:, None] * (sc >> 4).astype(F32)).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = _nearest(((x.reshape(nb, 16, 16) + dm[:, :, None]).astype(F32) / d[:, :, None]).astype(F32))
+    fresh = np.clip(fresh, 0, 3)
+    lv = np.where((d != 0)[:, :, None], fresh, lv.reshape(nb, 16, 16)).reshape(nb, 2, 4, 32).astype(np.uint8)
+    qs = (lv[:, :, 0] | (lv[:, :, 1] << 2) | (lv[:, :, 2] << 4) | (lv[:, :, 3] << 6)).reshape(nb, 64)
+    return np.concatenate([sc, qs, d16.view(np.uint8).reshape(nb, 2), dmin16.view(np.uint8).reshape(nb, 2)],
+                          axis=1).tobytes()
+
+WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q4_K: quantize_q4_k, Q.Q2_K: quantize_q2_k}  # type -> its reference quantizer
