@@ -116,7 +116,8 @@ async def test_a_saved_edit_asks_before_it_replaces_the_run_and_no_keeps_the_tex
 
 
 async def test_speculate_keys_ask_before_dropping_the_rounds():
-    app = app_for(MODEL, MESSAGES, max_tokens=5)
+    # with a --draft model, d has another drafter to pick (without one, the file's only drafter stays)
+    app = app_for(MODEL, MESSAGES, max_tokens=5, draft=MODEL)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press(SPECULATE)
@@ -131,7 +132,7 @@ async def test_speculate_keys_ask_before_dropping_the_rounds():
         run = app.state.speculation
         written, rounds = len(run.answer()), len(run.rounds)
         assert rounds >= 1
-        for key in ("d", "plus", "r"):
+        for key in ("d", "plus", "minus", "r"):
             await pilot.press(key)
             await pilot.pause()
             assert _question(app) == (
@@ -141,9 +142,9 @@ async def test_speculate_keys_ask_before_dropping_the_rounds():
             await pilot.press("n")
             await settle(pilot)
             assert app.state.speculation is run
-        await pilot.press("d", "y")
+        await pilot.press("plus", "y")
         await settle(pilot)
-        assert app.state.speculation.drafter != run.drafter and app.state.speculation.rounds == ()
+        assert app.state.speculation.k == run.k + 1 and app.state.speculation.rounds == ()
 
 
 async def test_t_and_plain_text_ask_before_they_replace_the_run(tmp_path):
