@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from walkthrough.architectures.layer_kinds import LAYER_KINDS, LayerKind, keeps, register
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, LayerKind, keeps, register, resolve
 from walkthrough.engine.glassbox import layers
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
@@ -45,6 +45,8 @@ def toy_kind():
 def test_every_declared_kind_resolves_to_an_engine_function() -> None:
     for kind in LAYER_KINDS.values():
         assert callable(layers.runner(kind.name)), kind.name
+        for target in (kind.state, kind.shapes):
+            assert not target or callable(resolve(target)), (kind.name, target)
         assert kind.keeps in ("kv", "state", "")
 
 

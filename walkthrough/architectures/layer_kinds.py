@@ -3,8 +3,9 @@
 A layer is a mixer (moves information between positions) and an FFN (transforms each position). Each
 kind names the engine function that runs it by import path ("module:function", so this module imports
 no engine), what it keeps between passes ("kv": keys and values per position, the KV cache; "state": a
-fixed-size state, made by the function `state` names; "": nothing) and the metadata keys it reads
-beyond the card's (after `{arch}.`).
+fixed-size state, made by the function `state` names; "": nothing), the metadata keys it reads
+beyond the card's (after `{arch}.`) and, for tensors the shared table of `validate.py` lacks, the
+function giving their shapes.
 The numpy engine runs a layer with `LAYER_KINDS[key].forward` (`engine/glassbox/layers.py:runner`) and
 its KV cache keeps K and V for the layers whose kind keeps "kv" (`engine/glassbox/cache.py`).
 
@@ -34,6 +35,7 @@ class LayerKind:
     keeps: str = ""  # "kv": K and V per position (the KV cache); "state": a fixed-size state; "": nothing
     metadata: tuple[str, ...] = ()  # keys it reads beyond the card's (after `{arch}.`)
     state: str = ""  # keeps "state": "module:function" making one layer's zero state, (Config, layer) -> arrays
+    shapes: str = ""  # "module:function" giving its own tensors' shapes, (Config, layer) -> {name: shape}
 
 
 _SWA_KEYS = ("attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
@@ -50,9 +52,9 @@ LAYER_KINDS: dict[str, LayerKind] = {
         LayerKind("gated_full", f"{_GLASSBOX}.gated_attention:gated_full_attention", "kv",
                   ("rope.dimension_sections",)),
         LayerKind("linear", f"{_GLASSBOX}.deltanet:gated_deltanet", "state", _SSM_KEYS,
-                  f"{_GLASSBOX}.deltanet:new_state"),
+                  f"{_GLASSBOX}.deltanet:new_state", f"{_GLASSBOX}.deltanet:layer_shapes"),
         LayerKind("shortconv", f"{_GLASSBOX}.shortconv:short_conv", "state", ("shortconv.l_cache",),
-                  f"{_GLASSBOX}.shortconv:new_state"),
+                  f"{_GLASSBOX}.shortconv:new_state", f"{_GLASSBOX}.shortconv:layer_shapes"),
         LayerKind("dense", f"{_GLASSBOX}.layers:dense_ffn"),
         LayerKind("moe", f"{_GLASSBOX}.layers:moe_ffn", "", _ROUTER_KEYS),
     )

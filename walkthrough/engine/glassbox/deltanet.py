@@ -127,3 +127,8 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
 def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
     """A zero state for one Gated DeltaNet layer: "conv" [K - 1, C], "recurrent" [Hv, dv, dk] (`HybridDims`)."""
     return config.hybrid.new_state()
+
+
+def layer_shapes(config: Config, layer: int) -> dict[str, tuple[int, ...]]:
+    """The Gated DeltaNet tensors of one layer (name after `blk.N.`) and their ggml shapes (`HybridDims`)."""
+    return config.hybrid.tensor_shapes(config.n_embd)

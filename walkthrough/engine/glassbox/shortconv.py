@@ -22,8 +22,9 @@ from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
 
 
-def tensor_shapes(n_embd: int, l_cache: int) -> dict[str, tuple[int, ...]]:
+def layer_shapes(config: Config, layer: int) -> dict[str, tuple[int, ...]]:
     """Tensors of one short-convolution layer (name after `blk.N.`) and their ggml shapes (ne0 first)."""
+    n_embd, l_cache = config.n_embd, config.shortconv_l_cache
     return {
         "shortconv.conv.weight": (l_cache, n_embd),
         "shortconv.in_proj.weight": (n_embd, 3 * n_embd),

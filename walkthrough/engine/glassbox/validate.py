@@ -18,7 +18,7 @@ Shapes are ggml order (ne0 first), as `TensorInfo.shape` stores them.
 from __future__ import annotations
 
 from walkthrough.architectures.declarations import Tensors
-from walkthrough.engine.glassbox import shortconv
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, resolve
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile
@@ -89,10 +89,9 @@ def _layer_shapes(f: GGUFFile, c: Config, i: int) -> Shapes:
     for name in c.spec.block.names:  # the block's norms
         if name.endswith("norm.weight"):
             shapes[name] = (d,)
-    if c.mixers[i] == "linear" and c.hybrid is not None:
-        shapes.update(c.hybrid.tensor_shapes(d))
-    if c.mixers[i] == "linear" and c.shortconv_l_cache:
-        shapes.update(shortconv.tensor_shapes(d, c.shortconv_l_cache))
+    kind = LAYER_KINDS.get(c.mixer_key(i))
+    if kind is not None and kind.shapes:  # a kind's own tensors (Gated DeltaNet, short convolution)
+        shapes.update(resolve(kind.shapes)(c, i))
     return shapes
 
 
