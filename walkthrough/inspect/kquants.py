@@ -1,4 +1,4 @@
-"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K, Q5_K, Q4_K and Q2_K so far (issue 31, item 1).
+"""llama.cpp's reference k-quant rounding, written for numpy: Q6_K, Q5_K, Q4_K, Q3_K and Q2_K (issue 31, item 1).
 
 gguf-py can read k-quant blocks but not write them, so the block view could not round a block to Q6_K.
 This module follows the rules of `quantize_row_q{6,5,4}_K_ref` and their helpers `make_qx_quants` and
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
-__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q2_k", "quantize_q4_k", "quantize_q5_k", "quantize_q6_k"]
+__all__ = ["Q6_K_BYTES", "QK_K", "WRITERS", "quantize_q2_k", "quantize_q3_k", "quantize_q4_k", "quantize_q5_k", "quantize_q6_k"]
 
 QK_K = 256
 Q6_K_BYTES = QK_K // 2 + QK_K // 4 + QK_K // 16 + 2  # ql, qh, scales, d: 210
@@ -284,4 +284,75 @@ def quantize_q2_k(values: np.ndarray) -> bytes:
     return np.concatenate([sc, qs, d16.view(np.uint8).reshape(nb, 2), dmin16.view(np.uint8).reshape(nb, 2)],
                           axis=1).tobytes()
 
-WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q4_K: quantize_q4_k, Q.Q2_K: quantize_q2_k}  # type -> its reference quantizer
+
+def _make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's scale and levels 0..2*nmax-1 by make_q3_quants with do_rmse: round at -nmax/max, then five
+    passes moving one level at a time while the weighted (x^2) fit improves; x: (rows, n) float32."""
+    rows, n = x.shape
+    ax = np.abs(x)
+    first = np.argmax(ax, axis=1)
+    amax = ax[np.arange(rows), first]
+    zero = amax < GROUP_MAX_EPS
+    vmax = np.where(zero, F32(1), x[np.arange(rows), first]).astype(F32)
+    iscale = (F32(-nmax) / vmax).astype(F32)
+    lv = np.clip(_nearest((iscale[:, None] * x).astype(F32)), -nmax, nmax - 1)
+    w = (x * x).astype(F32)
+    wx = (w * x).astype(F32)
+    sumlx = np.zeros(rows, F32)
+    suml2 = np.zeros(rows, F32)
+    for i in range(n):
+        lf = lv[:, i].astype(F32)
+        sumlx = (sumlx + wx[:, i] * lf).astype(F32)
+        suml2 = (suml2 + (w[:, i] * lf).astype(F32) * lf).astype(F32)
+    for _ in range(5):  # a pass that changes nothing leaves the state as it was, so no early stop is needed
+        for i in range(n):
+            old = lv[:, i].astype(F32)
+            slx = (sumlx - (wx[:, i] * old).astype(F32)).astype(F32)
+            sl2 = (suml2 - ((w[:, i] * old).astype(F32) * old).astype(F32)).astype(F32)
+            with np.errstate(all="ignore"):
+                new = np.clip(_nearest(((x[:, i] * sl2).astype(F32) / slx).astype(F32)), -nmax, nmax - 1)
+            nf = new.astype(F32)
+            slx2 = (slx + (wx[:, i] * nf).astype(F32)).astype(F32)
+            sl22 = (sl2 + ((w[:, i] * nf).astype(F32) * nf).astype(F32)).astype(F32)
+            gain = (((slx2 * slx2).astype(F32) * suml2).astype(F32)
+                    > ((sumlx * sumlx).astype(F32) * sl22).astype(F32))
+            take = (slx > 0) & (new != lv[:, i]) & (sl22 > 0) & gain
+            lv[:, i] = np.where(take, new, lv[:, i])
+            sumlx = np.where(take, slx2, sumlx).astype(F32)
+            suml2 = np.where(take, sl22, suml2).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
+    scale = np.where(zero, F32(0), scale).astype(F32)
+    return scale, np.where(zero[:, None], 0, lv + nmax).astype(np.int32)
+
+
+def quantize_q3_k(values: np.ndarray) -> bytes:
+    """The Q3_K bytes of `values` as quantize_row_q3_K_ref writes them: the high bit of each 3-bit level in
+    32 bytes of hmask, the low two bits in 64 bytes, 16 signed 6-bit sub-block scales in 12 bytes, then d
+    (x ~ d*sc*(q - 4)), 110 bytes per 256 values."""
+    x = np.ascontiguousarray(values, dtype=F32).reshape(-1, QK_K)
+    nb = x.shape[0]
+    scales, lv = _make_q3_quants(x.reshape(nb * 16, 16), 4)
+    scales = scales.reshape(nb, 16)
+    first = np.argmax(np.abs(scales), axis=1)
+    max_scale = scales[np.arange(nb), first]
+    some = max_scale != 0
+    iscale = (F32(-32) / np.where(some, max_scale, F32(1))).astype(F32)
+    q = np.clip(_nearest((iscale[:, None] * scales).astype(F32)).astype(np.int8), -32, 31).astype(np.int32) + 32
+    q = np.where(some[:, None], q, 0)  # (nb, 16) 0..63
+    packed = np.zeros((nb, 12), np.uint8)
+    packed[:, 0:8] = (q[:, 0:8] & 0xF) | ((q[:, 8:16] & 0xF) << 4)
+    high = (q >> 4).reshape(nb, 4, 4)  # [j // 4, j % 4]
+    packed[:, 8:12] = high[:, 0] | (high[:, 1] << 2) | (high[:, 2] << 4) | (high[:, 3] << 6)
+    d16 = np.where(some, (F32(1) / iscale).astype(F32), F32(0)).astype(np.float16)
+    d = (d16.astype(F32)[:, None] * (q - 32).astype(F32)).astype(F32)  # (nb, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = np.clip(_nearest((x.reshape(nb, 16, 16) / d[:, :, None]).astype(F32)), -4, 3) + 4
+    lv = np.where((d != 0)[:, :, None], fresh, lv.reshape(nb, 16, 16)).reshape(nb, QK_K)
+    bits = (lv > 3).reshape(nb, 8, 32).astype(np.uint8)  # value j's high bit: byte j % 32, bit j // 32
+    hmask = np.bitwise_or.reduce(bits << np.arange(8, dtype=np.uint8)[None, :, None], axis=1).astype(np.uint8)
+    low = (lv & 3).astype(np.uint8).reshape(nb, 2, 4, 32)
+    qs = (low[:, :, 0] | (low[:, :, 1] << 2) | (low[:, :, 2] << 4) | (low[:, :, 3] << 6)).reshape(nb, 64)
+    return np.concatenate([hmask, qs, packed, d16.view(np.uint8).reshape(nb, 2)], axis=1).tobytes()
+
+WRITERS: dict[Q, Callable[[np.ndarray], bytes]] = {Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q4_K: quantize_q4_k, Q.Q3_K: quantize_q3_k, Q.Q2_K: quantize_q2_k}  # type -> its reference quantizer
