@@ -222,3 +222,20 @@ def test_trace_writes_rates_below_one_and_long_times_as_every_figure_is_written(
     assert rate_line("prefill", 5, 5.6249, "numpy").startswith("prefill: 5 tokens in 5.62 s, 0.889 tokens/s (")
     assert rate_line("decode", 1, 1.295, "numpy").startswith("decode: 1 token in 1.29 s, 0.772 tokens/s (")
     assert rate_line("decode", 23, 0.4547, "numpy").startswith("decode: 23 tokens in 455 ms, 50.6 tokens/s (")
+
+
+def test_the_machines_table_says_usable_memory_and_writes_rates_without_exponents():
+    """Item 11: scientific notation in the machines table; its "memory" column is usable memory."""
+    import io
+
+    from rich.console import Console
+
+    from walkthrough.costs.machines import MachineRow
+    from walkthrough.screens.cost_views import machines_table
+
+    row = MachineRow("fast-box", "Fast box", 24e9, 3.35e12, "fits", "", 12345.6, 2345.6, 0.012, None, 0.2)
+    console = Console(width=200, file=io.StringIO(), record=True, color_system=None)
+    console.print(machines_table([row], "decode"))
+    text = console.export_text(styles=False)
+    assert "usable" in text and "usable: the memory a model may fill" in text and "e+" not in text
+    assert "12.3 k" in text and "2,346±20%" in text

@@ -93,20 +93,34 @@ def curve_table(curve: Curve) -> Table:
     return table
 
 
+def rate_text(rate: float) -> str:
+    """A tokens/s figure in a few cells without scientific notation: 3 significant digits, whole numbers
+    from 100, a k, M or G prefix from 10,000.
+
+    Example: rate_text(7.234) -> "7.23"; rate_text(2345.6) -> "2,346"; rate_text(71862680683) -> "71.9 G"
+    """
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+        if rate >= scale:
+            value = rate / (scale if prefix != "k" else 1e3)
+            return f"{value:,.3g} {prefix}" if value < 100 else f"{value:,.0f} {prefix}"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
 def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
-    """Every profile: memory, bandwidth, verdict, decode ceiling and realistic, first token, chips."""
+    """Every profile: usable memory (what a model may fill), bandwidth, verdict, decode ceiling and realistic, first token, chips."""
     table = Table(box=None, padding=(0, 1), show_edge=False, title=f"every machine, modelled, by {sort_key} (s sorts)",
                   title_justify="left")
     table.add_column("machine", overflow="fold")
-    for name in ("memory", "GB/s", "fits", "ceiling", "decode", "1st token"):
+    for name in ("usable", "GB/s", "fits", "ceiling", "decode", "1st token"):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         band = f"±{r.band * 100:.0f}%" if r.band is not None else "±?"
-        speed = (f"{r.ceiling:.3g}", f"{r.realistic:.3g}{band}", fmt(r.first_token, "s")) \
+        speed = (rate_text(r.ceiling), f"{rate_text(r.realistic)}{band}", fmt(r.first_token, "s")) \
             if r.realistic is not None else ("-", "-", "-")
         name = safe_text(r.id) + (Text(f" x{r.chips:,}", style="dim") if r.chips else Text(""))
         table.add_row(name, fmt(r.memory_bytes, "B"), f"{r.bandwidth / 1e9:,.0f}", FIT_WORD[r.verdict], *speed)
-    table.caption = ("ceiling and decode in tokens/s (mid-answer); ±: decode's band, the fitted model's error on "
+    table.caption = ("usable: the memory a model may fill (the OS and other programs keep the rest); "
+                     "ceiling and decode in tokens/s (mid-answer); ±: decode's band, the fitted model's error on "
                      "machines left out (±?: roofline only, no band); x N: SRAM chips the request needs")
     table.caption_justify = "left"
     return table
