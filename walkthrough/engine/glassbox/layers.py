@@ -28,6 +28,9 @@ from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.steps import LayerTrace
 
 
+GATED_NAMES = {"silu": "ffn_swiglu", "gelu": "ffn_geglu", "swiglu_oai": "ffn_swiglu_oai"}  # llama.cpp's names
+
+
 @dataclass
 class PassInput:
     """What every layer of one pass shares."""
@@ -82,7 +85,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     """
     c, m, n = p.config, p.meter, x.shape[0]
     pre = f"blk.{layer}."
-    q, k, v = project_qkv(p, pre, x)
+    q, k, v = (m.look(name, layer, a) for name, a in zip(("Qcur", "Kcur", "Vcur"), project_qkv(p, pre, x)))
     q_norm, k_norm = ((m.tensor if c.spec.qk_norm else m.optional)(f"{pre}attn_{x}_norm.weight") for x in "qk")
     if q_norm is not None:  # required where the declaration says so, else used when the file has them (glm4moe)
         q = ops.rmsnorm(q, q_norm, c.norm_eps)
@@ -94,9 +97,9 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     if not (every and (layer + 1) % every == 0):  # NoPE layers see positions only through the causal mask
         neox = c.spec.rope == "neox"
         cos, sin = p.angles(layer)
-        q, k = ops.rope(q, cos, sin, neox), ops.rope(k, cos, sin, neox)
-    out = attend(p, layer, q, k, v, trace)  # [n, h, hd_v]
-    return m.linear(pre + "attn_output.weight", out.reshape(n, -1), pre + "attn_output.bias")
+        q, k = m.look("Qcur", layer, ops.rope(q, cos, sin, neox)), m.look("Kcur", layer, ops.rope(k, cos, sin, neox))
+    out = m.look("kqv_out", layer, attend(p, layer, q, k, v, trace).reshape(n, -1))  # [n, h * hd_v]
+    return m.linear(pre + "attn_output.weight", out, pre + "attn_output.bias")
 
 
 def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, trace: LayerTrace) -> np.ndarray:
@@ -112,8 +115,9 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     fmt = "f16" if p.cache.cache_type == "f16" and p.meter.match_llama_cpp else "f32"
     window = c.window(layer)
     sinks = p.meter.tensor(f"blk.{layer}.attn_sinks.weight") if c.spec.sinks else None  # [h]
+    probe = None if p.meter.probe is None else lambda name, a: p.meter.look(name, layer, a)
     out, weights = ops.attention(
-        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks
+        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks, probe=probe
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
@@ -140,9 +144,10 @@ def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.
         gate_up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")  # [n, 2 ff]
         gate, up = np.split(gate_up, 2, axis=-1)
     else:
-        gate = m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias")
-        up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")
-    return m.linear(pre + "ffn_down.weight", ops.GATED[c.spec.activation](gate, up), pre + "ffn_down.bias")
+        gate = m.look("ffn_gate", layer, m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias"))
+        up = m.look("ffn_up", layer, m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias"))
+    act = m.look(GATED_NAMES[c.spec.activation], layer, ops.GATED[c.spec.activation](gate, up))  # [n, ff]
+    return m.linear(pre + "ffn_down.weight", act, pre + "ffn_down.bias")
 
 
 def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:

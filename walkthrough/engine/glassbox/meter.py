@@ -25,6 +25,10 @@ as ggml multiplies them (integer block products in its float order: bit for
 bit, but about 40 times slower); `match_llama_cpp=False` gives plain float32
 products. Either way each row is its own product (`ops.linear`), so results
 do not depend on the number of tokens in the pass.
+
+`look` shows an intermediate to an optional `probe` under llama.cpp's graph name
+("attn_norm-3", "kq_soft_max-0", "result_output"): the op-by-op differ
+(tests/bench/op_diff.py) sets one; without it `look` only returns its argument.
 """
 
 from __future__ import annotations
@@ -37,13 +41,16 @@ from walkthrough.engine.glassbox import ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
 from walkthrough.engine.glassbox.weights import Weights, row_nbytes
 
+Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
+
 
 class Meter:
     """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
 
     def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True,
-                 exact_products: bool = False):
+                 exact_products: bool = False, probe: Probe | None = None):
         self.weights = weights
+        self.probe = probe
         self.group_of = group_of
         self.match_llama_cpp = match_llama_cpp
         self.exact_products = match_llama_cpp and exact_products
@@ -145,6 +152,12 @@ class Meter:
                         info.n_elements // info.shape[2], x.shape[0])
             return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
         return self.wrote(self._rounded_product(name, e, x, self.expert(name, e, x.shape[0])))
+
+    def look(self, name: str, layer: int, a: np.ndarray) -> np.ndarray:
+        """Show `a` to the probe as llama.cpp's graph tensor NAME-layer (NAME when layer < 0); returns `a`."""
+        if self.probe is not None:
+            self.probe(f"{name}-{layer}" if layer >= 0 else name, a)
+        return a
 
     def wrote(self, *arrays: np.ndarray) -> np.ndarray:
         """Count arrays an operation produced as activation bytes (`written`); returns the first."""

@@ -32,7 +32,7 @@ from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config, build_config
 from walkthrough.engine.glassbox.layers import PassInput, runner
-from walkthrough.engine.glassbox.meter import Meter
+from walkthrough.engine.glassbox.meter import Meter, Probe
 from walkthrough.engine.glassbox.validate import check_tensors
 from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights
 from walkthrough.engine.numeric_checks import check_small_tensors
@@ -84,6 +84,7 @@ class Model:
         self.tied_output = not self.weights.has(OUTPUT)
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
         # (two threads filling it at once write the same value under a key: one dict store each, no lock needed)
+        self.probe: Probe | None = None  # sees every pass's intermediates under llama.cpp's names (`Meter.look`)
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kwargs) -> Model:
@@ -105,7 +106,7 @@ class Model:
     def meter(self) -> Meter:
         """A fresh meter for one pass."""
         return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp,
-                     exact_products=self.exact_products)
+                     exact_products=self.exact_products, probe=self.probe)
 
     def check_ids(self, ids: list[int]) -> None:
         bad = [i for i in ids if not 0 <= i < self.config.n_vocab]
@@ -176,7 +177,7 @@ class Model:
             scratch.meter = self.meter()
             last = c.n_layers - 1
             x = np.concatenate([ffn_half(scratch, last, aside[0], LayerTrace(last, c.mixers[last], c.ffns[last])), x])
-        return ops.rmsnorm(x, meter.tensor(c.spec.output_norm), c.norm_eps), traces
+        return meter.look("result_norm", -1, ops.rmsnorm(x, meter.tensor(c.spec.output_norm), c.norm_eps)), traces
 
     def pass_input(
         self, config: Config, meter: Meter, cache: KVCache, start: int, n: int, record_attention: bool = False
@@ -213,7 +214,7 @@ class Model:
         logits = meter.linear(head, x, "output.bias", group="output")  # [n, n_vocab]
         if self.config.final_softcap:
             logits = ops.softcap(logits, self.config.final_softcap)
-        return logits
+        return meter.look("result_output", -1, logits)
 
 
 def _norm(p: PassInput, i: int, h: np.ndarray, name: str | None) -> np.ndarray:
@@ -224,10 +225,11 @@ def _norm(p: PassInput, i: int, h: np.ndarray, name: str | None) -> np.ndarray:
 def ffn_half(p: PassInput, i: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """The second half of block i: x + FFN(norm(x)) (post-norm if declared), times the layer's output scale
     if it has one (gemma4), [rows, d] -> [rows, d]."""
-    spec = p.config.spec
-    x = x + _norm(p, i, runner(trace.ffn)(p, i, _norm(p, i, x, spec.ffn_norm), trace), spec.ffn_post_norm)
-    scale = p.meter.optional(f"blk.{i}.layer_output_scale.weight")  # [1]
-    return x if scale is None else x * scale
+    spec, m = p.config.spec, p.meter
+    x = x + _norm(p, i, runner(trace.ffn)(p, i, m.look("ffn_norm", i, _norm(p, i, x, spec.ffn_norm)), trace),
+                  spec.ffn_post_norm)
+    scale = m.optional(f"blk.{i}.layer_output_scale.weight")  # [1]
+    return m.look("l_out", i, x if scale is None else x * scale)
 
 
 def block(
@@ -238,8 +240,9 @@ def block(
 
     With last_only, a list `aside` receives the other rows [n - 1, d] as they enter the FFN.
     """
-    spec = p.config.spec
-    x = x + _norm(p, i, runner(p.config.mixer_key(i))(p, i, _norm(p, i, x, spec.attn_norm), trace), spec.attn_post_norm)
+    spec, m = p.config.spec, p.meter
+    mixed = runner(p.config.mixer_key(i))(p, i, m.look("attn_norm", i, _norm(p, i, x, spec.attn_norm)), trace)
+    x = m.look("ffn_inp", i, x + _norm(p, i, m.look("attn_out", i, mixed), spec.attn_post_norm))
     if last_only:
         if aside is not None:
             aside.append(x[:-1])

@@ -11,6 +11,7 @@ mask by position, top-k routing).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +173,7 @@ def attention(
     *,
     window: int = 0,
     sinks: np.ndarray | None = None,
+    probe: Callable[[str, np.ndarray], object] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -187,6 +189,7 @@ def attention(
             llama.cpp masks p1 - p0 >= n_swa, `is_masked_swa` in src/llama-hparams.h).
         sinks: [h] one extra logit per head that joins the softmax's denominator and reads no value
             (gpt-oss's attention sinks, `ggml_soft_max_add_sinks`).
+        probe: if given, sees q.k before the scale ("kq", [h, n, L]) and the weights ("kq_soft_max").
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -199,7 +202,10 @@ def attention(
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3).astype(np.float64)  # [h_kv, group, n, hd]
     kt = k.transpose(1, 2, 0)[:, None].astype(np.float64)  # [h_kv, 1, hd, L]
     # Products in float64 are (all but always) exact sums, rounded once: the same whatever n and L.
-    scores = (qg @ kt).astype(np.float32) * np.float32(scale)  # [h_kv, group, n, L]
+    scores = (qg @ kt).astype(np.float32)  # [h_kv, group, n, L]
+    if probe is not None:
+        probe("kq", scores.reshape(h, n, big_l))
+    scores = scores * np.float32(scale)
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
     if window:
         masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
@@ -212,6 +218,8 @@ def attention(
         e = np.exp(scores - top)
         total = np.sum(e, axis=-1, keepdims=True, dtype=np.float64) + np.exp(sink - top)
         weights = e * (1.0 / total).astype(np.float32)
+    if probe is not None:
+        probe("kq_soft_max", weights.reshape(h, n, big_l))
     vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
     out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]

@@ -16,6 +16,10 @@ src/llama-graph.cpp and src/models/ARCH.cpp), "NAME-LAYER" in the graph:
   only without flash attention; the last token's row is kept (every row when asked).
 - `l_out-N`: layer N's output, asked for only to report progress (layer N+1 of M done), and, on a
   split over RPC workers, at each host's last layer to time the hosts (`marks`).
+- any other names a session asks for (`named`, the op-by-op differ's points: `attn_norm-N`,
+  `Qcur-N`, `kq-N`, ..., `result_output`): every node so named is read, in graph order, into
+  `tensors[name]` (a name can label several nodes: `Qcur-N` is the projection, its reshape,
+  then the roped result).
 
 The KV cache and recurrent states are llama.cpp's own tensors (`cache_k_lN`,
 `cache_v_lN`, `cache_r_lN`, `cache_s_lN`, src/llama-kv-cache.cpp and
@@ -53,10 +57,12 @@ Progress = Callable[[int, int], None]  # (layers done, layers in all)
 class Capture:
     """The eval callback of one llama.cpp context, and what it read during the current pass."""
 
-    def __init__(self, lib: ModuleType, n_layers: int, *, attention: bool, attention_rows: bool = False):
+    def __init__(self, lib: ModuleType, n_layers: int, *, attention: bool, attention_rows: bool = False,
+                 named: frozenset[str] = frozenset()):
         self.n_layers = n_layers
+        self.named = frozenset(name.encode() for name in named)  # graph-name stems read whole, every node
         self.attention_rows = attention_rows  # keep every query row, not only the last token's
-        self.want = {TOPK, *WEIGHTS} | ({ATTENTION} if attention else set())
+        self.want = {TOPK, *WEIGHTS} | ({ATTENTION} if attention else set()) | self.named
         self.progress: Progress | None = None
         self.marks: frozenset[int] = frozenset()  # layers whose output time to note (the split's host boundaries)
         self.mark_times: dict[int, float] = {}  # layer -> perf_counter() when its output was computed
@@ -77,6 +83,7 @@ class Capture:
         self.experts: dict[int, list[np.ndarray]] = {}  # layer -> per micro-batch [rows, k] int32
         self.weights: dict[int, list[np.ndarray | None]] = {}  # layer -> per micro-batch [rows, k] float32
         self.attention: dict[int, np.ndarray] = {}  # layer -> [n_head, rows, n_kv] (rows: the last, or all)
+        self.tensors: dict[str, list[np.ndarray]] = {}  # "NAME-LAYER" -> values of each node so named (`named`)
         self.error: BaseException | None = None
 
     def check(self) -> None:
@@ -120,6 +127,8 @@ class Capture:
         return wanted
 
     def _keep(self, t, stem: bytes, layer: int) -> None:
+        if stem in self.named:
+            self.tensors.setdefault(t.name.decode(), []).append(read(t))
         if stem == TOPK:
             experts = read(t)  # [rows, k]
             self.experts.setdefault(layer, []).append(experts.reshape(-1, experts.shape[-1]))

@@ -73,7 +73,16 @@ class LlamaSession(Session):
         n_ctx: int | None = None,
         measure_surprisal: bool = False,
         attention_rows: bool = False,
+        flash_attention: bool | None = None,
+        named: frozenset[str] = frozenset(),
     ):
+        """A context for one request.
+
+        Args:
+            flash_attention: True or False forces llama.cpp's flash attention on or off; None leaves it to
+                llama.cpp (off whenever attention weights are recorded, which need it off).
+            named: stems of graph tensor names to read whole at every pass (`Capture.tensors`).
+        """
         if kv_type not in KV_TYPES:
             raise WalkthroughError(f"KV cache type {kv_type!r} is not one of {', '.join(KV_TYPES)}")
         self.model = model
@@ -92,7 +101,7 @@ class LlamaSession(Session):
         self._broken: str | None = None
         self.checkpoints = Checkpoints(auto=False)  # none: llama.cpp's memory rewinds itself (see `rewind`)
         self.capture = Capture(lib, model.config.n_layers, attention=self.record_attention,
-                               attention_rows=self.attention_rows)
+                               attention_rows=self.attention_rows, named=named)
         placement = model.placement
         if placement is not None:  # time each host: note when its last layer's output is computed
             self.capture.marks = frozenset(last for _, last in placement.segments())
@@ -107,6 +116,9 @@ class LlamaSession(Session):
         params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_DISABLED if self.record_attention
                                   else lib.LLAMA_FLASH_ATTN_TYPE_AUTO if not kv_type.startswith("q")
                                   else lib.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        if flash_attention is not None and not self.record_attention:
+            params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
+                                      else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.cb_eval = self.capture.callback
         params.cb_eval_user_data = None
         params.abort_callback = self._abort

@@ -1,0 +1,98 @@
+"""Prefill and decode speed of the numpy engine beside llama.cpp's, one thread each, in one run.
+
+    python tests/bench/bench_numpy_speed.py [MODEL.gguf] [--prompt 128] [--tokens 8] [--rounds 2] [--exact-products]
+
+With no MODEL, SmolLM2-135M-Instruct Q4_1 (SMOLLM2_GGUF). Each round times, in turn (so a busy
+machine slows all alike): a prefill of the default request's first `--prompt` tokens in one pass,
+then `--tokens` greedy decode passes, for llama.cpp (`LlamaSession`, one thread, F32 KV cache, no
+flash attention) and the numpy engine (`Session`, F32 cache; OpenBLAS held to one thread), and with
+--exact-products the numpy engine multiplying quantized weights exactly as ggml (`quantdot`) too.
+A first untimed pass loads and dequantizes weights. Figures are tokens per CPU second of this
+process (with one thread each, the work itself: steadier than wall time on a shared machine),
+best round; ratios are numpy / llama.cpp. Issue 29's goals: prefill >= 1.0x, decode >= 0.3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads, as walkthrough.cli.main does
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+import numpy as np  # noqa: E402
+from real_weights_support import find_smollm2, request_ids  # noqa: E402
+
+from walkthrough.engine.model import Model  # noqa: E402
+from walkthrough.engine.session import Session  # noqa: E402
+from walkthrough.inspect.gguf import open_gguf  # noqa: E402
+
+
+def cpu_seconds(run: Callable[[], object]) -> float:
+    t = time.process_time()
+    run()
+    return time.process_time() - t
+
+
+def time_engine(new_session: Callable[[], object], ids: list[int], tokens: int) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of one session: ids in one pass, then `tokens` greedy passes."""
+    session = new_session()
+    prefill = cpu_seconds(lambda: session.feed(ids, phase="prefill"))
+    decode = 0.0
+    for _ in range(tokens):
+        token = [int(np.argmax(session.last_logits))]
+        decode += cpu_seconds(lambda t=token: session.feed(t, phase="decode"))
+    return len(ids) / prefill, tokens / decode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?", type=Path)
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens prefilled in one pass")
+    ap.add_argument("--tokens", type=int, default=8, help="decode passes timed")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--exact-products", action="store_true", help="also time quantdot's exact products")
+    args = ap.parse_args(argv)
+    path = args.model or find_smollm2()
+    if path is None or not path.is_file():
+        print("no model: give a GGUF or set SMOLLM2_GGUF", file=sys.stderr)
+        return 2
+    try:
+        from walkthrough.engine.llama_model import LlamaModel
+        from walkthrough.engine.llama_session import LlamaSession
+    except ImportError:
+        print("this benchmark needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
+        return 2
+    f = open_gguf(path)
+    ids = request_ids(f)[: args.prompt]
+    llama = LlamaModel(f, n_threads=1)
+    fast, exact = Model(f), Model(f, exact_products=True)
+    engines = {"llama.cpp": lambda: LlamaSession(llama, kv_type="f32", flash_attention=False),
+               "numpy": lambda: Session(fast, kv_type="f32")}
+    if args.exact_products:
+        engines["numpy, exact products"] = lambda: Session(exact, kv_type="f32")
+    for new in engines.values():  # load, dequantize, pack: first-use work, not timed
+        new().feed(ids[:8], phase="prefill")
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(args.rounds):
+        for name, new in engines.items():
+            pre, dec = time_engine(new, ids, args.tokens)
+            print(f"  round {r + 1}  {name:22s} prefill {pre:7.1f} tok/s  decode {dec:6.1f} tok/s", flush=True)
+            old = best.get(name, (0.0, 0.0))
+            best[name] = (max(old[0], pre), max(old[1], dec))
+    ref_pre, ref_dec = best["llama.cpp"]
+    print(f"{path.name}: prompt {len(ids)} tokens, {args.tokens} decode passes, 1 thread, F32 KV, best of "
+          f"{args.rounds} rounds (tokens per CPU second)")
+    for name, (pre, dec) in best.items():
+        print(f"  {name:22s} prefill {pre:7.1f} tok/s ({pre / ref_pre:5.2f}x)  decode {dec:6.1f} tok/s "
+              f"({dec / ref_dec:5.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

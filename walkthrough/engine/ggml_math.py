@@ -1,0 +1,165 @@
+"""ggml's CPU float kernels (x86, AVX2 + FMA) in numpy, rounding step for step as they do.
+
+numpy's own float32 functions round differently from ggml's: `np.exp` is not ggml's
+vectorized exp, `np.sum` sums pairwise where ggml sums in order (often in double), and numpy
+has no fused multiply-add. The functions here follow ggml-cpu's code (vec.h, vec.cpp, ops.cpp)
+operation by operation, so on the same inputs they give llama.cpp's bits:
+
+- `fma32(a, b, c)`: one float32 fused multiply-add (a*b + c rounded once). a*b is exact in
+  float64; the sum is taken in float64 rounding to odd, which then rounds to float32 correctly.
+- `v_expf(x)`: `ggml_v_expf` (vec.h, the __m256 version): a polynomial in fmas, with its own
+  handling of large |x|.
+- `silu(x)`: `ggml_v_silu`, x / (1 + v_expf(-x)).
+- `soft_max_rows(x)`: `ggml_vec_soft_max_f32` plus the scaling of `ggml_compute_forward_soft_max_f32`:
+  exps of 8 values summed as one AVX register (hsum), those sums added in double.
+- `rms_scale(x, eps)`: `ggml_compute_forward_rms_norm_f32`'s 1 / sqrt(mean + eps), the squares
+  summed in double in index order.
+- `libm`: the C library's cosf / sinf / powf, the very functions ggml calls for RoPE's cache.
+
+Not handled: the AVX512 and ARM variants (other polynomials and register widths); a row whose
+length is not a multiple of 8 takes ggml's scalar tail (libm's expf), which only `soft_max_rows`
+follows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+
+F32 = np.float32
+
+
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 a*b + c with one rounding (`_mm256_fmadd_ps`)."""
+    p = np.multiply(a, b, dtype=np.float64)  # exact: 24-bit x 24-bit
+    c = np.asarray(c, np.float64)
+    s = p + c
+    back = s - p
+    err = (p - (s - back)) + (c - back)  # s + err == p + c exactly (TwoSum)
+    # round to odd: an inexact sum with an even last bit moves one step towards the lost part
+    inexact_even = (err != 0) & ((s.view(np.int64) & 1) == 0)
+    s = np.where(inexact_even, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s.astype(F32)
+
+
+def _hex(text: str) -> np.float32:
+    """A C hex float literal (vec.h writes ggml_v_expf's constants so) as float32; each is exact."""
+    return F32(float.fromhex(text))
+
+
+_LOG2E, _SHIFTER = _hex("0x1.715476p+0"), _hex("0x1.8p23")
+_LN2_HI, _LN2_LO = _hex("0x1.62e4p-1"), _hex("0x1.7f7d1cp-20")
+_P = [_hex(t) for t in ("0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1")]
+
+
+def v_expf(x: np.ndarray) -> np.ndarray:
+    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32."""
+    x = np.asarray(x, F32)
+    z = fma32(x, _LOG2E, _SHIFTER)
+    n = z - _SHIFTER  # x / ln 2 rounded to an integer
+    b = fma32(-n, _LN2_LO, fma32(-n, _LN2_HI, x))  # x - n ln 2 (fnmadd twice)
+    e = z.view(np.uint32) << np.uint32(23)
+    k = (e + np.uint32(0x3F800000)).view(F32)  # 2^n
+    u = b * b
+    j = fma32(fma32(fma32(_P[0], b, _P[1]), u, fma32(_P[2], b, _P[3])), u, _P[4] * b)
+    big = np.abs(n) > F32(126)
+    if not big.any():
+        return fma32(j, k, k)
+    g = np.where(n <= 0, np.uint32(0x82000000), np.uint32(0))
+    s1 = (g + np.uint32(0x7F000000)).view(F32)
+    s2 = (e - g).view(F32)
+    with np.errstate(over="ignore", under="ignore"):
+        huge = s1 * s1  # |n| > 192: overflow to inf or underflow to 0
+        scaled = fma32(s2, j, s2) * s1
+    return np.where(np.abs(n) > F32(192), huge, np.where(big, scaled, fma32(k, j, k))).astype(F32)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x / (1 + e^-x) as `ggml_v_silu` (vec.h): [...] float32 -> [...] float32."""
+    x = np.asarray(x, F32)
+    return x / (F32(1) + v_expf(F32(0) - x))
+
+
+def hsum8(v: np.ndarray) -> np.ndarray:
+    """[..., 8] -> [...]: one AVX register summed as ggml does, ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7))."""
+    h = v[..., :4] + v[..., 4:]
+    return (h[..., 0] + h[..., 2]) + (h[..., 1] + h[..., 3])
+
+
+def soft_max_rows(x: np.ndarray) -> np.ndarray:
+    """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
+
+    `ggml_vec_soft_max_f32`: y = v_expf(x - max) 8 at a time, each 8 summed in float32 (hsum) and added
+    to a double sum; a tail of n % 8 takes libm's expf, each added alone. Then y * (float)(1 / sum).
+    """
+    x = np.asarray(x, F32)
+    n = x.shape[-1]
+    body = n - n % 8
+    top = np.max(x, axis=-1, keepdims=True)
+    y = np.empty_like(x)
+    y[..., :body] = v_expf(x[..., :body] - top)
+    groups = hsum8(y[..., :body].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., n/8]
+    total = np.cumsum(groups, axis=-1)[..., -1] if body else np.zeros(x.shape[:-1])
+    if body < n:
+        y[..., body:] = libm.expf(x[..., body:] - top)
+        total = total + np.cumsum(y[..., body:].astype(np.float64), axis=-1)[..., -1]
+    return y * (1.0 / total).astype(F32)[..., None]
+
+
+def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:
+    """[..., d] float32 -> [..., 1]: 1 / sqrt(mean(x^2) + eps) as `ggml_compute_forward_rms_norm_f32`.
+
+    Each square is rounded to float32, the squares are summed in double in index order (cumsum keeps
+    the order), the mean rounded to float32, the rest in float32.
+    """
+    squares = np.square(x, dtype=F32).astype(np.float64)
+    mean = (np.cumsum(squares, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
+    return F32(1) / np.sqrt(mean + F32(eps))
+
+
+class _Libm:
+    """The C library's float functions, elementwise over numpy arrays (ggml calls these, scalar, in C).
+
+    Without a loadable C math library, numpy's float64 functions rounded to float32 stand in
+    (the correctly rounded result, which the C library gives for all but rare arguments).
+    """
+
+    def __init__(self):
+        name = ctypes.util.find_library("m")
+        lib = ctypes.CDLL(name) if name else None
+        self._fns = {}
+        for fn in ("cosf", "sinf", "expf"):
+            f = getattr(lib, fn, None) if lib is not None else None
+            if f is not None:
+                f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+            self._fns[fn] = f
+        f = getattr(lib, "powf", None) if lib is not None else None
+        if f is not None:
+            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+        self._pow = f
+
+    def _map(self, fn: str, fallback, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, F32)
+        f = self._fns[fn]
+        if f is None:
+            return fallback(x.astype(np.float64)).astype(F32)
+        return np.array([f(v) for v in x.ravel().tolist()], F32).reshape(x.shape)
+
+    def cosf(self, x: np.ndarray) -> np.ndarray:
+        return self._map("cosf", np.cos, x)
+
+    def sinf(self, x: np.ndarray) -> np.ndarray:
+        return self._map("sinf", np.sin, x)
+
+    def expf(self, x: np.ndarray) -> np.ndarray:
+        return self._map("expf", np.exp, x)
+
+    def powf(self, a: float, b: float) -> np.float32:
+        if self._pow is None:
+            return F32(np.float64(F32(a)) ** np.float64(F32(b)))
+        return F32(self._pow(a, b))
+
+
+libm = _Libm()
