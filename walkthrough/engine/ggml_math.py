@@ -31,17 +31,40 @@ import numpy as np
 F32 = np.float32
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """float32 a*b + c with one rounding (`_mm256_fmadd_ps`)."""
-    p = np.multiply(a, b, dtype=np.float64)  # exact: 24-bit x 24-bit
-    c = np.asarray(c, np.float64)
-    s = p + c
-    back = s - p
-    err = (p - (s - back)) + (c - back)  # s + err == p + c exactly (TwoSum)
+def _fma32_exact(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 of p + c (float64, p exact), rounding once: the sum taken rounding to odd, then to float32."""
+    with np.errstate(invalid="ignore"):  # infinities: err is NaN, and s stays as it is
+        s = p + c
+        back = s - p
+        err = (p - (s - back)) + (c - back)  # s + err == p + c exactly (TwoSum)
     # round to odd: an inexact sum with an even last bit moves one step towards the lost part
-    inexact_even = (err != 0) & ((s.view(np.int64) & 1) == 0)
+    inexact_even = (np.abs(err) > 0) & ((s.view(np.int64) & 1) == 0)
     s = np.where(inexact_even, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
     return s.astype(F32)
+
+
+_HALF_F32_STEP = np.int64(1 << 28)  # float64 bits below a float32's last: 1 then 28 zeros is halfway
+_LOW_BITS = np.int64((1 << 29) - 1)
+
+
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 a*b + c with one rounding (`_mm256_fmadd_ps`).
+
+    a*b is exact in float64 and the float64 sum rounds at most once more; rounding that to float32 is
+    then right unless the float64 sum sits exactly halfway between two float32s (or among the
+    subnormals): those few are redone exactly (`_fma32_exact`).
+    """
+    p = np.multiply(a, b, dtype=np.float64)  # exact: 24-bit x 24-bit
+    s = p + c
+    out = s.astype(F32)
+    doubtful = ((s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP) | (np.abs(s) < 2.0 ** -125)
+    if doubtful.any():
+        shape = np.broadcast_shapes(p.shape, np.shape(c))
+        out = np.array(np.broadcast_to(out, shape), F32)
+        cc = np.broadcast_to(np.asarray(c, np.float64), shape)
+        pp = np.broadcast_to(p, shape)
+        out[doubtful] = _fma32_exact(pp[doubtful], cc[doubtful])
+    return out
 
 
 def _hex(text: str) -> np.float32:
@@ -55,25 +78,41 @@ _P = [_hex(t) for t in ("0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.
 
 
 def v_expf(x: np.ndarray) -> np.ndarray:
-    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32."""
+    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32.
+
+    n = round(x / ln 2), b = x - n ln 2 (in two fmas, high and low parts of ln 2), e^x = 2^n (1 + j)
+    with j a degree-5 polynomial in b evaluated in fmas. Three of ggml's fmas are taken here in
+    float64, where they are exact before their one rounding: z = x log2(e) + 1.5 2^23 rounds
+    x log2(e) to an integer, half to even (`np.rint` of the exact product); both steps of b are
+    exact in float64 (|x| >= ln 2 / 2 when n != 0, so x's last bit is at least 2^-25, and ln 2's
+    parts have 17 and 24 bits); and fma(j, 2^n, 2^n) is (1 + j) 2^n, a power of 2 scaling exactly
+    while |n| <= 126.
+    """
     x = np.asarray(x, F32)
-    z = fma32(x, _LOG2E, _SHIFTER)
-    n = z - _SHIFTER  # x / ln 2 rounded to an integer
-    b = fma32(-n, _LN2_LO, fma32(-n, _LN2_HI, x))  # x - n ln 2 (fnmadd twice)
-    e = z.view(np.uint32) << np.uint32(23)
-    k = (e + np.uint32(0x3F800000)).view(F32)  # 2^n
+    x64 = x.astype(np.float64)
+    n = np.rint(x64 * np.float64(_LOG2E))  # [...] float64 integers (-inf for -inf: e^x is then 0)
+    with np.errstate(invalid="ignore"):
+        b = (x64 - n * np.float64(_LN2_HI)).astype(F32)
+        b = (b - n * np.float64(_LN2_LO)).astype(F32)
+        n = np.clip(n, -1000, 1000).astype(F32)  # beyond +-192 every result is 0 or inf
     u = b * b
     j = fma32(fma32(fma32(_P[0], b, _P[1]), u, fma32(_P[2], b, _P[3])), u, _P[4] * b)
+    e = (n.astype(np.int32).view(np.uint32) << np.uint32(23))  # the bits of z shifted, as ggml takes them
+    k = (e + np.uint32(0x3F800000)).view(F32)  # 2^n
+    out = (j + F32(1)) * k
+    low = n < F32(-124)  # 2^n (1 + j) may fall among the subnormals: rounded once there, by the fma itself
+    if low.any():
+        out[low] = fma32(k[low], j[low], k[low])
     big = np.abs(n) > F32(126)
     if not big.any():
-        return fma32(j, k, k)
+        return out
     g = np.where(n <= 0, np.uint32(0x82000000), np.uint32(0))
     s1 = (g + np.uint32(0x7F000000)).view(F32)
     s2 = (e - g).view(F32)
-    with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         huge = s1 * s1  # |n| > 192: overflow to inf or underflow to 0
         scaled = fma32(s2, j, s2) * s1
-    return np.where(np.abs(n) > F32(192), huge, np.where(big, scaled, fma32(k, j, k))).astype(F32)
+    return np.where(np.abs(n) > F32(192), huge, np.where(big, scaled, out)).astype(F32)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -117,6 +156,44 @@ def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:
     squares = np.square(x, dtype=F32).astype(np.float64)
     mean = (np.cumsum(squares, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
     return F32(1) / np.sqrt(mean + F32(eps))
+
+
+def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32 as `ggml_vec_dot_f32` (vec.cpp, AVX2): the order of its sums.
+
+    Four registers of 8 lanes take k in steps of 32, one fma per lane per step; then registers
+    0+2 and 1+3, those two added, its 8 lanes summed (`GGML_F32x8_REDUCE`); the k % 32 values left
+    over are added one by one (an fma each, as the compiler contracts `sumf += x[i]*y[i]`).
+    """
+    k = x.shape[-1]
+    body = k - k % 32
+    shape = np.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+    acc = np.zeros((*shape, 4, 8), F32)
+    for i in range(0, body, 32):
+        acc = fma32(x[..., i : i + 32].reshape(*x.shape[:-1], 4, 8), y[..., i : i + 32].reshape(*y.shape[:-1], 4, 8),
+                    acc)
+    pair = acc[..., :2, :] + acc[..., 2:, :]
+    lanes = pair[..., 0, :] + pair[..., 1, :]  # [..., 8]
+    half = lanes[..., :4] + lanes[..., 4:]
+    total = (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])  # two _mm_hadd_ps
+    for i in range(body, k):
+        total = fma32(x[..., i], y[..., i], total)
+    return total
+
+
+def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32 as llamafile's `tinyBLAS` (sgemm.cpp, AVX2) sums an F32 product.
+
+    One register of 8 lanes per output: lane l takes the values l, l + 8, l + 16, ... in order, one fma
+    each (`madd`); then the 8 lanes are added as `hsum`. k must be a multiple of 8 (tinyBLAS declines
+    other products).
+    """
+    k = x.shape[-1]
+    shape = np.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+    acc = np.zeros((*shape, 8), F32)
+    for i in range(0, k, 8):
+        acc = fma32(x[..., i : i + 8], y[..., i : i + 8], acc)
+    return hsum8(acc)
 
 
 class _Libm:

@@ -117,7 +117,8 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     sinks = p.meter.tensor(f"blk.{layer}.attn_sinks.weight") if c.spec.sinks else None  # [h]
     probe = None if p.meter.probe is None else lambda name, a: p.meter.look(name, layer, a)
     out, weights = ops.attention(
-        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks, probe=probe
+        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks, probe=probe,
+        exact=p.meter.exact_products,
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from walkthrough.engine import ggml_math
 from walkthrough.engine.glassbox.activations import round_activations
 
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
@@ -51,13 +52,14 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """[..., d] -> [..., d]: x / sqrt(mean(x^2) + eps) * w"""
-    ms = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True)
-    return (x / np.sqrt(ms + np.float32(eps))) * w
+    """[..., d] -> [..., d]: x * (1 / sqrt(mean(x^2) + eps)) * w, rounded as `ggml_compute_forward_rms_norm_f32`
+    (the squares summed in double, `ggml_math.rms_scale`)."""
+    return x * ggml_math.rms_scale(x, eps) * w
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+    """[...] -> [...]: x / (1 + e^-x) as ggml's vectorized `ggml_v_silu` (its own exp, `ggml_math.v_expf`)."""
+    return ggml_math.silu(x)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -93,6 +95,20 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e * inv
 
 
+def cache_softmax(scores: np.ndarray) -> np.ndarray:
+    """[..., L] scaled and masked (-inf) attention logits -> weights, as llama.cpp's CPU backend computes them.
+
+    `ggml_compute_forward_soft_max_f32` over rows that llama.cpp pads (masked) to a multiple of 256
+    cache cells: ggml sums their exps 8 at a time (`ggml_math.soft_max_rows`), so the rows are padded
+    here to a multiple of 8 with masked cells, which add nothing.
+    """
+    big_l = scores.shape[-1]
+    pad = -big_l % 8
+    if pad:
+        scores = np.concatenate([scores, np.full((*scores.shape[:-1], pad), -np.inf, np.float32)], axis=-1)
+    return ggml_math.soft_max_rows(scores)[..., :big_l]
+
+
 @dataclass(frozen=True)
 class Yarn:
     """YaRN context extension (ggml's `rope_yarn`, ggml-cpu/ops.cpp; llama.cpp sets it up in `llama_context`).
@@ -121,25 +137,33 @@ def rope_angles(
     freq_factors: np.ndarray | None = None,
     yarn: Yarn | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """[n] positions -> (cos, sin), each [n, n_rot/2].
+    """[n] positions -> (cos, sin), each [n, n_rot/2], as `ggml_rope_cache_init` (ggml-cpu/ops.cpp) makes them.
 
-    theta_i = position * freq_scale * base^(-2i / n_rot), divided by freq_factors[i] when the
-    file carries `rope_freqs.weight` (llama 3 long-context factors). With YaRN, pair i mixes the
-    scaled angle with the unscaled one by ramp_i = 1 - clip((i - low) / max(0.001, high - low), 0, 1),
-    low and high the pairs that turn beta_fast and beta_slow times over the original context.
+    theta_0 = position and theta_{i+1} = theta_i * powf(base, -2 / n_rot), a running float32 product
+    (not a power), divided by freq_factors[i] when the file carries `rope_freqs.weight` (llama 3 long
+    context), times freq_scale; cos and sin are the C library's `cosf` and `sinf`, as ggml calls them.
+    With YaRN (`rope_yarn`), pair i mixes the scaled angle with the unscaled one by
+    ramp_i = 1 - clip((i - low) / max(0.001, high - low), 0, 1), low and high the pairs that turn
+    beta_fast and beta_slow times over the original context, and cos and sin are multiplied by mscale.
     """
-    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
+    libm = ggml_math.libm
+    step = libm.powf(base, np.float32(-2.0) / np.float32(n_rot))
+    theta = np.empty((len(positions), n_rot // 2), np.float32)  # [n, n_rot/2]
+    t = positions.astype(np.float32)
+    for i in range(n_rot // 2):
+        theta[:, i] = t
+        t = t * step
     if freq_factors is not None:
-        inv = inv / freq_factors.astype(np.float64)
-    extrap = np.outer(positions.astype(np.float64), inv)  # [n, n_rot/2]
+        theta = theta / freq_factors.astype(np.float32)
+    scaled = np.float32(freq_scale) * theta
     if yarn is None:
-        theta = extrap * freq_scale
-        return np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        return libm.cosf(scaled), libm.sinf(scaled)
     low = max(0.0, math.floor(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_fast, base)))
     high = min(n_rot - 1.0, math.ceil(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_slow, base)))
-    ramp = 1 - np.clip((np.arange(n_rot // 2) - low) / max(0.001, high - low), 0, 1)  # [n_rot/2]
-    theta = extrap * freq_scale * (1 - ramp) + extrap * ramp
-    return (np.cos(theta) * yarn.mscale).astype(np.float32), (np.sin(theta) * yarn.mscale).astype(np.float32)
+    ramp = (1 - np.clip((np.arange(n_rot // 2) - low) / max(0.001, high - low), 0, 1)).astype(np.float32)
+    mixed = scaled * (np.float32(1) - ramp) + theta * ramp  # [n, n_rot/2]
+    mscale = np.float32(yarn.mscale)
+    return libm.cosf(mixed) * mscale, libm.sinf(mixed) * mscale
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
@@ -147,19 +171,17 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
 
     neox=False ("normal", llama): pairs are adjacent dims (x0, x1), (x2, x3), ...
     neox=True (qwen family): pairs are (x_i, x_{i + n_rot/2}).
+    As ggml's `rotate_pairs` (ggml-cpu/ops.cpp) once the compiler has fused its products:
+    x0 cos - x1 sin is fma(x0, cos, -(x1 sin)), x0 sin + x1 cos is fma(x0, sin, x1 cos).
     """
     half = cos.shape[-1]
     n_rot = 2 * half
     c, s = cos[:, None, :], sin[:, None, :]  # [n, 1, n_rot/2]
     out = x.copy()
-    if neox:
-        a, b = x[..., :half], x[..., half:n_rot]
-        out[..., :half] = a * c - b * s
-        out[..., half:n_rot] = a * s + b * c
-    else:
-        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-        out[..., 0:n_rot:2] = a * c - b * s
-        out[..., 1:n_rot:2] = a * s + b * c
+    pairs = (slice(0, half), slice(half, n_rot)) if neox else (slice(0, n_rot, 2), slice(1, n_rot, 2))
+    a, b = x[..., pairs[0]], x[..., pairs[1]]
+    out[..., pairs[0]] = ggml_math.fma32(a, c, -(b * s))
+    out[..., pairs[1]] = ggml_math.fma32(a, s, b * c)
     return out
 
 
@@ -174,6 +196,7 @@ def attention(
     window: int = 0,
     sinks: np.ndarray | None = None,
     probe: Callable[[str, np.ndarray], object] | None = None,
+    exact: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -190,6 +213,8 @@ def attention(
         sinks: [h] one extra logit per head that joins the softmax's denominator and reads no value
             (gpt-oss's attention sinks, `ggml_soft_max_add_sinks`).
         probe: if given, sees q.k before the scale ("kq", [h, n, L]) and the weights ("kq_soft_max").
+        exact: with an F32 cache, sum q.k and weights.v in the order llama.cpp's CPU backend does
+            (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -198,11 +223,13 @@ def attention(
     n, h, _ = q.shape
     big_l, h_kv, _ = k.shape
     group = h // h_kv
+    exact = exact and kv_format == "f32"
     q = round_activations(q, kv_format)
-    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3).astype(np.float64)  # [h_kv, group, n, hd]
-    kt = k.transpose(1, 2, 0)[:, None].astype(np.float64)  # [h_kv, 1, hd, L]
-    # Products in float64 are (all but always) exact sums, rounded once: the same whatever n and L.
-    scores = (qg @ kt).astype(np.float32)  # [h_kv, group, n, L]
+    qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
+    if exact:
+        scores = exact_scores(qg, k)
+    else:  # products in float64 are (all but always) exact sums, rounded once: the same whatever n and L
+        scores = (qg.astype(np.float64) @ k.transpose(1, 2, 0)[:, None]).astype(np.float32)  # [h_kv, group, n, L]
     if probe is not None:
         probe("kq", scores.reshape(h, n, big_l))
     scores = scores * np.float32(scale)
@@ -211,7 +238,7 @@ def attention(
         masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
     scores = np.where(masked, -np.inf, scores)
     if sinks is None:
-        weights = softmax(scores, axis=-1)  # [h_kv, group, n, L]
+        weights = cache_softmax(scores)  # [h_kv, group, n, L]
     else:
         sink = sinks.reshape(h_kv, group, 1, 1).astype(np.float32)  # [h_kv, group, 1, 1]
         top = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
@@ -220,10 +247,45 @@ def attention(
         weights = e * (1.0 / total).astype(np.float32)
     if probe is not None:
         probe("kq_soft_max", weights.reshape(h, n, big_l))
-    vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
-    out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
+    if exact:
+        out = exact_values(weights, v)
+    else:
+        vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
+        out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
+
+
+EXACT_ROWS = 16  # query rows per step of the exact attention products (bounds their memory)
+
+
+def exact_scores(qg: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """[h_kv, group, n, hd] queries . [L, h_kv, hd] keys -> [h_kv, group, n, L], as ggml's `mul_mat(k, q)`.
+
+    Against an F32 cache the queries (a permuted view) reach `ggml_vec_dot_f32` one key at a time,
+    whatever the number of tokens (`ggml_math.vec_dot_f32`).
+    """
+    kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
+    rows = [ggml_math.vec_dot_f32(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
+            for i in range(0, qg.shape[2], EXACT_ROWS)]
+    return np.concatenate(rows, axis=2)
+
+
+def exact_values(weights: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[h_kv, group, n, L] weights . [L, h_kv, hd_v] values -> [h_kv, group, n, hd_v], as ggml's `mul_mat(v, kq)`.
+
+    The weights are contiguous, so a pass of 2 tokens or more goes to llamafile's tinyBLAS
+    (`ggml_math.tinyblas_dot`, over the cache padded to 8 cells) and a single token to
+    `ggml_vec_dot_f32` (padded to 32 cells: llama.cpp's cache holds 256 or more, zeros beyond
+    the positions written, each weighted 0).
+    """
+    n, big_l = weights.shape[2], weights.shape[3]
+    dot, width = (ggml_math.vec_dot_f32, 32) if n == 1 else (ggml_math.tinyblas_dot, 8)
+    pad = -big_l % width
+    w = np.pad(weights, ((0, 0), (0, 0), (0, 0), (0, pad)))[:, :, :, None, :]  # [h_kv, group, n, 1, L']
+    vt = np.pad(v.transpose(1, 2, 0), ((0, 0), (0, 0), (0, pad)))[:, None, None]  # [h_kv, 1, 1, hd_v, L']
+    rows = [dot(vt, w[:, :, i : i + EXACT_ROWS]) for i in range(0, n, EXACT_ROWS)]
+    return np.concatenate(rows, axis=2)
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
