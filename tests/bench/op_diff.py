@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from real_weights_support import find_smollm2, request_ids  # noqa: E402
 
 from walkthrough.engine import op_diff  # noqa: E402
+from walkthrough.engine.llama_session import MICRO_BATCH  # noqa: E402
 from walkthrough.engine.model import Model  # noqa: E402
 from walkthrough.engine.session import Session  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
@@ -84,7 +85,8 @@ def report(ours: op_diff.Tensors, theirs: op_diff.Tensors, n_layers: int, n_toke
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", type=Path)
-    ap.add_argument("--tokens", type=int, default=0, help="use only the prompt's first N tokens")
+    ap.add_argument("--tokens", type=int, default=0,
+                    help=f"use only the prompt's first N tokens (at most {MICRO_BATCH}: one llama.cpp micro-batch)")
     ap.add_argument("--all", action="store_true", help="print every op of every layer")
     ap.add_argument("--exact-products", action="store_true", help="the engine's exact quantized products (quantdot)")
     args = ap.parse_args(argv)
@@ -98,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("op_diff needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
         return 2
-    ids = request_ids(open_gguf(path))
-    if args.tokens:
-        ids = ids[: args.tokens]
+    ids = request_ids(open_gguf(path))[: min(args.tokens or MICRO_BATCH, MICRO_BATCH)]
     t0 = time.perf_counter()
     theirs, their_s = llama_tensors(path, ids)
     ours, our_s = numpy_tensors(path, ids, args.exact_products)

@@ -115,6 +115,7 @@ class Architecture:
     no_rope_every: int = 0  # if n > 0, layers i with (i + 1) % n == 0 skip RoPE (smollm3's NoPE layers)
     swa_rope_global: bool = False  # sliding layers default to the global RoPE base and scaling (gpt-oss)
     attention_scale: float | None = None  # q.k multiplier when not 1/sqrt(key size) (gemma4: 1)
+    scale_q: bool = False  # the scale multiplies q (after RoPE), not q.k: llama.cpp's order (gemma3, phi3)
     v_from_k: bool = False  # a layer without `attn_v` uses the key projection as values (gemma4)
     v_norm: bool = False  # values RMS-normalised per head without a weight (gemma4)
     swa_rope_factors: bool = True  # sliding layers use `rope_freqs` too (gemma4: full layers only)
@@ -217,7 +218,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "gemma3", rope="neox", block=SANDWICH,
             mixers={"full": ATTENTION + QK_NORM, "sliding": ATTENTION + QK_NORM}, ffns={"dense": DENSE},
             attn_post_norm="post_attention_norm.weight", ffn_post_norm="post_ffw_norm.weight",
-            activation="gelu", embed_scale=True, qk_norm=True, softcap=True,
+            activation="gelu", embed_scale=True, qk_norm=True, softcap=True, scale_q=True,
         ),
         # src/models/gemma4.cpp (text, without per-layer embeddings or shared KV caches): gemma3's sandwich,
         # GeGLU, embedding scale and soft-cap; attention scale 1 with q/k norms and values RMS-normalised
@@ -235,7 +236,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         # sliding window as full attention ("Phi SWA is currently disabled"), so the card shows full layers.
         Architecture(
             "phi3", rope="neox", block=PRE_NORMS, mixers={"full": ATTENTION_FUSED_OR_NOT + ATTENTION_BIASES},
-            ffns={"dense": FUSED_UP}, fused_up=True,
+            ffns={"dense": FUSED_UP}, fused_up=True, scale_q=True,
         ),
         # src/models/mistral3.cpp: llama's block (dense or routed experts, optional biases).
         Architecture(

@@ -163,7 +163,8 @@ def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     Four registers of 8 lanes take k in steps of 32, one fma per lane per step; then registers
     0+2 and 1+3, those two added, its 8 lanes summed (`GGML_F32x8_REDUCE`); the k % 32 values left
-    over are added one by one (an fma each, as the compiler contracts `sumf += x[i]*y[i]`).
+    over are added one by one, each product rounded first (`sumf += x[i]*y[i]`, not fused: measured
+    against llama.cpp with head size 16, op_diff).
     """
     k = x.shape[-1]
     body = k - k % 32
@@ -177,7 +178,7 @@ def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     half = lanes[..., :4] + lanes[..., 4:]
     total = (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])  # two _mm_hadd_ps
     for i in range(body, k):
-        total = fma32(x[..., i], y[..., i], total)
+        total = total + x[..., i] * y[..., i]
     return total
 
 
@@ -196,6 +197,41 @@ def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return hsum8(acc)
 
 
+F32_SLAB = 1 << 20  # output values per step of `f32_matmul` (bounds its memory)
+
+
+def f32_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight.
+
+    A pass of 2 tokens or more goes to llamafile's tinyBLAS when it takes the shape (k a multiple
+    of 8, o of 4: `tinyblas_dot`), anything else to `ggml_vec_dot_f32` row by row.
+    """
+    n, k = x.shape
+    o = w.shape[0]
+    dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 else vec_dot_f32
+    step = max(1, F32_SLAB // max(1, n * 8))
+    parts = [dot(w[None, o0 : o0 + step], x[:, None]) for o0 in range(0, o, step)]  # [n, slab] each
+    return np.concatenate(parts, axis=1)
+
+
+_GELU_TABLE: list[np.ndarray] = []  # built on first use
+
+
+def gelu_table() -> np.ndarray:
+    """[65536] float32: GELU of every F16 value, rounded to F16, as ggml_cpu_init fills `ggml_table_gelu_f16`.
+
+    `ggml_gelu_f32` in float32: 0.5 x (1 + tanhf(sqrt(2/pi) x (1 + 0.044715 x^2))), the compiler fusing
+    1 + (0.044715 x) x into one fma; tanhf is the C library's.
+    """
+    if not _GELU_TABLE:
+        x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(F32)
+        inner = fma32(F32(0.044715) * x, x, F32(1))
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = F32(0.5) * x * (F32(1) + libm.tanhf(F32(0.79788456080286535587989211986876) * x * inner))
+            _GELU_TABLE.append(y.astype(np.float16).astype(F32))
+    return _GELU_TABLE[0]
+
+
 class _Libm:
     """The C library's float functions, elementwise over numpy arrays (ggml calls these, scalar, in C).
 
@@ -207,7 +243,7 @@ class _Libm:
         name = ctypes.util.find_library("m")
         lib = ctypes.CDLL(name) if name else None
         self._fns = {}
-        for fn in ("cosf", "sinf", "expf"):
+        for fn in ("cosf", "sinf", "expf", "tanhf"):
             f = getattr(lib, fn, None) if lib is not None else None
             if f is not None:
                 f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
@@ -232,6 +268,9 @@ class _Libm:
 
     def expf(self, x: np.ndarray) -> np.ndarray:
         return self._map("expf", np.exp, x)
+
+    def tanhf(self, x: np.ndarray) -> np.ndarray:
+        return self._map("tanhf", np.tanh, x)
 
     def powf(self, a: float, b: float) -> np.float32:
         if self._pow is None:

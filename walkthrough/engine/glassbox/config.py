@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from walkthrough.architectures.declarations import ARCHITECTURES, Architecture, Router
 from walkthrough.engine import numeric_checks
 from walkthrough.engine.glassbox import ops
@@ -103,9 +105,10 @@ class Config:
         return (self.rope_dims_swa or self.rope_dims) if self.mixers[layer] == "sliding" else self.rope_dims
 
     def attention_scale(self, layer: int) -> float:
-        """What q.k is multiplied by: the declaration's constant, else 1 / sqrt(key size)."""
+        """What q.k is multiplied by: the declaration's constant, else 1 / sqrt(key size) in float32 (as
+        llama.cpp's `1.0f/sqrtf(float(n_embd_head))`)."""
         scale = self.spec.attention_scale
-        return scale if scale is not None else 1.0 / float(self.head_k(layer)) ** 0.5
+        return scale if scale is not None else float(np.float32(1) / np.sqrt(np.float32(self.head_k(layer))))
 
     @property
     def embed_scale(self) -> float:

@@ -98,6 +98,8 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
         neox = c.spec.rope == "neox"
         cos, sin = p.angles(layer)
         q, k = m.look("Qcur", layer, ops.rope(q, cos, sin, neox)), m.look("Kcur", layer, ops.rope(k, cos, sin, neox))
+    if c.spec.scale_q:
+        q = q * np.float32(c.attention_scale(layer))
     out = m.look("kqv_out", layer, attend(p, layer, q, k, v, trace).reshape(n, -1))  # [n, h * hd_v]
     return m.linear(pre + "attn_output.weight", out, pre + "attn_output.bias")
 
@@ -117,7 +119,8 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     sinks = p.meter.tensor(f"blk.{layer}.attn_sinks.weight") if c.spec.sinks else None  # [h]
     probe = None if p.meter.probe is None else lambda name, a: p.meter.look(name, layer, a)
     out, weights = ops.attention(
-        q, keys, values, p.positions, c.attention_scale(layer), fmt, window=window, sinks=sinks, probe=probe,
+        q, keys, values, p.positions, 1.0 if c.spec.scale_q else c.attention_scale(layer), fmt, window=window,
+        sinks=sinks, probe=probe,
         exact=p.meter.exact_products,
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps

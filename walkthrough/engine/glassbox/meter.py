@@ -36,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from gguf.constants import GGMLQuantizationType
 
+from walkthrough.engine import ggml_math
 from walkthrough.engine.glassbox import ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
 from walkthrough.engine.glassbox.weights import Weights, row_nbytes
@@ -91,10 +93,17 @@ class Meter:
     def matrix(self, name: str, n_tokens: int, group: str | None = None) -> np.ndarray:
         """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row.
 
-        In the dtype `ops.linear` multiplies it in (`ops.product_dtype`).
+        In the dtype `ops.linear` multiplies it in (`product_dtype`).
         """
         self._count_matrix(name, n_tokens, group)
-        return self.weights.get(name, ops.product_dtype(self.weights.info(name).n_elements))
+        return self.weights.get(name, self.product_dtype(name))
+
+    def product_dtype(self, name: str) -> type:
+        """`ops.product_dtype` of a matrix; an F32 weight always float64, its sums rounded once (ggml sums
+        them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it
+        than a sum rounded once)."""
+        info = self.weights.info(name)
+        return np.float64 if info.ggml_type == GGMLQuantizationType.F32 else ops.product_dtype(info.n_elements)
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
@@ -115,7 +124,11 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             y = quantdot.matmul(x, self.weights.packed(name))
             return self.wrote(y + b if b is not None else y)
-        dtype = ops.product_dtype(self.weights.info(name).n_elements)
+        if self.exact_products and self.weights.info(name).ggml_type == GGMLQuantizationType.F32:
+            self._count_matrix(name, x.shape[0], group)
+            y = ggml_math.f32_matmul(x, self.weights.get(name).reshape(-1, x.shape[-1]))
+            return self.wrote(y + b if b is not None else y)
+        dtype = self.product_dtype(name)
         if not self.weights.whole(name, dtype):
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_blocks(name, x, dtype, b))

@@ -213,7 +213,7 @@ class Model:
         head = EMBEDDING if self.tied_output else OUTPUT
         logits = meter.linear(head, x, "output.bias", group="output")  # [n, n_vocab]
         if self.config.final_softcap:
-            logits = ops.softcap(logits, self.config.final_softcap)
+            logits = ops.softcap(logits, self.config.final_softcap, exact=meter.exact_products)
         return meter.look("result_output", -1, logits)
 
 

@@ -22,7 +22,6 @@ from walkthrough.engine.glassbox.activations import round_activations
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
 # see `build_moe_ffn` in src/llama-graph.cpp.
 MOE_WEIGHT_SUM_MIN = 6.103515625e-5
-GELU_COEF = 0.7978845608028654  # sqrt(2 / pi), ggml's GELU_COEF_A companion (ggml-cpu/vec.h)
 
 
 ROW_PRODUCT_MAX = 4 << 20  # weights (16 MiB as float32) up to which `linear` multiplies row by row
@@ -66,11 +65,9 @@ def gelu(x: np.ndarray) -> np.ndarray:
     """GELU, tanh approximation, as ggml's CPU backend computes it (`ggml_vec_gelu_f32`, GGML_GELU_FP16).
 
     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), read from a table indexed by x rounded to F16 and
-    holding F16 results; x <= -10 gives 0 and x >= 10 gives x.
+    holding F16 results (`ggml_math.gelu_table`); x <= -10 gives 0 and x >= 10 gives x.
     """
-    h = x.astype(np.float16).astype(np.float32)
-    t = np.tanh(np.float32(GELU_COEF) * h * (np.float32(1) + np.float32(0.044715) * h * h))
-    y = (np.float32(0.5) * h * (np.float32(1) + t)).astype(np.float16).astype(np.float32)
+    y = ggml_math.gelu_table()[x.astype(np.float16).view(np.uint16)]
     return np.where(x <= -10, np.float32(0), np.where(x >= 10, x, y))
 
 
@@ -78,10 +75,15 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def softcap(x: np.ndarray, cap: float) -> np.ndarray:
-    """[...] -> [...]: cap * tanh(x / cap), squashing values into (-cap, cap) (gemma's logit soft-capping)"""
-    c = np.float32(cap)
-    return np.tanh(x / c) * c
+def softcap(x: np.ndarray, cap: float, exact: bool = False) -> np.ndarray:
+    """[...] -> [...]: cap * tanh(x / cap), squashing values into (-cap, cap) (gemma's logit soft-capping).
+
+    As llama.cpp's graph: x times the float32 1 / cap, `ggml_tanh` (the C library's `tanhf`, which is
+    not correctly rounded: taken only when `exact`, one call per value; else numpy's tanh), times cap.
+    """
+    y = x * (np.float32(1) / np.float32(cap))
+    t = ggml_math.libm.tanhf(y) if exact else np.tanh(y.astype(np.float64)).astype(np.float32)
+    return t * np.float32(cap)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
