@@ -47,17 +47,20 @@ _HALF_F32_STEP = np.int64(1 << 28)  # float64 bits below a float32's last: 1 the
 _LOW_BITS = np.int64((1 << 29) - 1)
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, tiny: bool = True) -> np.ndarray:
     """float32 a*b + c with one rounding (`_mm256_fmadd_ps`).
 
     a*b is exact in float64 and the float64 sum rounds at most once more; rounding that to float32 is
     then right unless the float64 sum sits exactly halfway between two float32s (or among the
-    subnormals): those few are redone exactly (`_fma32_exact`).
+    subnormals, unless `tiny` is False: the caller knows no result is): those few are redone exactly
+    (`_fma32_exact`).
     """
     p = np.multiply(a, b, dtype=np.float64)  # exact: 24-bit x 24-bit
     s = p + c
     out = s.astype(F32)
-    doubtful = ((s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP) | (np.abs(s) < 2.0 ** -125)
+    doubtful = (s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP
+    if tiny:
+        doubtful |= (np.abs(out) < F32(2.0 ** -125)) & (out != 0)
     if doubtful.any():
         shape = np.broadcast_shapes(p.shape, np.shape(c))
         out = np.array(np.broadcast_to(out, shape), F32)
@@ -96,7 +99,9 @@ def v_expf(x: np.ndarray) -> np.ndarray:
         b = (b - n * np.float64(_LN2_LO)).astype(F32)
         n = np.clip(n, -1000, 1000).astype(F32)  # beyond +-192 every result is 0 or inf
     u = b * b
-    j = fma32(fma32(fma32(_P[0], b, _P[1]), u, fma32(_P[2], b, _P[3])), u, _P[4] * b)
+    # |b| >= 2^-48 or b = 0, so no value of the polynomial is subnormal
+    t1, t2 = fma32(_P[0], b, _P[1], tiny=False), fma32(_P[2], b, _P[3], tiny=False)
+    j = fma32(fma32(t1, u, t2, tiny=False), u, _P[4] * b, tiny=False)
     e = (n.astype(np.int32).view(np.uint32) << np.uint32(23))  # the bits of z shifted, as ggml takes them
     k = (e + np.uint32(0x3F800000)).view(F32)  # 2^n
     out = (j + F32(1)) * k
@@ -137,8 +142,10 @@ def soft_max_rows(x: np.ndarray) -> np.ndarray:
     n = x.shape[-1]
     body = n - n % 8
     top = np.max(x, axis=-1, keepdims=True)
-    y = np.empty_like(x)
-    y[..., :body] = v_expf(x[..., :body] - top)
+    y = np.zeros_like(x)
+    shifted = x[..., :body] - top
+    seen = shifted > -np.inf  # masked cells give 0: only the others go through v_expf
+    y[..., :body][seen] = v_expf(shifted[seen])
     groups = hsum8(y[..., :body].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., n/8]
     total = np.cumsum(groups, axis=-1)[..., -1] if body else np.zeros(x.shape[:-1])
     if body < n:
