@@ -66,7 +66,10 @@ class Model:
         Args:
             match_llama_cpp: round each matrix product's input as llama.cpp's CPU backend does for the
                 weight's stored type (`activations`); False gives plain float32 products.
-            exact_products: multiply quantized weights exactly as ggml does (`quantdot`; slow).
+            exact_products: compute as llama.cpp's CPU backend does, bit for bit where docs/op-diff.md says so:
+                quantized and F32 weights multiplied as ggml does (`quantdot`, `ggml_math.f32_matmul`) and
+                attention's sums in ggml's order (slow: 10 to 25 times); the other operations follow ggml's
+                CPU kernels either way (`ggml_math`).
 
         Raises:
             WalkthroughError: the file cannot run (a partial download, an unknown architecture, a tensor
