@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from walkthrough.engine import ggml_math as gm
+from walkthrough.engine.glassbox import ggml_math as gm
 
 F32 = np.float32
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from walkthrough.engine import op_diff
-from walkthrough.engine.model import Model
-from walkthrough.engine.session import Session
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 
 
 def test_neighbouring_floats_are_one_ulp_apart():

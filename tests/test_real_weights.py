@@ -76,8 +76,8 @@ def test_logits_do_not_depend_on_the_chunk_size(smollm2):
 def test_exact_products_give_llama_cpps_numbers_bit_for_bit(smollm2):
     if not llama_available():
         pytest.skip("llama-cpp-python is not installed here (pip install 'walkthrough[llama]')")
-    from walkthrough.engine.llama_model import LlamaModel
-    from walkthrough.engine.llama_session import LlamaSession
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
 
     model, ref, _ = smollm2
     ids = ref.prompt_ids[:EXACT_PROMPT]

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import numpy as np  # noqa: E402
 from real_weights_support import find_smollm2, request_ids  # noqa: E402
 
-from walkthrough.engine.model import Model  # noqa: E402
-from walkthrough.engine.session import Session  # noqa: E402
+from walkthrough.engine.glassbox.model import Model  # noqa: E402
+from walkthrough.engine.glassbox.session import Session  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no model: give a GGUF or set SMOLLM2_GGUF", file=sys.stderr)
         return 2
     try:
-        from walkthrough.engine.llama_model import LlamaModel
-        from walkthrough.engine.llama_session import LlamaSession
+        from walkthrough.engine.llama.model import LlamaModel
+        from walkthrough.engine.llama.session import LlamaSession
     except ImportError:
         print("this benchmark needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
         return 2

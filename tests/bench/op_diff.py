@@ -28,16 +28,16 @@ sys.path.insert(0, str(REPO / "tests"))
 from real_weights_support import find_smollm2, request_ids  # noqa: E402
 
 from walkthrough.engine import op_diff  # noqa: E402
-from walkthrough.engine.llama_session import MICRO_BATCH  # noqa: E402
-from walkthrough.engine.model import Model  # noqa: E402
-from walkthrough.engine.session import Session  # noqa: E402
+from walkthrough.engine.glassbox.model import Model  # noqa: E402
+from walkthrough.engine.glassbox.session import Session  # noqa: E402
+from walkthrough.engine.llama.session import MICRO_BATCH  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 
 def llama_tensors(path: Path, ids: list[int]) -> tuple[op_diff.Tensors, float]:
     """llama.cpp's named intermediates of one pass over ids (1 thread, F32 KV, no flash attention), and its seconds."""
-    from walkthrough.engine.llama_model import LlamaModel
-    from walkthrough.engine.llama_session import LlamaSession
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
 
     model = LlamaModel.open(path, n_threads=1)
     session = LlamaSession(model, kv_type="f32", flash_attention=False, named=op_diff.NAMES,

@@ -50,10 +50,9 @@ from real_weights_support import (  # noqa: E402
     teacher_forced,
 )
 
-from walkthrough.engine.llama.session import KV_TYPES  # noqa: E402
 from walkthrough.engine.glassbox.model import Model  # noqa: E402
+from walkthrough.engine.llama.session import KV_TYPES  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
-
 
 SETTINGS = (("f32", False), ("f16", False), ("f32", True), ("f16", True))  # llama.cpp's KV cache type, flash attention
 

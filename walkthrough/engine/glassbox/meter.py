@@ -38,8 +38,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from walkthrough.engine import ggml_math
-from walkthrough.engine.glassbox import ops, quantdot
+from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
 from walkthrough.engine.glassbox.weights import Weights, row_nbytes
 

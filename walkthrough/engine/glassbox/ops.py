@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walkthrough.engine import ggml_math
+from walkthrough.engine.glassbox import ggml_math
 from walkthrough.engine.glassbox.activations import round_activations
 
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
