@@ -30,11 +30,12 @@ from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.llama.model import llama_available
 from walkthrough.inspect.gguf import open_gguf
 
-# Measured with the stored reference (tests/bench/real_weights.py): top-1 97.0%, mean KL 3.5e-3, the first
-# 32 of 64 greedy tokens identical. Differences that small move from run to run of the engine's design
-# (earlier versions: 97.3% / 3.4e-3 / 64, and 97.0% / 3.1e-3 / 64), so the bounds leave room.
-MIN_TOP1 = 0.965
-MAX_KL_MEAN = 5e-3
+# Measured against llama.cpp's F16-cache numbers (tests/bench/real_weights.py, docs/op-diff.md): top-1 98.1%,
+# mean KL 3.0e-3, the first 21 of 64 greedy tokens identical (before ggml's kernels were followed: 97.0%,
+# 3.5e-3, 32). The default products still differ from ggml's in the last bits (exact ones are held bit for
+# bit below), and such differences move these figures from version to version, so the bounds leave room.
+MIN_TOP1 = 0.975
+MAX_KL_MEAN = 3.5e-3
 GREEDY_CHECKED = 16  # of the 64 stored (each decode pass of this model costs a fraction of a second)
 CHUNK_PREFIX = 48  # positions re-run in passes of 7 for the chunk-size check
 EXACT_PROMPT = 24  # prompt tokens of the bit-for-bit check (exact products take seconds per pass)
