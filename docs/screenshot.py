@@ -2,8 +2,8 @@
 
     python docs/screenshot.py            # writes docs/file-stage.svg
 
-The picture is the app's own screenshot (Textual's SVG export, ligatures off as `--screenshots` writes
-them), taken once the file is read and the engine's check is done, so every figure in it is the app's.
+The picture is the app's own screenshot (Textual's SVG export, ligatures off as `--screenshots`
+writes them), taken once the file is read and the engine's check is done: every figure is the app's.
 """
 
 from __future__ import annotations

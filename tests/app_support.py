@@ -12,20 +12,31 @@ from html import unescape
 from pathlib import Path
 from typing import Any
 
+from conftest import FIXTURES_DIR
 from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
 from walkthrough import textual_private
 from walkthrough.app import WalkthroughApp, make_app
+from walkthrough.request import stages
 
 SIZES = {"small": (80, 24), "large": (120, 40)}
+# The request most app tests walk: one question about the record, on a small reference model from
+# ../shared/fixtures/reference (qwen2moe: routed and shared experts, quick on the numpy engine).
+MODEL = "ref-qwen2moe-f32.gguf"
+MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 
 
 def app_for(path, messages=None, **options) -> WalkthroughApp:
     """The app on a model file, with a message list (default: one user message)."""
     chat = messages if messages is not None else [{"role": "user", "content": "hello"}]
     return make_app(str(path), chat, **options)
+
+
+def reference_app(messages: list[dict[str, Any]] | None = None, **options) -> WalkthroughApp:
+    """The app on MODEL with MESSAGES, or other messages (options as `make_app` takes them)."""
+    return app_for(FIXTURES_DIR / "reference" / MODEL, messages or MESSAGES, **options)
 
 
 async def settle(pilot) -> None:
@@ -51,9 +62,22 @@ async def open_tensor_table(pilot):
     return pilot.app.screen.query_one("#tensor-table", DataTable)
 
 
+def stage_key(stage_id: str) -> str:
+    """The key that opens a stage, from the stage list (its number there): tests name the stage."""
+    number = stages.number(stage_id)
+    if number > stages.MAX_STAGES:
+        raise ValueError(f"stage {stage_id!r} is number {number}: no digit key reaches it")
+    return str(number)
+
+
+async def press_stage(pilot, stage_id: str, *then: str) -> None:
+    """Open a stage by its id ("decode", "speculate"...) with its key, then press `then`."""
+    await pilot.press(stage_key(stage_id), *then)
+
+
 async def play_the_answer(pilot, polls: int = 200) -> None:
-    """Stage 5, enter (play), then wait until the run has finished (or `polls` x 0.05 s passed)."""
-    await pilot.press("5", "enter")
+    """The Decode stage, enter (play), then wait until the run has finished (`polls` x 0.05 s)."""
+    await press_stage(pilot, "decode", "enter")
     for _ in range(polls):
         await pilot.pause(0.05)
         if pilot.app.state.finished:
@@ -150,8 +174,59 @@ async def work_returned(pilot, thread: int | None, polls: int = 1000) -> None:
 
 
 def screen_text(app: WalkthroughApp) -> str:
-    """What the terminal shows now, as plain text (one line per row), read from the app's SVG screenshot."""
+    """What the terminal shows now, as plain text (one line per row), read from the app's SVG screenshot.
+
+    For tests about the picture itself (what reaches the terminal, where a line wraps, what is
+    below the fold); what a stage says is better read from its widgets (`shown_text`)."""
     return svg_text(app.export_screenshot())
+
+
+def shown_text(app: WalkthroughApp) -> str:
+    """What the screens on view say, read from their widgets' content, a widget a line.
+
+    The screens on view are the top one and, under a modal one (a dialog, the glossary), those
+    below it down to the first full screen. A widget counts when it and its ancestors are displayed
+    and visible; a widget scrolled out of its container's view still counts (this reads content,
+    not a picture). Text is each widget's content laid out wide enough that nothing wraps
+    (`widget_text`), a table's column labels and every row of its cells, an option list's options,
+    an input's value, a text area's text.
+    """
+    from textual.screen import ModalScreen
+    from textual.widgets import DataTable, Input, OptionList, Static, TextArea
+
+    stack = list(app.screen_stack)
+    base = max((i for i, screen in enumerate(stack) if not isinstance(screen, ModalScreen)),
+               default=0)
+    parts: list[str] = []
+    for screen in stack[base:]:
+        for widget in screen.walk_children(with_self=False):
+            if not all(node.display and node.visible for node in (widget, *widget.ancestors)
+                       if node is not screen and node is not app):
+                continue
+            if isinstance(widget, DataTable):
+                parts.append(" | ".join(str(column.label) for column in widget.columns.values()))
+                parts += [" | ".join(_plain(cell) for cell in widget.get_row_at(row))
+                          for row in range(widget.row_count)]
+            elif isinstance(widget, OptionList):
+                parts += [_plain(widget.get_option_at_index(i).prompt)
+                          for i in range(widget.option_count)]
+            elif isinstance(widget, Input):
+                parts.append(widget.value)
+            elif isinstance(widget, TextArea):
+                parts.append(widget.text)
+            elif isinstance(widget, Static):
+                parts.append(widget_text(widget))
+            elif not widget.children:
+                parts.append(_plain(widget.render()))
+    return "\n".join(part.rstrip("\n") for part in parts) + "\n"
+
+
+def _plain(renderable: Any) -> str:
+    """Any Rich renderable or Textual content as plain text, laid out 400 cells wide."""
+    console = Console(width=400, file=io.StringIO(), record=True, color_system=None,
+                      force_terminal=False)
+    console.print(renderable)
+    return console.export_text(styles=False).rstrip("\n")
 
 
 def copy_gguf(source: Path, target: Path, extra: dict[str, str]) -> Path:

@@ -1,4 +1,12 @@
-"""Shared pytest fixtures: where the project's shared reference files live."""
+"""Shared pytest set-up: where the project's shared reference files live, and which suites are slow.
+
+The `app` marker tags the slow suites: every `test_app_*.py` file (Pilot runs of the app), the
+stress suites in `APP_SUITES` (hostile files through the app and in fresh processes, key storms, a
+real terminal, a browser, a real trained model), and single Pilot tests elsewhere (marked where they
+are). So
+`python -m pytest -q -m "not app"` runs the fast core. The `quality` runs of the tiny model are left
+out unless `-m` names them, whatever else `-m` selects (`-m quality` runs them).
+"""
 
 from pathlib import Path
 
@@ -13,6 +21,11 @@ collect_ignore = ["bench"]
 # timed assert that a loaded machine fails (a first example paying imports took 563 ms here).
 settings.register_profile("walkthrough", deadline=None)
 settings.load_profile("walkthrough")
+APP_SUITES = frozenset({
+    "test_hostile_app.py", "test_hostile_runs.py", "test_hostile_sizes.py", "test_key_storm.py",
+    "test_quit_on_terminal.py", "test_serve_browser.py", "test_template_isolation.py",
+    "test_real_weights.py",  # a real 135M model against llama.cpp: minutes of CPU
+})
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +34,16 @@ def fixtures_dir() -> Path:
     if not FIXTURES_DIR.is_dir():
         pytest.fail(f"reference fixtures not found at {FIXTURES_DIR}; they ship beside the checkout in ../shared")
     return FIXTURES_DIR
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so the marks added here count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        if name.startswith("test_app_") or name in APP_SUITES:
+            item.add_marker(pytest.mark.app)
+    if "quality" not in (config.option.markexpr or ""):
+        quality = [item for item in items if item.get_closest_marker("quality")]
+        if quality:
+            config.hook.pytest_deselected(items=quality)
+            items[:] = [item for item in items if not item.get_closest_marker("quality")]

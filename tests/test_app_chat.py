@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle, widget_text
+from app_support import app_for, press_stage, settle, shown_text, widget_text
 
 from walkthrough.inspect.chat import chat_tokens
 from walkthrough.screens.editor import MessageEditor
@@ -24,7 +24,7 @@ async def test_editing_a_message_changes_the_tokens(fixtures_dir):
         await settle(pilot)
         before = list(app.state.prompt_ids)
         assert before == _expected_ids(app, MESSAGES)
-        await pilot.press("2", "e")
+        await press_stage(pilot, "template", "e")
         await pilot.pause()
         assert isinstance(app.screen, MessageEditor)
         await pilot.press("end", *" Be brief.", "ctrl+s")
@@ -33,14 +33,14 @@ async def test_editing_a_message_changes_the_tokens(fixtures_dir):
         assert app.state.messages == edited
         assert app.state.prompt_ids == _expected_ids(app, edited) != before
         assert app.state.steps == ()  # the request restarted
-        assert "1. system: You are terse. Be brief." in screen_text(app)
+        assert "1. system: You are terse. Be brief." in shown_text(app)
 
 
 async def test_add_and_delete_a_message(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("2", "a", *"more please", "ctrl+s")
+        await press_stage(pilot, "template", "a", *"more please", "ctrl+s")
         await settle(pilot)
         assert app.state.messages[-1] == {"role": "user", "content": "more please"}
         assert app.state.prompt_ids == _expected_ids(app, app.state.messages)
@@ -53,7 +53,7 @@ async def test_escape_leaves_the_messages_alone(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("2", "e", *"xyz", "escape")
+        await press_stage(pilot, "template", "e", *"xyz", "escape")
         await settle(pilot)
         assert app.state.messages == MESSAGES
 
@@ -63,9 +63,9 @@ async def test_tokens_stage_counts_and_cursor(fixtures_dir):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         chat = app.state.chat
-        await pilot.press("3")
+        await press_stage(pilot, "tokens")
         await pilot.pause()
-        text = screen_text(app)
+        text = shown_text(app)
         row = next(line for line in text.splitlines() if "whole prompt" in line).split()
         assert row[2:5] == [str(len(chat.text)), str(len(chat.text.encode("utf-8"))), str(len(chat.tokens))]
         user = MESSAGES[1]["content"]  # the template writes it as is
@@ -77,8 +77,8 @@ async def test_tokens_stage_counts_and_cursor(fixtures_dir):
         await pilot.pause()
         third = chat.tokens[2]
         expected_bytes = app.state.tokenizer.token_bytes(third.id).hex(" ")
-        assert f"token 3/{len(chat.tokens)}  id {third.id}" in screen_text(app)
-        assert expected_bytes in screen_text(app)
+        assert f"token 3/{len(chat.tokens)}  id {third.id}" in shown_text(app)
+        assert expected_bytes in shown_text(app)
 
 
 async def test_special_looking_message_text_stays_ordinary(fixtures_dir):
@@ -89,7 +89,7 @@ async def test_special_looking_message_text_stays_ordinary(fixtures_dir):
         from_user = [t for t in chat.tokens if t.message == 1]
         assert from_user and not any(t.special for t in from_user)
         assert any(t.special for t in chat.tokens if t.message is None)
-        await pilot.press("3", "home")
+        await press_stage(pilot, "tokens", "home")
         await pilot.pause()
         selected = app.screen.query_one("#token-selected")
         assert chat.tokens[0].special and " special " in widget_text(selected)  # the template's marker
@@ -116,15 +116,15 @@ async def test_t_switches_to_a_named_chat_template(fixtures_dir, tmp_path):
         await settle(pilot)
         default_ids = list(app.state.prompt_ids)
         assert default_ids == chat_tokens(app.state.tokenizer, templates["default"], MESSAGES).ids
-        await pilot.press("2", "v")
+        await press_stage(pilot, "template", "v")
         await pilot.pause()
-        assert "template default  (1 of 2: default, plain; t switches, r: plain text)" in screen_text(app)
+        assert "template default  (1 of 2: default, plain; t switches, r: plain text)" in shown_text(app)
         await pilot.press("t")
         await settle(pilot)
         assert app.state.template_name == "plain" and app.state.template_source == named
         assert app.state.prompt_ids == chat_tokens(app.state.tokenizer, named, MESSAGES).ids != default_ids
         assert app.state.steps == ()  # the request restarted with the new prompt
-        assert "template plain  (2 of 2" in screen_text(app)
+        assert "template plain  (2 of 2" in shown_text(app)
         await pilot.press("t")
         await settle(pilot)
         assert app.state.template_name == "default" and app.state.prompt_ids == default_ids
@@ -139,6 +139,6 @@ async def test_template_option_renders_with_the_given_file(fixtures_dir):
         assert state.template_source == source.read_text(encoding="utf-8")
         assert state.template_names == (source.name,)
         assert state.prompt_ids == _expected_ids(app, MESSAGES)
-        await pilot.press("2", "t")  # no other template to switch to
+        await press_stage(pilot, "template", "t")  # no other template to switch to
         await pilot.pause()
         assert state.template_source == source.read_text(encoding="utf-8")

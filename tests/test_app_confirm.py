@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from app_support import SIZES, app_for, hold_passes, settle, widget_text
+from app_support import SIZES, hold_passes, reference_app, settle, stage_key, widget_text
 
-from walkthrough.request import stages
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.screens.prefill import CHUNK_SIZES
 
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-MODEL = "ref-qwen2moe-f32.gguf"
-PREFILL, DECODE = (str(stages.number(stage)) for stage in ("prefill", "decode"))
+PREFILL, DECODE = (stage_key(stage) for stage in ("prefill", "decode"))
 SIZE_PARAMS = pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 
 
@@ -33,7 +30,7 @@ def _question(app) -> str:
 
 @SIZE_PARAMS
 async def test_r_asks_before_discarding_and_n_keeps_the_run(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         state = app.state
@@ -61,7 +58,7 @@ async def test_r_asks_before_discarding_and_n_keeps_the_run(fixtures_dir, size):
 
 @SIZE_PARAMS
 async def test_c_asks_before_a_new_chunk_size_discards_the_run(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         state = app.state
@@ -85,7 +82,7 @@ async def test_c_asks_before_a_new_chunk_size_discards_the_run(fixtures_dir, siz
 
 
 async def test_nothing_to_lose_means_no_question(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         run_id = app.state.run_id
@@ -96,7 +93,7 @@ async def test_nothing_to_lose_means_no_question(fixtures_dir):
 
 
 async def test_any_other_key_keeps_the_run_and_q_quits_from_the_question(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
@@ -115,7 +112,7 @@ async def test_any_other_key_keeps_the_run_and_q_quits_from_the_question(fixture
 
 
 async def test_a_pass_in_flight_is_worth_asking_about(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state

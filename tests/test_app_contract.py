@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from app_support import app_for, settle, widget_text
+from app_support import press_stage, reference_app, settle, widget_text
 from textual.widgets import Static
 
 from walkthrough.app import WrongThread
@@ -18,9 +18,6 @@ from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
 from walkthrough.request.parts import OpenedFile, Part, Rendered
 
-MODEL = "ref-qwen2moe-f32.gguf"
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-
 
 async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixtures_dir, monkeypatch):
     import walkthrough.app_run
@@ -28,7 +25,7 @@ async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixt
     monkeypatch.setattr(walkthrough.app_run, "PROGRESS_AFTER", 0.0)  # report every layer, even of a short pass
     monkeypatch.setattr(walkthrough.app_run, "PROGRESS_EVERY", 0.0)
     seen: list = []
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
         await settle(pilot)
         ready = [m for m in seen if isinstance(m, msg.PartReady)]
@@ -38,7 +35,7 @@ async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixt
         assert isinstance(values[Part.FILE], OpenedFile) and isinstance(values[Part.FILE].card, ModelCard)
         assert isinstance(values[Part.TEMPLATE], Rendered) and isinstance(values[Part.TOKENS], ChatTokens)
         assert app.state.chat is values[Part.TOKENS] and app.state.model is values[Part.ENGINE]  # stored as posted
-        await pilot.press("4", "space")
+        await press_stage(pilot, "prefill", "space")
         await settle(pilot)
         (done,) = [m for m in seen if isinstance(m, msg.StepDone)]
         assert isinstance(done.step, Step) and app.state.steps == (done.step,)
@@ -49,7 +46,7 @@ async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixt
 
 
 async def test_only_the_ui_thread_writes_the_state(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         errors: list[BaseException] = []
@@ -71,10 +68,10 @@ async def test_only_the_ui_thread_writes_the_state(fixtures_dir):
 
 
 async def test_an_assignment_redraws_without_any_bump(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press(str(stages.number("costs")))
+        await press_stage(pilot, "costs")
         await pilot.pause()
         before = widget_text(app.screen.query_one("#costs-head", Static))
         app.state.profile_index += 1  # a plain assignment: no revision, no refresh call
@@ -104,7 +101,7 @@ def nine_stages(monkeypatch):
 
 async def test_a_ninth_stage_is_one_class_and_one_line(fixtures_dir, nine_stages):
     number = nine_stages
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=2)
+    app = reference_app(max_tokens=2)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press(str(number))
@@ -114,7 +111,7 @@ async def test_a_ninth_stage_is_one_class_and_one_line(fixtures_dir, nine_stages
         assert f"{number} Draft" in bar and f"{number + 1} Decode" in bar and "9 Summary" in bar
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert f"Stage {number}: Draft" in titles and "Stage 9: Summary" in titles
-        await pilot.press(str(stages.number("costs")))
+        await press_stage(pilot, "costs")
         await pilot.pause()
         assert app.current_mode == "costs" and stages.number("costs") == 8
         assert f"(stage {number + 1})" in widget_text(app.screen.query_one("#costs-measured", Static))  # Decode's
@@ -123,7 +120,7 @@ async def test_a_ninth_stage_is_one_class_and_one_line(fixtures_dir, nine_stages
             await pilot.pause(0.05)
             if app.state.finished:
                 break
-        await pilot.press("9")
+        await press_stage(pilot, "summary")
         await settle(pilot)
         table = widget_text(app.screen.query_one("#summary-table", Static))
         assert f"{number + 1} Decode" in table and f"{number + 2} Sampling" in table and "9 Summary" not in table
@@ -131,10 +128,10 @@ async def test_a_ninth_stage_is_one_class_and_one_line(fixtures_dir, nine_stages
 
 
 async def test_keys_that_do_nothing_now_show_disabled_and_say_what_to_do(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    app = reference_app(max_tokens=1)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await pilot.pause()
         assert app.screen.active_bindings["space"].enabled
         await pilot.press("space")  # the whole prompt picks the one token the cap allows

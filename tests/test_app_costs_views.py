@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-
 import pytest
-from app_support import SIZES, app_for, play_the_answer, settle, widget_text
+from app_support import SIZES, app_for, play_the_answer, settle, stage_key, widget_text
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from walkthrough.costs.hardware import load_profiles
-from walkthrough.request import stages
 from walkthrough.costs.machines import machine_rows, sort_rows
 from walkthrough.costs.request_size import RequestSize, estimate_for
 from walkthrough.units import fmt
 
-COSTS = str(stages.number("costs"))
+COSTS = stage_key("costs")
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from app_support import app_for, screen_text, settle
+from app_support import app_for, press_stage, settle, shown_text
 
 from walkthrough import cli
 from walkthrough.app import make_app
@@ -24,11 +24,11 @@ async def test_no_argument_opens_the_tiny_model_with_the_default_request():
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         assert app.state.path == BUNDLED_MODEL
-        assert BUNDLED_MODEL.name in screen_text(app)
-        await pilot.press("2")
+        assert BUNDLED_MODEL.name in shown_text(app)
+        await press_stage(pilot, "template")
         await pilot.pause()
         first_user = next(m for m in app.state.messages if m["role"] == "user")
-        assert first_user["content"].splitlines()[0] in screen_text(app)
+        assert first_user["content"].splitlines()[0] in shown_text(app)
 
 
 def test_no_argument_without_the_tiny_model_is_one_line(capsys, monkeypatch, tmp_path):
@@ -51,7 +51,7 @@ async def test_quitting_while_playing_leaves_no_worker_running(fixtures_dir):
             return real_pass(*args, **kwargs)
 
         app.runs.next_pass = counted
-        await pilot.press("5", "enter")
+        await press_stage(pilot, "decode", "enter")
         await pilot.pause(0.3)
         assert app.playing
         await pilot.press("q")
@@ -71,9 +71,9 @@ async def test_message_text_is_shown_literally(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", [{"role": "user", "content": hostile}])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("2")
+        await press_stage(pilot, "template")
         await pilot.pause()
-        text = screen_text(app)
+        text = shown_text(app)
         assert "[bold red]not markup[/] \\x1b[2J and \\x07" in text
         assert "\x1b[2J" not in text
 
@@ -94,7 +94,7 @@ async def test_default_answer_is_llama_cpps():
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         assert app.state.settings.temperature == 0 and app.state.seed == 0
-        await pilot.press("5", "enter")
+        await press_stage(pilot, "decode", "enter")
         for _ in range(1200):  # 80 passes of the tiny model: a few seconds, more on a loaded machine
             await pilot.pause(0.05)
             if app.state.finished:

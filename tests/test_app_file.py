@@ -4,7 +4,15 @@ time, odd and hostile files."""
 from __future__ import annotations
 
 import pytest
-from app_support import SIZES, app_for, open_tensor_table, screen_text, settle
+from app_support import (
+    SIZES,
+    app_for,
+    open_tensor_table,
+    press_stage,
+    screen_text,
+    settle,
+    shown_text,
+)
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType as V
 from gguf_builder import Tensor, write_gguf
@@ -23,7 +31,7 @@ async def test_overview_shows_the_cards_figures(fixtures_dir):
     app = app_for(path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        text = screen_text(app)
+        text = shown_text(app)
     assert f"{n_keys} metadata keys, {n_tensors} tensors" in text
     assert card.architecture in text
     assert f"{card.bits_per_weight:.2f} bits per weight" in text
@@ -87,10 +95,10 @@ async def test_views_cycle_with_v(fixtures_dir):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("v")
-        assert "attn_q.weight" in screen_text(app)
+        assert "attn_q.weight" in shown_text(app)
         await pilot.press("v")
         await pilot.pause()
-        text = screen_text(app)
+        text = shown_text(app)
         assert "general.architecture" in text
         assert f"{n_vocab} items: [" in text  # the vocabulary summarised, not dumped
 
@@ -102,7 +110,7 @@ async def test_vocabulary_only_file_opens_and_says_it_cannot_run(fixtures_dir):
     app = app_for(path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        text = screen_text(app)
+        text = shown_text(app)
     assert f"{n_keys} metadata keys, 0 tensors" in text
     assert "The engine cannot run this file" in text
     assert "(it holds no tensors at" in text and "all: a vocabulary-only file)" in text  # the engine's reason
@@ -119,7 +127,7 @@ async def test_hostile_metadata_is_shown_literally(tmp_path):
     app = app_for(path)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        text = screen_text(app)
+        text = shown_text(app)
     assert visible(name) in text  # markup kept as characters, the escape made visible
     assert "\x1b]0;" not in text
 
@@ -145,17 +153,17 @@ async def test_a_failing_part_leaves_the_file_stage_up(fixtures_dir, monkeypatch
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         assert "tokenizer exploded" in app.state.unavailable["tokenizer"]
-        assert "bits per weight" in screen_text(app)
-        await pilot.press("3")
+        assert "bits per weight" in shown_text(app)
+        await press_stage(pilot, "tokens")
         await pilot.pause()
-        assert "tokenizer exploded" in screen_text(app)
+        assert "tokenizer exploded" in shown_text(app)
 
 
 async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen3moe-q8_0.gguf")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        assert "Quant mix" not in screen_text(app)
+        assert "Quant mix" not in screen_text(app)  # below the fold: read the terminal's picture
         await pilot.press("end")
         await pilot.pause()
         assert "Quant mix" in screen_text(app) and "Q8_0" in screen_text(app)
@@ -179,11 +187,11 @@ async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypa
             return [row.key.value for row in table.ordered_rows]
 
         assert shown() == in_order[:4]
-        assert f"tensors 1-4 of {len(in_order)} ([ and ] for the other pages)" in screen_text(app)
+        assert f"tensors 1-4 of {len(in_order)} ([ and ] for the other pages)" in shown_text(app)
         await pilot.press("right_square_bracket")
         await pilot.pause()
         assert shown() == in_order[4:8]
-        assert f"tensors 5-8 of {len(in_order)}" in screen_text(app)
+        assert f"tensors 5-8 of {len(in_order)}" in shown_text(app)
         await pilot.press("left_square_bracket", "left_square_bracket")  # back past the first page: the last
         await pilot.pause()
         last = (len(in_order) - 1) // 4 * 4
@@ -191,7 +199,7 @@ async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypa
         await pilot.press("slash", *"exps", "enter")  # a filter starts again at its first page
         await pilot.pause()
         assert shown() == experts[:4]
-        assert f"tensors 1-4 of {len(experts)} matching (of {len(in_order)})" in screen_text(app)
+        assert f"tensors 1-4 of {len(experts)} matching (of {len(in_order)})" in shown_text(app)
         await pilot.press("enter")  # the block view works on a paged row
         await pilot.pause()
         assert type(app.screen).__name__ == "BlockScreen"
@@ -205,7 +213,7 @@ async def test_a_short_tensor_table_has_no_pages(fixtures_dir):
         await pilot.pause()
         assert not app.screen.query_one("#tensor-page").display
         assert app.screen.check_action("page", (1,)) is False  # no page keys in the footer
-        assert "Next page" not in screen_text(app)
+        assert "Next page" not in shown_text(app)
 
 
 @pytest.fixture(scope="module")
@@ -243,12 +251,12 @@ async def test_a_long_metadata_table_shows_a_page_at_a_time(many_keys, size):
             return [row.key.value for row in table.ordered_rows]
 
         assert shown() == keys[:per_page]
-        assert f"keys 1-{per_page:,} of {len(keys):,} ([ and ] for the other pages)" in screen_text(app)
+        assert f"keys 1-{per_page:,} of {len(keys):,} ([ and ] for the other pages)" in shown_text(app)
         assert app.screen.check_action("page", (1,)) is True
         await pilot.press("right_square_bracket")
         await pilot.pause()
         assert shown() == keys[per_page:2 * per_page]
-        assert f"keys {per_page + 1:,}-{2 * per_page:,} of {len(keys):,}" in screen_text(app)
+        assert f"keys {per_page + 1:,}-{2 * per_page:,} of {len(keys):,}" in shown_text(app)
 
         # Enter opens the value of the key under the cursor, on a page past the first.
         key = next(k for k in shown() if k.endswith("context_length"))
@@ -272,7 +280,7 @@ async def test_a_long_metadata_table_shows_a_page_at_a_time(many_keys, size):
         await pilot.pause()
         last = (len(keys) - 1) // per_page * per_page
         assert shown() == keys[last:]
-        assert f"keys {last + 1:,}-{len(keys):,} of {len(keys):,}" in screen_text(app)
+        assert f"keys {last + 1:,}-{len(keys):,} of {len(keys):,}" in shown_text(app)
         await pilot.press("v", "v")  # the tensors view has one page: no page keys there
         await pilot.pause()
         assert app.screen.check_action("page", (1,)) is False
@@ -290,7 +298,7 @@ async def test_a_short_metadata_table_has_no_pages(fixtures_dir):
         assert [row.key.value for row in app.screen.query_one("#metadata-table", DataTable).ordered_rows] == keys
         assert not app.screen.query_one("#metadata-page").display
         assert app.screen.check_action("page", (1,)) is False
-        assert "Next page" not in screen_text(app)
+        assert "Next page" not in shown_text(app)
 
 
 def _plain_filter(rows, needle: str) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_support import SIZES, app_for, open_tensor_table, screen_text, settle
+from app_support import SIZES, app_for, open_tensor_table, press_stage, settle, shown_text
 
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import open_gguf
@@ -24,11 +24,11 @@ async def test_block_view_from_the_tensor_table(size):
         assert isinstance(app.screen, BlockScreen)
         with open_gguf(BUNDLED_MODEL) as f:
             first, second = read_block(f, name, 0), read_block(f, name, 1)
-        text = screen_text(app)
+        text = shown_text(app)
         assert f"Block 0 of {name}" in text and first.bits.explain()[:30] in text
         await pilot.press("right")
         await pilot.pause()
-        assert f"Block 1 of {name}" in screen_text(app) and second.index == 1
+        assert f"Block 1 of {name}" in shown_text(app) and second.index == 1
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, BlockScreen)
@@ -40,12 +40,12 @@ async def test_attention_matrix_after_prefill_and_a_decode_pass(size, fixtures_d
     app = app_for(path)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("4", "space")
+        await press_stage(pilot, "prefill", "space")
         await settle(pilot)
         prefill = app.state.attention_map()
         n = prefill.length
         assert n == len(app.state.prompt_ids)
-        await pilot.press("5", "space")
+        await press_stage(pilot, "decode", "space")
         await settle(pilot)
         await pilot.press("a")
         await pilot.pause()
@@ -53,7 +53,7 @@ async def test_attention_matrix_after_prefill_and_a_decode_pass(size, fixtures_d
         amap = app.state.attention_map()
         assert amap.length == n + 1
         np.testing.assert_array_equal(amap.layers[0][:, :n, :n], prefill.layers[0])  # earlier rows unchanged
-        text = screen_text(app)
+        text = shown_text(app)
         assert "layer 0" in text and f"{n + 1} positions" in text and "attends most to" in text
         top_pos, _ = amap.top(0, 0, n, 1)[0]
         assert f"{top_pos:>4}" in text.split("attends most to")[1]
@@ -61,4 +61,4 @@ async def test_attention_matrix_after_prefill_and_a_decode_pass(size, fixtures_d
         await pilot.pause()
         screen = app.screen
         assert (screen.at_layer, screen.at_head, screen.cursor) == (1, 1, n - 1)
-        assert "head 1" in screen_text(app)
+        assert "head 1" in shown_text(app)

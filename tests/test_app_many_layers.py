@@ -12,16 +12,21 @@ import io
 import re
 
 import pytest
-from app_support import SIZES, app_for, screen_text, settle
+from app_support import SIZES, app_for, settle, shown_text, stage_key
 from layered_models import write_model
 from rich.console import Console
 
-from walkthrough.engine.layer_groups import cache_groups, lit_per_cell, per_cell, ranges, ranges_text
-from walkthrough.request import stages
+from walkthrough.engine.layer_groups import (
+    cache_groups,
+    lit_per_cell,
+    per_cell,
+    ranges,
+    ranges_text,
+)
 from walkthrough.screens.live import CANDIDATES, PIECE_CHARS
 from walkthrough.textsafe import token_text
 
-PREFILL, DECODE = (str(stages.number(stage)) for stage in ("prefill", "decode"))
+PREFILL, DECODE = (stage_key(stage) for stage in ("prefill", "decode"))
 MESSAGES = [{"role": "user", "content": "hello"}]
 MODELS = {"dense-64": dict(n_layers=64, arch="qwen2"),
           "gemma3-30": dict(n_layers=30, arch="gemma3"), "moe-64x8": dict(n_layers=64),
@@ -58,7 +63,7 @@ def _assert_candidates_shown(app) -> None:
     for token_id, p in step.top(CANDIDATES):
         piece = token_text(app.state.piece(token_id), PIECE_CHARS)
         assert any(piece in line and f"{token_id}" in line and f"{p:.3f}" in line for line in lines), piece
-    assert "next token" in screen_text(app)
+    assert "next token" in shown_text(app)
 
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())

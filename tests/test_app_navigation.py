@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle, widget_text
+from app_support import app_for, press_stage, settle, shown_text, widget_text
 
 from walkthrough import cli
 from walkthrough.request import stages
@@ -12,7 +12,7 @@ from walkthrough.screens.help import HelpScreen
 
 
 async def test_n_p_tab_and_numbers_move_between_stages(fixtures_dir):
-    STAGE_IDS = stages.ids()  # noqa: N806
+    STAGE_IDS = stages.ids()
     app = app_for(fixtures_dir / "reference" / "ref-qwen2-f32.gguf")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -40,7 +40,7 @@ async def test_help_shows_the_stage_and_its_keys(fixtures_dir):
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         text = widget_text(app.screen.query_one("#help-text"))  # the keys follow the explanation, below the fold
-        assert stage.TITLE in screen_text(app) and "Terms" in text and "Quit" in text
+        assert stage.TITLE in shown_text(app) and "Terms" in text and "Quit" in text
         await pilot.press("escape")
         assert app.screen is stage
 
@@ -55,7 +55,7 @@ async def test_glossary_lists_the_stage_terms_first(fixtures_dir):
         assert isinstance(app.screen, GlossaryScreen)
         first = load_terms()[terms[0]]
         assert app.screen.current == first
-        assert first.text.split()[0] in screen_text(app)
+        assert first.text.split()[0] in shown_text(app)
         await pilot.press("down")
         assert app.screen.current == load_terms()[terms[1]]
         await pilot.press("escape")
@@ -69,7 +69,7 @@ async def test_palette_lists_the_stages_and_the_stage_actions(fixtures_dir):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert sum(t.startswith("Stage ") for t in titles) == len(stages.STAGES)
         assert "Glossary" in titles and "Help" in titles
-        await pilot.press(str(stages.number("sampling")))
+        await press_stage(pilot, "sampling")
         await pilot.pause()
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
         assert {"Step", "Play", "Restart", "Temperature up", "New seed"} <= set(commands)

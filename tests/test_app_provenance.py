@@ -14,17 +14,23 @@ from __future__ import annotations
 import re
 
 import pytest
-from app_support import SIZES, app_for, settle, widget_text
+from app_support import (
+    SIZES,
+    press_stage,
+    reference_app,
+    settle,
+    shown_text,
+    stage_key,
+    widget_text,
+)
 from textual.widgets import Static
 
 from walkthrough.costs.measured import comparison_title, measured_here, modelled_for
 from walkthrough.request import stages
 from walkthrough.words import count
 
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-MODEL = "ref-qwen2moe-f32.gguf"
 PREFILL, DECODE, SAMPLING, COSTS, SUMMARY = (
-    str(stages.number(s)) for s in ("prefill", "decode", "sampling", "costs", "summary"))
+    stage_key(s) for s in ("prefill", "decode", "sampling", "costs", "summary"))
 BINARY = re.compile(r"\d (KiB|MiB|GiB|TiB)\b")
 DECIMAL = re.compile(r"\d (kB|MB|GB|TB)\b")
 PARAMS = pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
@@ -47,7 +53,7 @@ async def step(pilot, n: int = 1, stage: str | None = None) -> None:
 
 @PARAMS
 async def test_measured_and_modelled_figures_say_whose_they_are(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         state = app.state
@@ -67,14 +73,14 @@ async def test_measured_and_modelled_figures_say_whose_they_are(fixtures_dir, si
         assert f"counted by the {engine} engine" in costs
         assert modelled_for(state.profile) in text_of(app, "#costs-table")
         assert text_of(app, "#costs-curves").count(modelled_for(state.profile)) >= 3  # first token, decode, users
-        await pilot.press(str(stages.number("template")))
+        await press_stage(pilot, "template")
         await pilot.pause()
         assert f"first token ({measured_here(engine)}): #1" in text_of(app, "#reuse-line")
 
 
 @PARAMS
 async def test_one_unit_convention_per_screen(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await step(pilot, 2, DECODE)
@@ -93,7 +99,7 @@ async def test_one_unit_convention_per_screen(fixtures_dir, size):
 
 @PARAMS
 async def test_a_single_chunk_and_a_single_pass_are_singular(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         n_prompt = len(app.state.prompt_ids)
@@ -111,7 +117,7 @@ async def test_a_single_chunk_and_a_single_pass_are_singular(fixtures_dir, size)
 
 @PARAMS
 async def test_greedy_sampling_shows_no_draw(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         await step(pilot, 1, SAMPLING)
@@ -129,7 +135,7 @@ async def test_greedy_sampling_shows_no_draw(fixtures_dir, size):
 
 @PARAMS
 async def test_summary_shows_the_knobs_each_token_was_drawn_with(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         knobs = []  # the settings after each key: tokens 1-2 (greedy), T, token 3, T
@@ -150,9 +156,8 @@ async def test_summary_shows_the_knobs_each_token_was_drawn_with(fixtures_dir, s
 
 @PARAMS
 async def test_no_stage_mixes_binary_and_decimal_units(fixtures_dir, size):
-    from app_support import screen_text
 
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     mixed = {}
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
@@ -160,7 +165,7 @@ async def test_no_stage_mixes_binary_and_decimal_units(fixtures_dir, size):
         for stage in stages.STAGES:
             await pilot.press(str(stage.number))
             await settle(pilot)
-            shown = screen_text(app).replace(app.state.profile.name, "")  # the maker's text, not our figures
+            shown = shown_text(app).replace(app.state.profile.name, "")  # the maker's text, not our figures
             if BINARY.search(shown) and DECIMAL.search(shown):
                 mixed[stage.id] = (BINARY.search(shown).group(), DECIMAL.search(shown).group())
     assert not mixed

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import threading
 
-from app_support import app_for, settle, work_returned
+from app_support import press_stage, reference_app, settle, work_returned
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.request import parts, stages
+from walkthrough.request import parts
 from walkthrough.request.parts import Part
-
-MODEL = "ref-qwen2moe-f32.gguf"
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 
 
 def _hold_first_call(monkeypatch, name: str) -> tuple[threading.Event, list[int], list]:
@@ -48,7 +45,7 @@ async def _until(pilot, done, polls: int = 1000) -> None:
 
 
 async def test_an_edit_replacing_a_rebuild_keeps_the_newer_prompt(fixtures_dir, monkeypatch):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
@@ -71,11 +68,11 @@ async def test_an_edit_replacing_a_rebuild_keeps_the_newer_prompt(fixtures_dir, 
 
 
 async def test_a_second_unload_keeps_the_model_prepared_last(fixtures_dir, monkeypatch):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         release, threads, models = _hold_first_call(monkeypatch, "prepare_engine")
-        await pilot.press(str(stages.number("template")), "u")
+        await press_stage(pilot, "template", "u")
         await _until(pilot, lambda: models)
         await pilot.press("u")
         await _until(pilot, lambda: len(models) == 2 and Part.RUN in app.state.loaded)
@@ -88,10 +85,10 @@ async def test_a_second_unload_keeps_the_model_prepared_last(fixtures_dir, monke
 
 async def test_an_unload_while_the_request_loads_leaves_every_part_loaded(fixtures_dir, monkeypatch):
     release, threads, _ = _hold_first_call(monkeypatch, "build_tokenizer")
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await _until(pilot, lambda: threads)  # the file is shown, its tokenizer being built
-        await pilot.press(str(stages.number("template")), "u")
+        await press_stage(pilot, "template", "u")
         await _until(pilot, lambda: app.state.unloads == 1)
         release.set()
         await settle(pilot)
@@ -117,7 +114,7 @@ async def test_an_edit_replacing_a_rebuild_stops_its_render(fixtures_dir, monkey
             ended.append((number, str(exc)))
             raise
 
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         monkeypatch.setattr(parts, "render_template", spy)
@@ -136,7 +133,7 @@ async def test_an_edit_while_the_request_loads_keeps_the_edited_prompt(fixtures_
     """The load builds the first prompt from the messages as they were; an edit made meanwhile is rebuilt once
     the load's tokens arrive, so they cannot land after the edit's and win."""
     release, threads, _ = _hold_first_call(monkeypatch, "build_tokens")
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await _until(pilot, lambda: threads)  # the load tokenizes the first prompt: held
         state = app.state

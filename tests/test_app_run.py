@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from app_support import (
+    MESSAGES,
+    MODEL,
+    app_for,
+    hold_passes,
+    play_the_answer,
+    press_stage,
+    reference_app,
+    settle,
+    shown_text,
+    stage_key,
+    widget_text,
+)
 
-from app_support import app_for, hold_passes, play_the_answer, screen_text, settle, widget_text
-
-from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.engine.glassbox.session import Session
-from walkthrough.request import stages
+from walkthrough.engine.sampler import Sampler, SamplerSettings, sample_stages
 from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.sampling import TEMPERATURES
 
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-SAMPLING, COSTS, SUMMARY = (str(stages.number(stage)) for stage in ("sampling", "costs", "summary"))
-MODEL = "ref-qwen2moe-f32.gguf"
+SAMPLING, COSTS, SUMMARY = (stage_key(stage) for stage in ("sampling", "costs", "summary"))
 
 
 async def _step(pilot, n: int = 1) -> None:
@@ -23,7 +31,7 @@ async def _step(pilot, n: int = 1) -> None:
 
 
 async def test_prefill_runs_one_chunk_per_space(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
@@ -31,13 +39,13 @@ async def test_prefill_runs_one_chunk_per_space(fixtures_dir):
         app.action_restart()
         await settle(pilot)
         n_chunks = -(-len(state.prompt_ids) // 16)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot)
         assert [s.positions for s in state.steps] == [(0, 16)]
-        assert f"chunk 1 of {n_chunks}: positions 0-15" in screen_text(app)
+        assert f"chunk 1 of {n_chunks}: positions 0-15" in shown_text(app)
         await _step(pilot, n_chunks - 1)
         assert state.prefill_done and state.steps[-1].chosen is not None
-        assert "first token chosen" in screen_text(app)
+        assert "first token chosen" in shown_text(app)
 
 
 async def test_decode_matches_an_independent_greedy_run(fixtures_dir):
@@ -46,24 +54,24 @@ async def test_decode_matches_an_independent_greedy_run(fixtures_dir):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press("5")
+        await press_stage(pilot, "decode")
         await _step(pilot, 1 + 4)  # the whole prompt (one chunk), then four tokens
         session = Session(state.model)
         sampler = Sampler(SamplerSettings(temperature=0.0))
         first = list(session.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
         later = [s.chosen for s in session.decode(sampler, 4)]
         assert state.answer_ids() == [first, *later]
-        text = screen_text(app)
+        text = shown_text(app)
         assert "token 4 at position" in text
         assert "KV cache" in text
 
 
 async def test_decode_shows_the_pass_intensity_and_strongest_attention(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press("5")
+        await press_stage(pilot, "decode")
         await _step(pilot, 1 + 2)  # the prompt, then two tokens
         step = state.steps[-1]
         figures = widget_text(app.screen.query_one("#decode-token"))
@@ -77,14 +85,14 @@ async def test_decode_shows_the_pass_intensity_and_strongest_attention(fixtures_
 
 
 async def test_temperature_keys_change_the_probabilities(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
         await pilot.press(SAMPLING)
         await _step(pilot)
         step = state.steps[-1]
-        greedy = screen_text(app)
+        greedy = shown_text(app)
         assert "greedy" in greedy and "1.000" in greedy
         await pilot.press("T", "T", "T", "T", "T")
         await pilot.pause()
@@ -92,7 +100,7 @@ async def test_temperature_keys_change_the_probabilities(fixtures_dir):
         expected = sample_stages(step.logits, state.settings, step.sample.u)
         best = float(expected.probs[0])
         assert 0 < best < 1
-        text = screen_text(app)
+        text = shown_text(app)
         assert f"{best:.3f}" in text and text != greedy
         await pilot.press("s")
         await pilot.pause()
@@ -100,10 +108,10 @@ async def test_temperature_keys_change_the_probabilities(fixtures_dir):
 
 
 async def test_restart_clears_the_run(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot, 2)
         assert len(app.state.steps) == 2
         await pilot.press("r", "y")  # y: discard the two passes (r asks first)
@@ -112,12 +120,12 @@ async def test_restart_clears_the_run(fixtures_dir):
 
 
 async def test_keys_are_handled_while_a_pass_runs(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
         release, started = hold_passes(app)
-        await pilot.press("4", "space")
+        await press_stage(pilot, "prefill", "space")
         assert started.wait(5)
         await pilot.press("n", "g")  # handled while the pass is still running
         await pilot.pause()
@@ -129,7 +137,7 @@ async def test_keys_are_handled_while_a_pass_runs(fixtures_dir):
 
 
 async def test_play_runs_to_the_end(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     app.state.max_new_tokens = 3
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -145,7 +153,7 @@ async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir
     from walkthrough.costs.hardware import load_profiles
     from walkthrough.units import fmt
 
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     profiles = list(load_profiles().values())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -155,7 +163,7 @@ async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir
         for profile in profiles[:2]:
             prompt = len(state.prompt_ids)
             e = estimate(state.card, profile, prompt + state.max_new_tokens, prompt, state.max_new_tokens)
-            text = screen_text(app)
+            text = shown_text(app)
             assert profile.name[:40] in text.replace("\n ", " ")
             assert fmt(e.memory.needed.value, "B") in text
             await pilot.press("h")
@@ -163,14 +171,14 @@ async def test_costs_stage_cycles_machines_and_shows_their_estimate(fixtures_dir
 
 
 async def test_summary_adds_up_the_passes(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot, 3)  # the prompt in one chunk, then two tokens
         await pilot.press(SUMMARY)
         await pilot.pause()
-        text = screen_text(app)
+        text = shown_text(app)
         n_prompt = len(app.state.prompt_ids)
         assert f"1 pass, {n_prompt} prompt tokens" in text
         assert "2 passes, 2 tokens" in text
@@ -183,10 +191,10 @@ async def test_summary_adds_up_the_passes(fixtures_dir):
 
 
 async def test_live_panel_shows_the_first_passs_one_time_work(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot, 1)  # the prompt: it dequantizes the weights it touches for the first time
         step = app.state.last_step
         assert step.first_use_bytes > 0
@@ -199,9 +207,9 @@ async def _sampled_run(path, seed: int) -> tuple[list[int], str]:
         await settle(pilot)
         await pilot.press(SAMPLING, *"TTTTTTT")  # temperature 1.0: a real draw, not greedy
         await _step(pilot, 6)
-        await pilot.press("5")
+        await press_stage(pilot, "decode")
         await settle(pilot)  # the stage is composed on its first visit: its footer fills in a refresh later
-        return app.state.answer_ids(), screen_text(app)
+        return app.state.answer_ids(), shown_text(app)
 
 
 async def test_same_seed_and_keys_give_the_same_screens(fixtures_dir):
@@ -213,7 +221,7 @@ async def test_same_seed_and_keys_give_the_same_screens(fixtures_dir):
 
 
 async def test_passes_are_placed_against_the_machine_balance_point(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         state = app.state
@@ -230,10 +238,10 @@ async def test_passes_are_placed_against_the_machine_balance_point(fixtures_dir)
 
 
 async def test_the_run_starts_at_the_temperature_and_seed_given(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, seed=3, temperature=0.7)
+    app = reference_app(seed=3, temperature=0.7)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot)
         sample = app.state.steps[-1].sample
         assert (sample.settings.temperature, sample.settings.seed) == (0.7, 3)
@@ -243,11 +251,11 @@ async def test_the_run_starts_at_the_temperature_and_seed_given(fixtures_dir):
 async def test_chunk_key_changes_the_chunk_size_and_restarts(fixtures_dir):
     from walkthrough.screens.prefill import CHUNK_SIZES
 
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await _step(pilot)
         first = state.steps[-1]
         await pilot.press("c", "y")  # y: discard the pass run (c asks first)
@@ -267,7 +275,7 @@ async def test_a_broken_hardware_file_leaves_the_run_alone(fixtures_dir, tmp_pat
     config.parent.mkdir()
     config.write_text("{ not json", encoding="utf-8")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         for stage, figures in (("4", "#prefill-figures"), ("5", "#decode-token")):
@@ -278,5 +286,5 @@ async def test_a_broken_hardware_file_leaves_the_run_alone(fixtures_dir, tmp_pat
             assert f"intensity {step.intensity:.1f} FLOPs/byte" in text and "limited by" not in text
         await pilot.press(COSTS)
         await pilot.pause()
-        assert "No hardware profiles:" in screen_text(app)
+        assert "No hardware profiles:" in shown_text(app)
     assert app.return_code in (None, 0)

@@ -5,16 +5,22 @@ The stage's run lives in the request state (`state.speculation`), read here thro
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle
+from app_support import (
+    MESSAGES,
+    MODEL,
+    app_for,
+    press_stage,
+    reference_app,
+    settle,
+    shown_text,
+    stage_key,
+)
 
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.request import stages
 from walkthrough.screens.messages import RoundDone
 
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-MODEL = "ref-qwen2moe-f32.gguf"
-STAGE_KEY = str(stages.number("speculate"))
+STAGE_KEY = stage_key("speculate")
 
 
 async def _press(pilot, key: str, n: int = 1) -> None:
@@ -24,7 +30,7 @@ async def _press(pilot, key: str, n: int = 1) -> None:
 
 
 async def test_rounds_write_the_answer_of_plain_decoding(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await _press(pilot, STAGE_KEY)
@@ -38,16 +44,16 @@ async def test_rounds_write_the_answer_of_plain_decoding(fixtures_dir):
         first = list(session.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
         plain = [first] + [s.chosen for s in session.decode(sampler, len(answer) - 1)]
         assert answer == plain
-        text = screen_text(app)
+        text = shown_text(app)
         assert "drafter lookup" in text and "k 3" in text and "alpha" in text
         assert "tokens per round" in text
         screen.query_one("#speculate-main").scroll_end(animate=False)  # at 80x24 the answer sits below the fold
         await settle(pilot)
-        assert "the answer so far" in screen_text(app)
+        assert "the answer so far" in shown_text(app)
 
 
 async def test_keys_change_k_and_the_drafter_and_restart_the_stage_run(fixtures_dir):
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES)
+    app = reference_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await _press(pilot, STAGE_KEY)
@@ -75,7 +81,7 @@ async def test_a_draft_model_given_to_the_app_is_the_next_drafter(fixtures_dir):
         assert _run(screen).drafter == "draft"
         await _press(pilot, "space", 3)
         assert _run(screen).rounds and all(r.draft.accepted == len(r.draft.tokens) for r in _run(screen).rounds)
-        assert "drafter draft" in screen_text(app) and "alpha = " in screen_text(app)
+        assert "drafter draft" in shown_text(app) and "alpha = " in shown_text(app)
 
 
 def _reference(state, k: int, rounds: int) -> list:
@@ -121,7 +127,7 @@ def _gated_app(fixtures_dir, monkeypatch, at: int):
 
     armed = [False]
     gate = LayerGate(monkeypatch, hold=lambda worker: armed[0] and worker.name == "speculative round", at=at)
-    return app_for(fixtures_dir / "reference" / MODEL, MESSAGES), gate, armed
+    return reference_app(), gate, armed
 
 
 async def _held_round(pilot, gate, armed: list[bool]):
@@ -142,7 +148,7 @@ async def test_leaving_the_stage_stops_the_round_within_a_layer_and_the_run_goes
     app, gate, armed = _gated_app(fixtures_dir, monkeypatch, at=1)
     async with app.run_test(size=(80, 24)) as pilot:
         screen, held, layers, posted = await _held_round(pilot, gate, armed)
-        await pilot.press("1")
+        await press_stage(pilot, "file")
         await pilot.pause()
         assert held.is_cancelled and not _run(screen).busy
         await gate.wait_returned(pilot)

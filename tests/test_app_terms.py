@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from app_support import SIZES, app_for, copy_gguf, settle, widget_text
+from app_support import SIZES, app_for, copy_gguf, press_stage, settle, stage_key, widget_text
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
@@ -95,7 +95,7 @@ def _occurs(key: str, text: str) -> bool:
 async def _walk_stages(pilot) -> dict[str, tuple[tuple[str, ...], str]]:
     """Each stage's terms line and text, after one decode pass."""
     app = pilot.app
-    await pilot.press(str(stages.number("decode")), "space", "space")
+    await press_stage(pilot, "decode", "space", "space")
     await settle(pilot)
     seen = {}
     for stage in stages.STAGES:
@@ -162,7 +162,7 @@ async def test_g_opens_the_term_under_the_cursor(fixtures_dir, size):
         await pilot.press("g")
         await pilot.pause()
         assert app.screen.current.key == "expert"
-        await pilot.press("escape", str(stages.number("tokens")))
+        await pilot.press("escape", stage_key("tokens"))
         await settle(pilot)
         assert app.state.chat.tokens[0].special
         on_screen = app.screen.terms
@@ -181,7 +181,7 @@ async def test_help_opens_on_the_explanation(fixtures_dir, size):
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
         for stage_id in ("file", "decode"):
-            await pilot.press(str(stages.number(stage_id)), "question_mark")
+            await pilot.press(stage_key(stage_id), "question_mark")
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
             text = widget_text(app.screen.query_one("#help-text", Static))
@@ -234,7 +234,7 @@ async def test_decode_says_the_attention_view_is_below(fixtures_dir, size):
     app = _app(fixtures_dir, DENSE)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press(str(stages.number("decode")), "space", "space")
+        await press_stage(pilot, "decode", "space", "space")
         await settle(pilot)
         screen = app.screen
         main, view, hint = (screen.query_one(s) for s in ("#stage-main", "#decode-attention", "#decode-hint"))
@@ -269,7 +269,7 @@ async def test_g_over_a_block_or_the_attention_map_lists_their_terms(fixtures_di
         await pilot.pause()
         assert isinstance(app.screen, GlossaryScreen) and app.screen.first == block.terms
         assert {"scale", "quantization"} <= set(block.terms)
-        await pilot.press("escape", "escape", str(stages.number("decode")), "space", "a")
+        await pilot.press("escape", "escape", stage_key("decode"), "space", "a")
         await settle(pilot)
         attention = app.screen
         await pilot.press("g")

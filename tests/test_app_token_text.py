@@ -9,13 +9,12 @@ piece (the one path the CLI's `tokenize` and `trace` use too), and hostile text 
 from __future__ import annotations
 
 import pytest
-from app_support import SIZES, settle, widget_text
+from app_support import SIZES, settle, stage_key, widget_text
 
 from walkthrough.app import make_app
-from walkthrough.request import stages
 from walkthrough.textsafe import token_label, token_text, visible
 
-DECODE, SAMPLING = (str(stages.number(stage)) for stage in ("decode", "sampling"))
+DECODE, SAMPLING = (stage_key(stage) for stage in ("decode", "sampling"))
 MAX_PASSES = 40  # passes tried before giving up on a whitespace token (prefill chunks and decode)
 
 

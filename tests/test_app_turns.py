@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from app_support import app_for, screen_text, settle
+from app_support import press_stage, reference_app, settle, shown_text
 
 from walkthrough.screens.editor import MessageEditor
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What about warfarin?"}]
-MODEL = "ref-qwen2moe-f32.gguf"
 
 
 def _app(fixtures_dir):
     # One token per answer: it is chosen, never fed, so the cache holds the prompt exactly.
-    return app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=1)
+    return reference_app(MESSAGES, max_tokens=1)
 
 
 async def _answered(pilot):
     """Wait for the app, go to the Chat stage, run the request to its end; the request state."""
     await settle(pilot)
-    await pilot.press("2")
+    await press_stage(pilot, "template")
     await _run_to_the_end(pilot)
     return pilot.app.state
 
@@ -36,7 +35,7 @@ async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
         await settle(pilot)
         state = app.state
         first = list(state.prompt_ids)
-        await pilot.press("2")
+        await press_stage(pilot, "template")
         await _run_to_the_end(pilot)
         assert state.first_tokens[-1].cold and state.first_tokens[-1].reused == 0
         await pilot.press("f")
@@ -50,7 +49,7 @@ async def test_a_follow_up_reuses_the_first_request(fixtures_dir):
         reuse = state.steps[0].reuse
         assert (reuse.stop, reuse.reused, reuse.computed) == ("held", len(first), len(state.prompt_ids) - len(first))
         assert state.steps[0].start == len(first)
-        assert f"reused {len(first)} of {len(state.prompt_ids)} prompt tokens" in screen_text(app)
+        assert f"reused {len(first)} of {len(state.prompt_ids)} prompt tokens" in shown_text(app)
 
 
 async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir):
@@ -66,26 +65,26 @@ async def test_an_edit_reuses_up_to_the_changed_token_and_says_why(fixtures_dir)
         first = state.steps[0]
         assert (first.reuse.stop, first.reuse.reused, first.reuse.differs_at) == ("differs", changed, changed)
         assert first.cause.cause == "edited" and first.cause.words == "message 2 (user) was changed"
-        assert "message 2 (user) was changed" in screen_text(app)
+        assert "message 2 (user) was changed" in shown_text(app)
 
 
 async def test_restart_and_unload_start_from_an_empty_cache(fixtures_dir):
     app = _app(fixtures_dir)
     async with app.run_test(size=(80, 24)) as pilot:
         state = await _answered(pilot)
-        await pilot.press("4", "r", "y")  # r: the stepping stages' restart; y: discard the answer
+        await press_stage(pilot, "prefill", "r", "y")  # r: the stepping stages' restart; y: discard the answer
         await settle(pilot)
         await _run_to_the_end(pilot)
         assert len(state.first_tokens) == 2 and state.steps[0].reuse.reused == 0
         assert not state.first_tokens[-1].cold  # weights kept, KV cache not
         model = state.model
-        await pilot.press("2", "u", "y")  # y: discard the answer (u asks first)
+        await press_stage(pilot, "template", "u", "y")  # y: discard the answer (u asks first)
         await settle(pilot)
         assert state.model is not None and state.model is not model and state.unloads == 1
         await _run_to_the_end(pilot)
         assert state.steps[0].reuse.reused == 0 and state.first_tokens[-1].cold
         assert [run.cold for run in state.first_tokens] == [True, False, True]
-        assert "cold model" in screen_text(app)
+        assert "cold model" in shown_text(app)
 
 
 def test_first_token_times_name_the_engine_once_or_per_run_when_they_differ():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from app_support import app_for, screen_text, settle
+from app_support import app_for, press_stage, screen_text, settle, shown_text
 from gguf.constants import GGUFValueType as V
 from hostile_support import (
     ARCH,
@@ -22,14 +22,18 @@ from hostile_support import (
     with_weight,
 )
 
-STAGE_KEYS = "12345678"
+from walkthrough.request import stages
+
+EVERY_STAGE = tuple(stages.ids())
+REFUSING = ("file", "template", "prefill")  # the stages that show a refusal
 
 
-async def _visit_every_stage(pilot, keys: str = STAGE_KEYS) -> list[str]:
-    """Each stage's screen text, after a step where the stage steps."""
+async def _visit_every_stage(pilot, visit: tuple[str, ...] = EVERY_STAGE) -> list[str]:
+    """Each stage's screen text as the terminal shows it (raw controls must not reach it), after a step
+    where the stage steps."""
     texts = []
-    for key in keys:
-        await pilot.press(key)
+    for stage in visit:
+        await press_stage(pilot, stage)
         await pilot.press("space")
         await settle(pilot)
         texts.append(screen_text(pilot.app))
@@ -47,20 +51,20 @@ def _variants(tmp_path):
 
 
 # Every stage for two files; the stages that show the refusal (File, Chat, Prefill) for the others.
-VISITS = [("nan rope base", STAGE_KEYS), ("hostile text", STAGE_KEYS), ("scaling factor text", "124"),
-          ("inf norm weight", "124")]  # hostile templates: test_a_hostile_template_in_the_file_...
+VISITS = [("nan rope base", EVERY_STAGE), ("hostile text", EVERY_STAGE), ("scaling factor text", REFUSING),
+          ("inf norm weight", REFUSING)]  # hostile templates: test_a_hostile_template_in_the_file_...
 
 
-@pytest.mark.parametrize(("variant", "keys"), VISITS, ids=[v for v, _ in VISITS])
-async def test_stages_survive_a_hostile_file(tmp_path, variant, keys):
+@pytest.mark.parametrize(("variant", "visit"), VISITS, ids=[v for v, _ in VISITS])
+async def test_stages_survive_a_hostile_file(tmp_path, variant, visit):
     path = _variants(tmp_path)[variant]
     app = app_for(path, [{"role": "user", "content": HOSTILE_TEXT}])
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        texts = await _visit_every_stage(pilot, keys)
+        texts = await _visit_every_stage(pilot, visit)
         assert app.error is None
-        for key, text in zip(keys, texts):
-            assert not raw_controls(text), (key, raw_controls(text))
+        for stage, text in zip(visit, texts):
+            assert not raw_controls(text), (stage, raw_controls(text))
         if variant != "hostile text":
             assert "cannot run" in "".join(texts) or "stopped" in "".join(texts)
 
@@ -71,7 +75,7 @@ async def test_unusual_message_content_on_the_chat_stage(fixtures_dir, content):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         texts = await _visit_every_stage(pilot)
-        await pilot.press("2")
+        await press_stage(pilot, "template")
         await pilot.press("e")  # open the editor on the message, then save it unchanged
         await settle(pilot)
         await pilot.press("ctrl+s")
@@ -90,11 +94,11 @@ async def test_a_hostile_template_in_the_file_is_a_chat_stage_message(tmp_path, 
         await settle(pilot)
         problem = app.state.unavailable.get("template", "")
         assert problem.startswith("chat template of tpl.gguf") and "\n" not in problem, problem
-        await pilot.press("2", "v", "v")  # the Chat stage's Rendered view
+        await press_stage(pilot, "template", "v", "v")  # the Chat stage's Rendered view
         await settle(pilot)
-        text = " ".join(screen_text(app).split())
+        text = " ".join(shown_text(app).split())
         assert f"Cannot render: {problem[:40]}" in text
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await settle(pilot)
         assert app.error is None
         assert not raw_controls(screen_text(app))

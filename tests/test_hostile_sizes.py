@@ -112,13 +112,13 @@ def test_many_metadata_keys_are_listed_in_memory_linear_in_them(tmp_path):
 
 
 async def test_the_app_shows_huge_strings_by_their_head_and_names_the_template_it_cannot_read(sparse_files):
-    from app_support import app_for, screen_text, settle
+    from app_support import app_for, settle, shown_text
 
     needed, _, _ = sparse_files
     app = app_for(needed)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        assert "\\x00\\x00\\x00" in screen_text(app)  # the name's head, made visible
+        assert "\\x00\\x00\\x00" in shown_text(app)  # the name's head, made visible
         problem = app.state.unavailable.get("template", "")
         assert "tokenizer.chat_template holds 1,073,741,824 bytes" in problem, problem
         assert app.error is None

@@ -18,12 +18,11 @@ import time
 
 import pytest
 from app_support import SIZES as PILOT_SIZES
-from app_support import settle
+from app_support import press_stage, settle
 from textual import events
 from textual.geometry import Size
 
 from walkthrough.app import make_app
-from walkthrough.request import stages
 from walkthrough.screens.typeahead import Typeahead, split_chord
 
 SEED = 20
@@ -103,7 +102,7 @@ async def test_vv_typed_at_once_on_the_chat_stage_moves_two_views(size):
     app = make_app(None, None)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press(str(stages.number("template")))
+        await press_stage(pilot, "template")
         await settle(pilot)
         tabs = app.screen.query_one("TabbedContent")
         assert tabs.active == "messages"
@@ -130,7 +129,7 @@ def test_q_after_an_escape_still_waiting_quits_from_a_text_field():
 
 async def _chat_stage(pilot) -> None:
     await settle(pilot)
-    await pilot.press(str(stages.number("template")))
+    await press_stage(pilot, "template")
     await settle(pilot)
 
 

@@ -20,11 +20,10 @@ from llama_support import OLMOE, needs_llama, write_olmoe
 from test_engine_reference import _cases, _tolerance
 
 from walkthrough.cli import main
-from walkthrough.request.stages import number as stages_number
 from walkthrough.engine.glassbox.config import UnsupportedArchitecture
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler, SamplerSettings
 
 pytestmark = needs_llama
 
@@ -201,7 +200,7 @@ async def test_every_stage_runs_on_a_llama_only_architecture(tmp_path: Path):
 
 
 async def test_costs_stage_shows_measured_beside_modelled():
-    from app_support import app_for, settle, widget_text
+    from app_support import app_for, press_stage, settle, widget_text
 
     from walkthrough.costs.measured import measured_here
     from walkthrough.units import fmt
@@ -210,7 +209,7 @@ async def test_costs_stage_shows_measured_beside_modelled():
     app = app_for(path, [{"role": "user", "content": "What does the record say?"}], engine="llama.cpp")
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("5")
+        await press_stage(pilot, "decode")
         await settle(pilot)
         state = app.state
         for _ in range(10):  # the prompt's pass, then decoded tokens
@@ -223,7 +222,7 @@ async def test_costs_stage_shows_measured_beside_modelled():
         sampler = Sampler(SamplerSettings(temperature=0.0))
         first = list(greedy.prefill(state.prompt_ids, sampler=sampler))[-1].chosen
         assert state.answer_ids() == [first, *[s.chosen for s in greedy.decode(sampler, len(state.answer_ids()) - 1)]]
-        await pilot.press(str(stages_number("costs")))
+        await press_stage(pilot, "costs")
         await pilot.pause()
         text = " ".join(widget_text(app.screen.query_one("#costs-measured")).split())  # the title wraps
         assert measured_here("llama.cpp") in text

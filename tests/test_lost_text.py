@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from app_support import SIZES, app_for, settle, widget_text
+from app_support import SIZES, app_for, press_stage, settle, widget_text
 from conftest import FIXTURES_DIR
 from gguf.constants import GGUFValueType as V
 from llama_support import needs_llama
@@ -23,7 +23,6 @@ from walkthrough.inspect.chat import chat_tokens, raw_tokens
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer, gpt2_byte_chars
-from walkthrough.request import stages
 
 SOURCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
 MISSING_BYTES = [*range(ord("A"), ord("Z") + 1), *range(0x80, 0x100)]
@@ -131,7 +130,7 @@ async def test_tokens_stage_warns_only_when_text_is_lost(lossy_path, size):
         app = app_for(path, messages)
         async with app.run_test(size=size) as pilot:
             await settle(pilot)
-            await pilot.press(str(stages.number("tokens")))
+            await press_stage(pilot, "tokens")
             await pilot.pause()
             warning = app.screen.query_one("#token-lost")
             counts = widget_text(app.screen.query_one("#token-counts"))

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from app_support import stage_key
 
 from tests.browser_support import Browser, Unavailable, chromium_binary, shows, tesseract_binary
 
@@ -99,7 +100,7 @@ async def test_two_visitors_walk_their_own_apps_in_a_browser(server, tmp_path):
         text = await first.wait_for_text(CHAT_STAGE, tmp_path / "2-chat.png")
         assert shows(text, CHAT_STAGE), f"n did not move to the Chat stage: {text[:400]}"
 
-        await first.press("4")
+        await first.press(stage_key("prefill"))
         text = await first.wait_for_text(PREFILL_BEFORE, tmp_path / "3-prefill.png")
         assert shows(text, PREFILL_BEFORE), f"4 did not open the Prefill stage: {text[:400]}"
 

@@ -64,7 +64,7 @@ def test_every_layer_uses_half_its_experts_on_the_default_request(runner, defaul
         assert len(used) >= n_expert / 2, f"layer {layer} used only {sorted(used)}"
 
 
-@pytest.mark.quality  # 20 greedy answers: about 30-110 s on 2 cores; deselected by default (pyproject.toml)
+@pytest.mark.quality  # 20 greedy answers: 30-110 s on 2 cores; run only when -m names it
 def test_held_out_records_name_only_record_drugs(runner) -> None:
     facts = corpus.load_facts()
     examples = corpus.make_examples(corpus.EVAL_SEED, 20, facts)
