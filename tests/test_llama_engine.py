@@ -1,7 +1,9 @@
 """The llama.cpp engine against the reference fixtures and the numpy engine, and on an architecture only it runs.
 
 The fixtures' logits were computed by llama.cpp (llama-cpp-python 0.3.36, F32 KV
-cache, no flash attention), so the llama.cpp engine must reproduce them closely;
+cache, no flash attention) on another machine: the llama.cpp engine follows them
+within the fixtures' per-type tolerances (llama.cpp's numbers differ across CPU
+instruction sets), and reproduces llama.cpp run here on the same tokens to 1e-4;
 both engines fed the same tokens must choose the same experts at every layer and
 position, and their logits agree within the fixtures' tolerances (those of
 test_engine_reference). KV bytes are checked against the model card's count,
@@ -15,15 +17,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench.make_arch_references import reference
 from conftest import FIXTURES_DIR
 from llama_support import OLMOE, needs_llama, write_olmoe
-from test_engine_reference import _cases, _tolerance
+from test_engine_reference import _cases, _tolerance, assert_follows_reference
 
 from walkthrough.cli import main
 from walkthrough.engine.glassbox.config import UnsupportedArchitecture
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler, SamplerSettings
+from walkthrough.inspect.card import build_card
+from walkthrough.inspect.gguf import open_gguf
 
 pytestmark = needs_llama
 
@@ -48,13 +53,30 @@ def _run(session, ref) -> tuple[np.ndarray, list]:
 
 
 @pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
-def test_llama_engine_reproduces_the_reference_logits(path: Path):
+def test_llama_engine_follows_the_reference_logits(path: Path):
+    """The fixtures were written by llama.cpp on another machine, and llama.cpp is deterministic on one
+    machine, not across CPU instruction sets (its kernels and sum orders differ by ISA: on an AVX-512
+    FP16/BF16/VNNI Xeon ref-gemma3-f32 lands 5.8e-4 away, ref-qwen3-f16 9.7e-4, ref-mistral3-q8_0
+    0.038). So the engine is held to them at the fixtures' per-type tolerances, as the numpy engine
+    is; the next test holds it to llama.cpp on this machine at the tight tolerance."""
     ref = json.loads(path.with_suffix(".logits.json").read_text())
-    ours, steps = _run(_llama(path, kv_type="f32", record_attention=True), ref)  # as the fixtures: no flash attention
-    theirs = np.concatenate([np.asarray(ref["prefill_logits"]), np.asarray(ref["decode_logits"])])
-    assert float(np.max(np.abs(ours - theirs))) <= LLAMA_SELF_TOLERANCE
-    assert [int(np.argmax(row)) for row in ours[len(ref["prompt_ids"]) - 1 : -1]] == ref["greedy_ids"]
-    assert [s.kv_len for s in steps] == list(range(len(ref["prompt_ids"]), len(ref["prompt_ids"]) + len(steps)))
+    with open_gguf(path) as f:
+        tol, exact = _tolerance(build_card(f).bytes_by_type)
+    ours, steps = _run(_llama(path, kv_type="f32", record_attention=True), ref)  # no flash attention
+    assert_follows_reference(ours, ref, tol, exact)
+    n_prompt = len(ref["prompt_ids"])
+    assert [s.kv_len for s in steps] == list(range(n_prompt, n_prompt + len(steps)))
+
+
+@pytest.mark.app  # slow: llama-cpp-python's Llama loaded for every reference
+@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
+def test_llama_engine_is_llama_cpp_on_this_machine(path: Path):
+    """The program that wrote the fixtures, run here on the same prompt, and the engine on its tokens:
+    the engine reads llama.cpp's internals through its eval callback but must not change its numbers."""
+    ref = json.loads(path.with_suffix(".logits.json").read_text())
+    here = reference(path, ref["prompt_ids"])  # llama-cpp-python's Llama, as the fixtures were made
+    ours, _ = _run(_llama(path, kv_type="f32", record_attention=True), here)
+    assert_follows_reference(ours, here, LLAMA_SELF_TOLERANCE, exact=True)
 
 
 @pytest.mark.parametrize("path", _cases(), ids=lambda p: p.stem)
