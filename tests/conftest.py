@@ -1,13 +1,15 @@
 """Shared pytest set-up: where the project's shared reference files live, and which suites are slow.
 
-The `app` marker tags the slow suites: every `test_app_*.py` file (Pilot runs of the app), the
-stress suites in `APP_SUITES` (hostile files through the app and in fresh processes, key storms, a
-real terminal, a browser, a real trained model), and single Pilot tests elsewhere (marked where they
-are). So
+The `app` marker tags the slow suites: every `test_app_*.py` file and every async test (Pilot runs
+of the app, served apps), the stress suites in `APP_SUITES` (hostile files through the app and in
+fresh processes, key storms, a real terminal, a browser, a real trained model), and single slow
+tests elsewhere, marked where they are (fresh processes, whole commands, sweeps over every
+fixture). So
 `python -m pytest -q -m "not app"` runs the fast core. The `quality` runs of the tiny model are left
 out unless `-m` names them, whatever else `-m` selects (`-m quality` runs them).
 """
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,8 @@ def fixtures_dir() -> Path:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         name = item.path.name
-        if name.startswith("test_app_") or name in APP_SUITES:
+        pilot = inspect.iscoroutinefunction(getattr(item, "obj", None))  # async: Pilot runs, servers
+        if name.startswith("test_app_") or name in APP_SUITES or pilot:
             item.add_marker(pytest.mark.app)
     if "quality" not in (config.option.markexpr or ""):
         quality = [item for item in items if item.get_closest_marker("quality")]

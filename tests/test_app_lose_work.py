@@ -11,12 +11,11 @@ the model's context is a message on the Chat stage, not a run. Pilot tests at
 
 from __future__ import annotations
 
-from app_support import app_for, copy_gguf, settle, widget_text
+from app_support import app_for, copy_gguf, settle, stage_key, widget_text
 from conftest import FIXTURES_DIR
 from textual.widgets import Input, Label, OptionList
 
 from walkthrough.inspect.template_roles import COMMON_ROLES, known_roles
-from walkthrough.request import stages
 from walkthrough.screens.confirm import ConfirmDiscard
 from walkthrough.screens.editor import MessageEditor
 
@@ -27,7 +26,7 @@ MESSAGES = [
 ]
 SIZE = (80, 24)
 CHAT, DECODE, SPECULATE = (
-    str(stages.number(stage)) for stage in ("template", "decode", "speculate")
+    stage_key(stage) for stage in ("template", "decode", "speculate")
 )
 
 

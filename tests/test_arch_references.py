@@ -104,7 +104,6 @@ def test_estimate_counts_the_window(arch: str, capsys, tmp_path, monkeypatch):
         assert row["bytes_per_token"] == card.bytes_per_token + card.kv_bytes(125) + 2 * (card.state_bytes or 0)
 
 
-@pytest.mark.app
 async def test_the_stages_run_on_gpt_oss(tmp_path):
     app = app_for(ARCH / "ref-gpt-oss-mxfp4.gguf", [{"role": "user", "content": "Is there an interaction?"}],
                   autoplay=True, exit_at_end=True, screenshots=tmp_path, pace=0.2)

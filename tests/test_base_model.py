@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from app_support import SIZES, app_for, settle, widget_text
+from app_support import SIZES, app_for, press_stage, settle, widget_text
 from conftest import FIXTURES_DIR
 from gguf.constants import GGUFValueType as V
 from gguf_builder import rewrite_gguf
@@ -169,7 +169,7 @@ async def test_the_app_opens_a_base_model_in_plain_text_and_t_tries_the_builtins
         tok = state.tokenizer
         plain = completion_tokens(tok, messages).ids
         assert state.plain and state.prompt_ids == plain and "template" not in state.unavailable
-        await pilot.press("2", "v")
+        await press_stage(pilot, "template", "v")
         await settle(pilot)
         source = widget_text(app.screen.query_one("#template-source", Static))
         assert "The file has no chat template" in source and "gemma first: the file's name says gemma" in source
@@ -193,7 +193,7 @@ async def test_r_switches_a_chat_model_to_plain_text_and_back(size):
         await settle(pilot)
         state = app.state
         chat = list(state.prompt_ids)
-        await pilot.press("2", "r")
+        await press_stage(pilot, "template", "r")
         await settle(pilot)
         assert state.plain and state.prompt_ids == completion_tokens(state.tokenizer, messages).ids != chat
         await pilot.press("r")

@@ -189,6 +189,7 @@ def test_malformed_messages_are_one_line(command, kind, tmp_path, capsys):
     assert_one_line_error(code, out, err, needle)
 
 
+@pytest.mark.app  # slow: a fresh process per command
 def test_the_console_script_prints_one_line_not_a_traceback(tmp_path):
     """`python -m walkthrough`, as a user runs it, on a file that is not a model."""
     model, needle = bad_model("text file", tmp_path)
@@ -206,6 +207,7 @@ def test_the_console_script_prints_one_line_not_a_traceback(tmp_path):
         assert done.stderr.count("\n") == 1 and needle in done.stderr
 
 
+@pytest.mark.app  # slow: a fresh process and a pipe
 def test_a_reader_that_leaves_early_stops_the_output_quietly(tmp_path):
     """`walkthrough tokenize --batch F | head -1`: no error message, no traceback."""
     batch = tmp_path / "texts.jsonl"

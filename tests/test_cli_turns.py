@@ -90,6 +90,7 @@ def test_the_four_calls_say_what_each_reused_and_why(capsys, four_calls_model):
     assert summary["computed"] == sum(t["cost"]["computed"] for t in turns)
 
 
+@pytest.mark.app  # slow: times a cold start in a fresh process
 def test_measure_adds_without_reuse_and_cold_and_warm_starts(capsys, four_calls_model):
     records = _records(capsys, four_calls_model, "--prompt", "abc", "--four-calls", "--steps", "2", "--measure")
     turns = [r for r in records if "turn" in r and "phase" not in r]

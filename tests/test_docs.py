@@ -122,6 +122,7 @@ def test_the_docs_show_commands_and_the_list_of_those_not_run_here_is_current():
     assert all(reason.strip() for reason in NOT_RUN_HERE.values())
 
 
+@pytest.mark.app  # slow: whole commands, as the pages show them
 @pytest.mark.parametrize("command", RUN_HERE)
 def test_a_documented_command_runs_and_prints_what_the_page_shows(command, capsys, monkeypatch,
                                                                   fixtures_dir):

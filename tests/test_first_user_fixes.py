@@ -4,7 +4,7 @@ before its fix; screen ones at 80x24 and 120x40, reading widget content."""
 from __future__ import annotations
 
 import pytest
-from app_support import SIZES, app_for, settle, widget_text
+from app_support import SIZES, app_for, press_stage, settle, widget_text
 from conftest import FIXTURES_DIR
 from gguf.constants import GGUFValueType as V
 from gguf_builder import rewrite_gguf
@@ -51,13 +51,13 @@ async def test_a_follow_up_counts_only_the_chunks_it_computes(fixtures_dir, size
         app.restart()
         await settle(pilot)
         first = len(state.prompt_ids)
-        await pilot.press("2")
+        await press_stage(pilot, "template")
         await _run_to_the_end(pilot)
         state.messages = [*state.messages, {"role": "assistant", "content": "Ok."},
                           {"role": "user", "content": "and aspirin?"}]
         app.rebuild_prompt()
         await settle(pilot)
-        await pilot.press("4")
+        await press_stage(pilot, "prefill")
         await settle(pilot)
         before = widget_text(app.screen.query_one("#prefill-figures", Static))
         app.action_step()
@@ -102,7 +102,7 @@ async def test_the_matrix_shows_the_last_query_and_names_heads_as_decode_does(si
             state.messages = [{"role": "user", "content": "What is the dose of warfarin for this patient ?"}]
             app.rebuild_prompt()
             await settle(pilot)
-        await pilot.press("5")
+        await press_stage(pilot, "decode")
         await _run_to_the_end(pilot)
         n_head = state.model.config.n_head
         decode = widget_text(app.screen.query_one("#decode-attention", Static))

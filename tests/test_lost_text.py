@@ -78,6 +78,7 @@ def test_what_is_lost_is_what_llama_cpp_drops(lossy_path, lossy):
         assert sum(b - a for a, b in lost) == _unspellable(text)
 
 
+@pytest.mark.app  # slow: every string of every fixture vocabulary
 def test_fixture_vocabularies_lose_nothing(fixtures_dir):
     for inp in sorted((fixtures_dir / "vocab").glob("*.gguf.inp")):
         with open_gguf(inp.with_suffix("")) as f:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from app_support import app_for, settle
+from app_support import app_for, press_stage, settle
 from conftest import FIXTURES_DIR
 from rich.console import Console
 
@@ -72,7 +72,7 @@ async def test_the_first_pass_says_its_head_s_first_use_however_short():
     app = app_for(LLAMA_Q4)
     async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
         await settle(pilot)
-        await pilot.press("4", "space")
+        await press_stage(pilot, "prefill", "space")
         await settle(pilot)
         first = [m for m in seen if isinstance(m, msg.PassProgress)]
         assert first and first[-1].done == first[-1].total and first[-1].head_bytes > 0

@@ -33,6 +33,7 @@ def test_ligatures_are_turned_off_in_the_pictures_stylesheet():
     assert svg_size(svg)[0] > 0
 
 
+@pytest.mark.app  # slow: a browser and OCR
 def test_a_browser_draws_the_picture_as_the_terminal_showed_it(tmp_path):
     try:
         chromium_binary()

@@ -11,15 +11,12 @@ import threading
 import time
 
 import pytest
-from app_support import app_for, settle
+from app_support import press_stage, reference_app, settle
 
 from walkthrough.engine.glassbox import model as model_module
 from walkthrough.engine.glassbox.session import Cancelled
-from walkthrough.request import stages
 from walkthrough.request.run import RunService
 
-MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
-MODEL = "ref-qwen2moe-f32.gguf"
 LAYER_SECONDS = 0.002  # each layer is made this much longer, so overlapping passes would meet
 
 
@@ -48,15 +45,15 @@ class Overlaps:
 async def test_a_decode_play_and_speculate_rounds_take_turns_on_the_model(fixtures_dir,
                                                                           monkeypatch):
     overlaps = Overlaps(monkeypatch)
-    app = app_for(fixtures_dir / "reference" / MODEL, MESSAGES, max_tokens=40)
+    app = reference_app(max_tokens=40)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
         # play: a pass every tick, whatever the stage
-        await pilot.press(str(stages.number("decode")), "enter")
+        await press_stage(pilot, "decode", "enter")
         await pilot.pause(0.3)
         assert app.playing
-        await pilot.press(str(stages.number("speculate")), "enter")  # and the rounds, played too
+        await press_stage(pilot, "speculate", "enter")  # and the rounds, played too
         passes_then = len(state.steps)
         for _ in range(400):
             await pilot.pause(0.05)

@@ -259,6 +259,7 @@ def test_the_mtp_block_at_the_first_position_is_llama_cpps_graph_written_out(mtp
 
 # ---- the tiny model on the default request -------------------------------------------------------
 
+@pytest.mark.app  # slow: the whole default request, twice
 @pytest.mark.parametrize("settings", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 def test_the_tiny_models_answer_is_the_same_with_prompt_lookup(settings: SamplerSettings):
     from tiny_model_support import ASSETS, Runner

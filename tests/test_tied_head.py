@@ -81,7 +81,6 @@ def test_inspect_prints_the_tied_head_row(tmp_path: Path, tied: bool, capsys) ->
         assert not tied_rows
 
 
-@pytest.mark.app
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_file_stage_shows_the_tied_head_row(tmp_path: Path, size) -> None:
     f, _, _, head_read = model(tmp_path, tied=True)
