@@ -151,7 +151,7 @@ async def test_speculate_offers_only_the_drafters_the_file_has(size):
     app = app_for(REFERENCE, MESSAGES)
     async with app.run_test(size=size) as pilot:
         await settle(pilot)
-        await pilot.press("6")
+        await press_stage(pilot, "speculate")
         await settle(pilot)
         assert app.state.card.n_mtp_layers == 0
         seen = {app.state.speculation.drafter}
