@@ -27,6 +27,7 @@ APP_SUITES = frozenset({
     "test_hostile_app.py", "test_hostile_runs.py", "test_hostile_sizes.py", "test_key_storm.py",
     "test_quit_on_terminal.py", "test_serve_browser.py", "test_template_isolation.py",
     "test_real_weights.py",  # a real 135M model against llama.cpp: minutes of CPU
+    "test_rpc_split.py", "test_rpc_worker.py",  # llama.cpp RPC workers started as processes
 })
 
 
