@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf import GGMLQuantizationType
+
 from walkthrough.costs.budget import compute_buffer_bytes
 from walkthrough.engine.glassbox import ops
 from walkthrough.errors import WalkthroughError
@@ -84,8 +86,8 @@ def default_budget(free: int | None = None) -> int:
 
 
 def dequantized_bytes(f: GGUFFile) -> int:
-    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for the matrices
-    `ops.product_dtype` sends to float64 (judged per expert for stacked expert tensors), plus the block
+    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for F32 matrices and
+    the matrices `ops.product_dtype` sends to float64 (judged per expert for stacked expert tensors), plus the block
     offsets of Q4_1/Q5_1 matrices (`quantdot.block_offsets`, float32, one per 32 weights). A token
     embedding that is not also the output head is read a row at a time and never held."""
     import numpy as np
@@ -97,7 +99,10 @@ def dequantized_bytes(f: GGUFFile) -> int:
         if t.name == "token_embd.weight" and "output.weight" in f.tensors:
             continue
         per = t.n_elements // t.shape[2] if len(t.shape) == 3 else t.n_elements
-        width = np.dtype(ops.product_dtype(per)).itemsize if len(t.shape) >= 2 else 4
+        if len(t.shape) == 2 and t.ggml_type == GGMLQuantizationType.F32:
+            width = 8  # an F32 matrix is multiplied in float64, its sums rounded once (glassbox.meter.product_dtype)
+        else:
+            width = np.dtype(ops.product_dtype(per)).itemsize if len(t.shape) >= 2 else 4
         total += t.n_elements * width
         if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET:
             total += t.n_elements // 32 * 4

@@ -98,11 +98,13 @@ class Meter:
         return self.weights.get(name, self.product_dtype(name))
 
     def product_dtype(self, name: str) -> type:
-        """`ops.product_dtype` of a matrix; an F32 weight always float64, its sums rounded once (ggml sums
+        """`ops.product_dtype` of a matrix; an F32 matrix always float64, its sums rounded once (ggml sums
         them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it
         than a sum rounded once)."""
         info = self.weights.info(name)
-        return np.float64 if info.ggml_type == GGMLQuantizationType.F32 else ops.product_dtype(info.n_elements)
+        if info.ggml_type == GGMLQuantizationType.F32 and len(info.shape) >= 2:
+            return np.float64
+        return ops.product_dtype(info.n_elements)  # a vector (a shared expert's gate) stays as the checks hold it
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
