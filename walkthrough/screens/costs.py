@@ -6,7 +6,8 @@ estimate` prints. `h` cycles the hardware profiles; c/l/o/u double the
 context, prompt, answer and users (shift halves), k cycles the KV cache type,
 r goes back to the request on screen; v shows the curves (engine.curves) as
 plots, m every machine side by side (engine.machines), s sorts them, w
-replays the run's answer at each machine's speed (engine.race). Beside them, what this run
+replays the run's answer at each machine's speed (engine.race), at the rates the
+user types in the race's field (t) and at reading speed (costs.race_rates). Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -23,7 +24,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.request import stages
@@ -60,7 +61,10 @@ first-token plot / decode plot / users plot (the table view lists every
 curve's points as text); m lists every machine side by side for this request, s sorts it
 (decode, first token, bandwidth, memory, name). w races this run's answer:
 each machine writes it token by token at its predicted decode rate after its
-predicted time to first token (and this machine at its measured rate). The request's size is this
+predicted time to first token (and this machine at its measured rate); t types
+your own rates (3 12 60 tokens/s), raced beside a reader's pace: adults read
+about 238 words a minute (Brysbaert 2019), turned into tokens/s with this
+answer's own words per token. The request's size is this
 prompt's token count plus the answer budget. Once the run has picked a token,
 "measured here" puts what this machine did (prefill and decode tokens/s,
 bandwidth achieved, on the engine that ran it) beside the profile's figures.
@@ -73,6 +77,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("m", "machines", "All machines", id="costs.machines"),
         Binding("s", "sort", "Sort", id="costs.sort"),
         Binding("w", "race", "Race", id="costs.race"),
+        Binding("t", "rates", "Your rates", id="costs.rates"),
         Binding("c", "knob('context', 2)", "Context", id="costs.context"),
         Binding("C", "knob('context', 0.5)", "Context / 2", show=False),
         Binding("l", "knob('prompt_tokens', 2)", "Prompt", id="costs.prompt"),
@@ -96,6 +101,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self._race_start = 0.0
         self._race_timer = None
         self._race_lanes: list = []  # engine.race.Lane, fastest first
+        self.race_rates: list[float] = []  # the rates typed in the race's field (t), tokens/s
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
@@ -108,6 +114,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             yield Static(id="costs-machines")
         with VerticalScroll(id="costs-race-box"):
             yield Static(id="costs-race")
+            yield Input(placeholder="your rates in tokens/s, e.g. 3 12 60, then enter (t)", id="costs-rates")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -225,6 +232,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return True if self.view == "machines" else None
         if action == "reset":
             return True if self.size_knobs is not None else None
+        if action == "rates":
+            return True if self.view == "race" else None
         return super().check_action(action, parameters)
 
     def action_next_view(self) -> None:
@@ -249,6 +258,22 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             self._race_timer = self.set_interval(RACE_TICK, self._draw_race)
         self._changed()
 
+    def action_rates(self) -> None:
+        """Type rates to race (the field under the race)."""
+        self.query_one("#costs-rates", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        from walkthrough.costs.race_rates import parse_rates
+
+        try:
+            self.race_rates = parse_rates(event.value)
+        except WalkthroughError as exc:  # what was typed stays in the field, to be corrected
+            self.notify(str(exc), title="Rates", severity="error", markup=False)
+            return
+        self.query_one("#costs-race-box").focus()
+        self._race_start = self.race_clock()  # the race starts again with the new lanes
+        self._draw_race()
+
     def _stop_race(self) -> None:
         if self._race_timer is not None:
             self._race_timer.stop()
@@ -269,7 +294,13 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             box.update(Text(f"race: run the request (stage {stages.number('decode')}) to replay its answer at each machine's speed",
                             style="dim"))
             return
-        box.update(race_lines(self._race_lanes, answer, t, box.size.width or self.size.width))
+        from walkthrough.costs.race_rates import typed_lanes
+        from walkthrough.render.race_view import reading_line
+
+        text = "".join(answer)
+        runners = self._race_lanes + typed_lanes(self.race_rates, text, len(answer))
+        width = box.size.width or self.size.width
+        box.update(Group(race_lines(runners, answer, t, width), reading_line(text, len(answer))))
 
     def action_sort(self) -> None:
         from walkthrough.costs.machines import SORT_KEYS
