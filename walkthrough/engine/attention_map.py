@@ -92,11 +92,15 @@ def _has_rows(step) -> bool:
 
 
 def rows_bytes(config: Config, positions: int) -> int:
-    """Bytes the recorded rows of a run over `positions` tokens take (float32, every attention layer and head).
+    """Bytes the recorded rows of a run over `positions` tokens take (float32, every attention layer and head),
+    with the queries and keys kept beside them.
 
     Each pass keeps [h, n, L] per layer; over a run the rows add up to about h x T^2 per layer (float32),
     so recording is for short requests: 300 tokens x 4 heads x 4 layers is 5.8 MB, 2,000 tokens x 32 heads
     x 32 layers 16 GB.
     """
-    layers = sum(1 for kind in config.mixers if kind != "linear")
-    return layers * config.n_head * positions * positions * 4
+    attention = [i for i, kind in enumerate(config.mixers) if kind != "linear"]
+    rows = len(attention) * config.n_head * positions * positions * 4
+    # with the rows, the numpy engine keeps each position's queries and keys (`engine.query_key`)
+    vectors = sum((config.n_head + config.n_head_kv[i]) * config.head_k(i) for i in attention) * positions * 4
+    return rows + vectors

@@ -47,6 +47,11 @@ class LayerTrace:
     expert_weights: np.ndarray | None = None
     attention: np.ndarray | None = None  # [n_head, kv_len] last token's attention weights (opt-in)
     attention_rows: np.ndarray | None = None  # [n_head, n_tokens, kv_len] every row of the pass (opt-in)
+    # with the rows (numpy engine): the pass's queries as attention multiplied them [n_tokens, n_head, hd],
+    # the keys it wrote, as the cache holds them [n_tokens, n_head_kv, hd], and the factor on q.k
+    queries: np.ndarray | None = None
+    keys: np.ndarray | None = None
+    score_scale: float = 1.0
     activation_bytes: int = 0  # activation arrays the layer produced this pass (`Meter.written`)
     kv_len: int = 0  # positions cached after this pass (attention layers)
     kv_bytes: int = 0  # bytes of this layer's cache after this pass

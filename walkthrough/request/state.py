@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from walkthrough.costs.measured import Measured
     from walkthrough.engine.attention_map import AttentionMap
     from walkthrough.engine.protocol import Engine
+    from walkthrough.engine.query_key import QueryKeys
     from walkthrough.engine.sampler import SampleResult, SamplerSettings
     from walkthrough.engine.serving.coldstart import StartTimes
     from walkthrough.engine.serving.turns import Summary, Turn
@@ -371,6 +372,12 @@ class RequestState:
         from walkthrough.engine.attention_map import AttentionMap
 
         return AttentionMap.from_steps(self.steps, self.model.config)
+
+    def query_keys(self) -> QueryKeys:
+        """The queries and keys the passes run so far recorded, for the dot-product arrows (`engine.query_key`)."""
+        from walkthrough.engine.query_key import QueryKeys
+
+        return QueryKeys.from_steps(self.steps)
 
     def memory_lines(self) -> tuple[str, str | None]:
         """What the chosen engine will hold for this request beside the free memory, and a warning when it

@@ -135,6 +135,9 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
         trace.attention = weights[:, -1, :].copy()  # [h, L] the last token's row
     if p.attention_rows:
         trace.attention_rows = weights.copy()  # [h, n, L] every query of the pass over every cached key
+        trace.queries = ops.round_activations(q, fmt).astype(np.float32)  # [n, h, hd] as the products saw them
+        trace.keys = keys[start:].copy()  # [n, h_kv, hd] as the cache stores them
+        trace.score_scale = 1.0 if c.spec.scale_q else c.attention_scale(layer)
     return out
 
 
