@@ -64,10 +64,9 @@ def test_the_pair_and_its_plane():
     assert pair.kv_head == head // (model.config.n_head // model.config.n_head_kv[layer])
     assert pair.scale == pytest.approx(1 / np.sqrt(hd), rel=1e-6)
     assert pair.score == pytest.approx(pair.dot * pair.scale, rel=1e-5)
-    # The plane: the keys' two largest principal directions, orthonormal, holding at most all the variance.
+    # The plane: the keys' two largest principal directions (not centred), holding at most all their length.
     keys = qk.keys[layer][:, pair.kv_head].astype(np.float64)
-    centred = keys - keys.mean(axis=0)
-    values = np.sort(np.linalg.eigvalsh(centred.T @ centred))[::-1]
+    values = np.sort(np.linalg.eigvalsh(keys.T @ keys))[::-1]
     assert pair.plane_share == pytest.approx(values[:2].sum() / values.sum(), rel=1e-6)
     assert 0 < pair.plane_share <= 1
     # Coordinates are projections: each no longer than the vector itself.

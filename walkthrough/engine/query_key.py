@@ -10,7 +10,8 @@ gives:
 - the score the run's softmax saw: q.k x scale (scale = 1/sqrt(hd) for most models),
   the product in float64 rounded to float32 as `ops.attention` does;
 - a plane: the first two principal directions of the head's keys over every recorded
-  position (SVD of the keys minus their mean), the share of the keys' variance it holds,
+  position (SVD of the keys, not centred: the best plane for the keys in least squares,
+  which keeps their common offset), the share of the keys' squared length it holds,
   q and k projected on it (coordinates u1.x, u2.x), and the score those two coordinates alone
   give, (q1 k1 + q2 k2) x scale: a projection, which can differ from the real score
   in size and even in sign, since a head of 64 dimensions keeps most of its dot product
@@ -46,7 +47,7 @@ class DotPair:
     score: float  # q.k x scale, the run's
     q2: tuple[float, float]  # q on (u1, u2)
     k2: tuple[float, float]
-    plane_share: float  # share of the keys' variance along u1 and u2 (0..1)
+    plane_share: float  # share of the keys' squared length along u1 and u2 (0..1)
     n_keys: int  # positions the directions come from
 
     @property
@@ -120,8 +121,8 @@ class QueryKeys:
         if self.length < MIN_KEYS:
             raise ValueError(f"{self.length} positions: two directions need at least {MIN_KEYS} keys")
         q, k = self._vectors(layer, head)
-        centred = k.astype(np.float64) - k.mean(axis=0, dtype=np.float64)  # [T, hd]
-        _, sigma, vt = np.linalg.svd(centred, full_matrices=False)  # vt [min(T, hd), hd]
+        # Not centred: the keys' common offset is often most of q.k, and a plane without it would hide it.
+        _, sigma, vt = np.linalg.svd(k.astype(np.float64), full_matrices=False)  # vt [min(T, hd), hd]
         variance = float(np.sum(sigma**2))
         u = vt[:2]  # [2, hd] the first two principal directions
         for i in range(2):  # a direction's sign is arbitrary: point it where the keys' mean lies

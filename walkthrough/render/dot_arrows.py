@@ -88,7 +88,7 @@ def pair_lines(pair: DotPair, weight: float | None) -> Text:
     out.append(f"; weight {weight:.1%} after the softmax)" if weight is not None else ")")
     out.append("\nprojected ", style="bold")
     out.append(f"(q1 k1 + q2 k2) {_scale_text(pair)} = {pair.projected_score:.4g}: the plane alone, an "
-               f"approximation (it holds {pair.plane_share:.0%} of the {pair.n_keys} keys' spread)")
+               f"approximation (it holds {pair.plane_share:.0%} of the {pair.n_keys} keys' squared length)")
     out.append(f"\nin {hd} dimensions: angle {pair.angle:.0f}°, |q| {math.sqrt(float(pair.query @ pair.query)):.3g}, "
                f"|k| {math.sqrt(float(pair.key_vector @ pair.key_vector)):.3g}; q = ({pair.q2[0]:.3g}, "
                f"{pair.q2[1]:.3g}), k = ({pair.k2[0]:.3g}, {pair.k2[1]:.3g}) on (u1, u2)", style="dim")
