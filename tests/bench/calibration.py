@@ -5,8 +5,11 @@ is fitted on the other machines' runs, and the left-out machine's runs are predi
 (leave-one-machine-out). Prints the median and 90th percentile of |predicted /
 measured - 1| for decode (tokens/s of tg runs), prefill (tokens/s of pp runs) and
 time to first token (seconds of pp runs of 1,024 tokens or more), per family and
-over all; then the source article's laptop figures (issue 27), held out the same way,
-and last with the laptop's own runs in the fit, as `estimate` predicts for its profile.
+over all; the ten runs predicted worst; the same figures with the decode model's first
+four terms only (weights, per layer, per expert call, KV bytes: the model before the
+attention-compute and linear-attention terms), fitted in the same run; then the source
+article's laptop figures (issue 27), held out the same way, and last with the laptop's
+own runs in the fit, as `estimate` predicts for its profile.
 
     python tests/bench/calibration.py
 Goals (issue 27): decode median <= 15%, p90 <= 35%; prefill median <= 25%; laptop within 25%.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from walkthrough.costs.corpus import bundled
+from walkthrough.costs.corpus import Run, bundled
 from walkthrough.costs.timing import (
     DECODE_TERMS,
     PREFILL_TERMS,
@@ -33,6 +36,36 @@ def _stats(errors: list[float]) -> str:
         return "   (no runs)"
     e = np.abs(errors) * 100
     return f"median {np.median(e):5.1f}%  p90 {np.percentile(e, 90):5.1f}%  ({len(e)} runs)"
+
+
+def _errors(fits: dict) -> dict[str, list[tuple[float, Run]]]:
+    """Leave-one-machine-out errors by phase, each with its run."""
+    out: dict[str, list[tuple[float, Run]]] = {"decode": [], "prefill": [], "ttft": []}
+    for fit in fits.values():
+        for pairs in fit.held_out.values():
+            for run, rate in pairs:
+                out["decode" if run.test == "tg" else "prefill"].append((rate / run.tokens_per_s - 1, run))
+                if run.test == "pp" and run.n >= 1024:
+                    out["ttft"].append(((run.n / rate) / run.seconds - 1, run))
+    return out
+
+
+def worst(fits: dict, k: int = 10) -> None:
+    """The k runs whose held-out prediction missed most, decode and prefill."""
+    errs = _errors(fits)
+    for phase in ("decode", "prefill"):
+        print(f"\nworst {k} {phase} runs, held out (predicted / measured - 1):")
+        for e, r in sorted(errs[phase], key=lambda x: -abs(x[0]))[:k]:
+            what = f"{r.model.id} {r.quant} {r.test} {r.n}" + (f" @ {r.depth}" if r.depth else "")
+            print(f"  {e:+5.0%}  {r.machine.id:20s} {r.backend:11s} {what:38s} {r.tokens_per_s:8.1f} tokens/s")
+
+
+def before_after() -> None:
+    """Decode with the first four terms only against all of them, both fitted here, held out alike."""
+    print("\ndecode, held out: the four-term model against the full one (fitted in this run)")
+    for name, terms in (("four terms (before)", DECODE_TERMS[:4]), ("all terms (now)", DECODE_TERMS)):
+        errs = [e for e, _ in _errors(calibrate(bundled(), terms))["decode"]]
+        print(f"  {name:20s} {_stats(errs)}")
 
 
 def main() -> None:
@@ -95,4 +128,6 @@ def in_sample(fits: dict, machine: str = "laptop-860m") -> None:
 
 if __name__ == "__main__":
     main()
+    worst(calibrate())
+    before_after()
     in_sample(calibrate())

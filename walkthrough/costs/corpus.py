@@ -86,6 +86,7 @@ class Model:
     expert_calls: int  # routed (+ shared) expert matmuls per token, all layers
     experts: int  # experts (+ shared) of all layers: the expert matmuls a prompt micro-batch may run
     source: str
+    recurrent_layers: int = 0  # linear-attention (Gated DeltaNet) layers: a fixed state, no KV cache
 
     def touched_params(self) -> float:
         """Parameters one decoded token reads: active ones, less the embedding table unless tied."""
@@ -164,11 +165,13 @@ def _machine(entry: dict, where: str) -> Machine:
 def _model(entry: dict, where: str) -> Model:
     where = f"{where} ({entry.get('id', '?')})"
     ints = {}
-    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls", "experts"):
+    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls", "experts", "recurrent_layers"):
         value = entry.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise CorpusError(f"{where}: '{name}' must be a whole number >= 0; fix the file")
         ints[name] = value
+    if ints["kv_layers"] + ints["recurrent_layers"] > ints["layers"]:
+        raise CorpusError(f"{where}: 'kv_layers' + 'recurrent_layers' exceed 'layers'; fix the file")
     if not entry.get("source"):
         raise CorpusError(f"{where}: 'source' is missing; every model shape needs its source")
     params = _number(entry.get("params"), where, "params")

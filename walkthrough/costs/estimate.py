@@ -69,7 +69,8 @@ def fitted_formula(phase: str, moe: bool) -> str:
     """The fitted model's terms in words (expert terms only for a mixture-of-experts model)."""
     if phase == "decode":
         fixed = "per-layer and per-expert-call costs" if moe else "per-layer costs"
-        return f"{FITTED}weights / (eff x bw) + {fixed} + KV cache at context / bw"
+        return (f"{FITTED}weights / (eff x bw) + {fixed} + KV cache at context / bw + attention at context "
+                "and linear-attention layers / compute")
     fixed = "layer, expert and weight-read costs" if moe else "layer and weight-read costs"
     return f"{FITTED}matmul and attention FLOPs / (eff x compute) + per-micro-batch {fixed}"
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
@@ -160,6 +161,7 @@ def card_shape(card: ModelCard, cache_type: str = "f16") -> timing.Shape:
         attn_flops_per_pair=_attention_flops(card, 1),
         params_active=card.n_params_active,
         float_weights=float_bytes > sum(card.bytes_by_type.values()) / 2,
+        recurrent_layers=len(card.linear_layers),
     )
 
 

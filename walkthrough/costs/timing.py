@@ -5,6 +5,11 @@ Decode, one token at `context` cached positions (a per-token sum):
       + a_l x layers                            (fixed cost per layer: launching its kernels)
       + a_e x expert calls                      (fixed cost per routed or shared expert matmul)
       + a_kv x KV bytes at context / bandwidth  (attention reading the cache, growing with depth)
+      + a_qk x attention FLOPs at context / compute   (one query against every cached position: a
+                                                matrix-vector product far below peak compute)
+      + a_r x linear-attention layers / compute (a Gated DeltaNet layer runs dozens of small ops on
+                                                its fixed state per token; their work, not their
+                                                bytes, sets the time, so a smaller GPU takes longer)
 Prefill, n prompt tokens after `depth` cached ones, in micro-batches of `ubatch`:
     T = a_q x 2 x active params x n / compute   (matmuls on quantized weights)
       + a_f x the same                          (matmuls on 16/32-bit float weights)
@@ -12,6 +17,8 @@ Prefill, n prompt tokens after `depth` cached ones, in micro-batches of `ubatch`
       + a_c x chunks x layers                   (fixed cost per layer per micro-batch)
       + a_r x chunks x bytes a chunk reads / bandwidth   (the weights read once per micro-batch)
       + a_x x chunks x experts                  (fixed cost per expert matmul per micro-batch)
+A machine without a sourced compute figure has no prefill prediction, and its decode
+drops the two compute terms (so it reads as faster than it may be).
 
 The coefficients are fitted per backend family (CUDA, Metal, ROCm/Vulkan, CPU) by
 non-negative least squares on relative error: each measured run gives one equation
@@ -24,7 +31,8 @@ corpus less one machine at a time, predicting the machine left out
 (leave-one-machine-out): the band is the 80th percentile of those errors. A machine
 with at least two runs of a phase also gets its own factor on top of its family's fit
 (the geometric mean of measured / predicted over its runs), used when an estimate is
-for that very machine.
+for that very machine. `fit_family(..., terms=...)` fits with only some decode
+terms (the others held at 0), so the calibration bench can show what a term buys.
 
 Example: a 4.6 GB token on a 1008 GB/s GPU with a_w = 1.25 and 32 layers at
 a_l = 20 us: 4.6e9 / 1008e9 x 1.25 + 32 x 20e-6 = 5.70 ms + 0.64 ms -> 158 tokens/s.
@@ -48,7 +56,8 @@ FLOAT_QUANTS = ("F16", "BF16", "F32")
 BAND_PERCENTILE = 80
 MIN_RUNS = 8  # fewer measured runs of a family (or fewer than MIN_MACHINES machines): no band
 MIN_MACHINES = 3
-DECODE_TERMS = ("weights / bandwidth", "per layer", "per expert call", "KV cache / bandwidth")
+DECODE_TERMS = ("weights / bandwidth", "per layer", "per expert call", "KV cache / bandwidth",
+                "attention FLOPs at context / compute", "per linear-attention layer / compute")
 PREFILL_TERMS = ("quantized matmul FLOPs / compute", "float matmul FLOPs / compute", "attention FLOPs / compute",
                  "per layer per micro-batch", "weights per micro-batch / bandwidth", "per expert per micro-batch")
 
@@ -66,6 +75,7 @@ class Shape:
     attn_flops_per_pair: float  # FLOPs of one query against one cached position, all KV layers
     params_active: float
     float_weights: bool  # 16/32-bit weights (matmuls not on quantized blocks)
+    recurrent_layers: int = 0  # linear-attention layers (a fixed state instead of a KV cache)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ def run_shape(run: Run) -> Shape:
         attn_flops_per_pair=4 * m.attn_dim * m.kv_layers,
         params_active=m.params_active,
         float_weights=run.quant.upper() in FLOAT_QUANTS,
+        recurrent_layers=m.recurrent_layers,
     )
 
 
@@ -94,9 +105,11 @@ def run_hardware(run: Run) -> Hardware:
 
 
 def decode_terms(s: Shape, hw: Hardware, context: float) -> np.ndarray:
-    """The four decode terms before their coefficients. [4]"""
+    """The six decode terms before their coefficients (the compute ones 0 without a compute figure). [6]"""
+    per_flop = 0.0 if hw.compute is None else 1 / hw.compute
     return np.array([s.weight_bytes / hw.bandwidth, s.layers, s.expert_calls,
-                     s.kv_bytes_per_position * context / hw.bandwidth])
+                     s.kv_bytes_per_position * context / hw.bandwidth,
+                     s.attn_flops_per_pair * context * per_flop, s.recurrent_layers * per_flop])
 
 
 def prefill_terms(s: Shape, hw: Hardware, n: int, depth: int, ubatch: int) -> np.ndarray:
@@ -112,8 +125,13 @@ def prefill_terms(s: Shape, hw: Hardware, n: int, depth: int, ubatch: int) -> np
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """min |a x - b| with x >= 0, exactly: the best of the unconstrained solutions on every subset of
-    columns that come out non-negative (fine for a handful of columns). [rows, k], [rows] -> [k]"""
+    columns that come out non-negative (fine for a handful of columns). Columns are scaled to unit
+    length first: the terms differ by 15 orders of magnitude (layers against layers / FLOP/s), and
+    least squares would take the small ones for rounding noise. [rows, k], [rows] -> [k]"""
     k = a.shape[1]
+    norms = np.linalg.norm(a, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    a = a / scale
     best, best_res = np.zeros(k), float(b @ b)
     for size in range(1, k + 1):
         for cols in itertools.combinations(range(k), size):
@@ -124,19 +142,23 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 if res < best_res:
                     best_res, best = res, np.zeros(k)
                     best[list(cols)] = x
-    return best
+    return best / scale
 
 
-def _fit(rows: Sequence[tuple[np.ndarray, float, str]], k: int) -> np.ndarray:
-    """Coefficients from (terms, measured seconds, machine) rows: relative error, machines weighed alike."""
+def _fit(rows: Sequence[tuple[np.ndarray, float, str]], k: int, use: Sequence[int] | None = None) -> np.ndarray:
+    """Coefficients from (terms, measured seconds, machine) rows: relative error, machines weighed alike;
+    only the terms `use` lists (all if None), the others held at 0."""
+    coef = np.zeros(k)
     if not rows:
-        return np.zeros(k)
+        return coef
+    cols = list(range(k)) if use is None else list(use)
     per_machine: dict[str, int] = defaultdict(int)
     for _, _, machine in rows:
         per_machine[machine] += 1
     w = np.array([1 / math.sqrt(per_machine[m]) for _, _, m in rows])
-    a = np.array([terms / t for terms, t, _ in rows]) * w[:, None]
-    return nnls(a, w)
+    a = np.array([terms[cols] / t for terms, t, _ in rows]) * w[:, None]
+    coef[cols] = nnls(a, w)
+    return coef
 
 
 @dataclass(frozen=True)
@@ -176,9 +198,10 @@ def _prefill_row(run: Run) -> tuple[np.ndarray, float, str]:
 
 
 def _phase(runs: list[Run], row: Callable[[Run], tuple[np.ndarray, float, str]], k: int,
-           held_out: dict[str, list[tuple[Run, float]]], per_token: bool) -> Phase:
+           held_out: dict[str, list[tuple[Run, float]]], per_token: bool,
+           use: Sequence[int] | None = None) -> Phase:
     rows = [row(r) for r in runs]
-    coef = _fit(rows, k)
+    coef = _fit(rows, k, use)
     ratios: dict[str, list[float]] = defaultdict(list)
     for (x, t, m) in rows:
         predicted = float(x @ coef)
@@ -189,7 +212,7 @@ def _phase(runs: list[Run], row: Callable[[Run], tuple[np.ndarray, float, str]],
     machines = sorted({r.machine.id for r in runs})
     for m in machines:
         rest = [x for x, r in zip(rows, runs) if r.machine.id != m]
-        c = _fit(rest, k)
+        c = _fit(rest, k, use)
         for x, r in zip(rows, runs):
             if r.machine.id != m:
                 continue
@@ -200,20 +223,24 @@ def _phase(runs: list[Run], row: Callable[[Run], tuple[np.ndarray, float, str]],
     return Phase(tuple(float(v) for v in coef), len(runs), len(machines), tuple(errors), factors)
 
 
-def fit_family(corpus: Corpus, family: str) -> FamilyFit:
+def fit_family(corpus: Corpus, family: str, terms: Sequence[str] = DECODE_TERMS) -> FamilyFit:
+    """One family's fit, with leave-one-machine-out errors; decode with only the terms named (of
+    DECODE_TERMS; the rest held at 0)."""
     runs = corpus.family_runs(family)
     held: dict[str, list[tuple[Run, float]]] = {}
-    dec = _phase([r for r in runs if r.test == "tg"], _decode_row, len(DECODE_TERMS), held, True)
+    use = [DECODE_TERMS.index(t) for t in terms]
+    dec = _phase([r for r in runs if r.test == "tg"], _decode_row, len(DECODE_TERMS), held, True, use)
     pre = _phase([r for r in runs if r.test == "pp" and r.machine.compute is not None], _prefill_row,
                  len(PREFILL_TERMS), held, False)
     return FamilyFit(family, dec, pre, held)
 
 
-def calibrate(corpus: Corpus | None = None) -> dict[str, FamilyFit]:
-    """Every family's fit on the bundled corpus (or the one given), with leave-one-machine-out errors."""
-    if corpus is None:
+def calibrate(corpus: Corpus | None = None, terms: Sequence[str] = DECODE_TERMS) -> dict[str, FamilyFit]:
+    """Every family's fit on the bundled corpus (or the one given), with leave-one-machine-out errors;
+    decode with only the terms named."""
+    if corpus is None and tuple(terms) == DECODE_TERMS:
         return _bundled_fits()
-    return {f: fit_family(corpus, f) for f in FAMILIES}
+    return {f: fit_family(corpus or bundled(), f, terms) for f in FAMILIES}
 
 
 @lru_cache(maxsize=1)
