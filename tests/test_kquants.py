@@ -14,6 +14,8 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
+from walkthrough.engine.glassbox.dequant_k import K_FAST
+from walkthrough.engine.glassbox.weights import dequantize_rows
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.kquants import WRITERS
 from walkthrough.inspect.requant import round_block, writable_types
@@ -75,3 +77,24 @@ def test_block_view_rounds_to_the_k_quants():
         expected = quants.dequantize(np.frombuffer(_ggml_quantize(qtype, x), np.uint8), qtype).reshape(-1)
         np.testing.assert_array_equal(rounds[qtype].values, expected)
     assert rounds[Q.Q8_0].rms < rounds[Q.Q6_K].rms < rounds[Q.Q4_K].rms
+
+
+@pytest.mark.parametrize("qtype", list(K_FAST), ids=lambda t: t.name)
+def test_engine_decodes_llama_cpps_blocks_as_gguf_quants(qtype):
+    """The engine's k-quant dequantizer (engine/glassbox/dequant_k.py) on blocks ggml_quantize_chunk wrote from
+    real rows and from random rows with zero, quiet and outlier sub-blocks: gguf.quants' float32 values, bit for
+    bit (random bytes, NaN scales included, are in test_memory_budget)."""
+    paths = [TINY] + [Path(p) for p in [os.environ.get("SMOLLM2_GGUF", "")] if p and Path(p).exists()]
+    rows = [_random_row()]
+    for path in paths:
+        with open_gguf(path) as f:
+            largest = max(f.tensors, key=lambda n: f.tensors[n].n_elements)
+            for name in ("blk.0.attn_q.weight", largest):
+                t = f.tensors[name]
+                values = np.array(quants.dequantize(np.array(f.tensor_bytes(name)), t.ggml_type)).reshape(-1)
+                rows.append(values[: values.size // 256 * 256].astype(np.float32))
+    for x in rows:
+        raw = np.frombuffer(_ggml_quantize(qtype, x), np.uint8)
+        expected = np.asarray(quants.dequantize(raw, qtype), np.float32).reshape(-1)
+        got = dequantize_rows(raw.copy(), qtype, 256, "t").reshape(-1)
+        assert got.view(np.uint32).tolist() == expected.view(np.uint32).tolist()

@@ -23,6 +23,7 @@ from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
+from walkthrough.inspect.kquants import WRITERS
 
 LLAMA_Q4 = FIXTURES_DIR / "reference" / "ref-llama-q4_0.gguf"
 QWEN2MOE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
@@ -31,12 +32,14 @@ PROMPT = list(range(3, 40))
 
 @pytest.mark.parametrize("qtype", list(FAST), ids=lambda t: t.name)
 def test_fast_decoders_give_gguf_quants_values_bit_for_bit(qtype):
-    """Random bytes (NaN, infinite and subnormal scales included) and real quantized rows."""
+    """Random bytes (NaN, infinite and subnormal scales included) and quantized rows (the k-quants as
+    llama.cpp writes them: inspect/kquants.py, byte-equal to ggml_quantize_chunk by test_kquants)."""
     rng = np.random.default_rng(1)
     size = FAST[qtype][0]
-    raws = [rng.integers(0, 256, size * 4096, dtype=np.uint8),
-            np.ascontiguousarray(quants.quantize(rng.normal(0, 1, (64, 256)).astype(np.float32), qtype))
-            .view(np.uint8).ravel()]
+    rows = rng.normal(0, 1, (64, 256)).astype(np.float32)
+    written = (np.frombuffer(WRITERS[qtype](rows), np.uint8) if qtype in WRITERS
+               else np.ascontiguousarray(quants.quantize(rows, qtype)).view(np.uint8).ravel())
+    raws = [rng.integers(0, 256, size * 4096, dtype=np.uint8), written]
     for raw in raws:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN and infinite scales are part of the test
             expected = quants.dequantize(raw.reshape(-1, size), qtype).astype(np.float32).reshape(-1)

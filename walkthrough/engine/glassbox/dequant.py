@@ -6,7 +6,8 @@ runs at. `gguf.quants` decodes any type, at about 26 million values a second for
 Q4_1 on this project's machine; these do the same arithmetic, in the same order
 (so the same float32 values, bit for bit: tests/test_engine_weights.py), about
 2.5 times as fast, by writing the nibbles straight into the float32 output and
-scaling it in place. Every other type goes to `gguf.quants`.
+scaling it in place. The k-quants are decoded the same way in `dequant_k`; every
+other type goes to `gguf.quants`.
 
 Blocks (ggml's block_q4_0, block_q4_1, block_q8_0): 32 values each, after an F16
 scale d (and, for Q4_1, an F16 minimum m); 4-bit codes hold values 0-15 in the
@@ -20,6 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.engine.glassbox.dequant_k import K_FAST
 
 BLOCK = 32  # values per block of these three types
 
@@ -65,6 +68,7 @@ FAST: dict[Q, tuple[int, Callable[[np.ndarray], np.ndarray]]] = {  # type -> (by
     Q.Q4_0: (18, q4_0),
     Q.Q4_1: (20, q4_1),
     Q.Q8_0: (34, q8_0),
+    **K_FAST,
 }
 
 
