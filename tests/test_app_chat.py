@@ -53,7 +53,7 @@ async def test_escape_leaves_the_messages_alone(fixtures_dir):
     app = app_for(fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf", MESSAGES)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
-        await press_stage(pilot, "template", "e", *"xyz", "escape")
+        await press_stage(pilot, "template", "e", *"xyz", "escape", "y")  # y: discard the edit (it asks)
         await settle(pilot)
         assert app.state.messages == MESSAGES
 

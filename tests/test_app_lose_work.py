@@ -262,3 +262,31 @@ async def test_four_calls_grown_past_the_context_stop_with_one_line():
         assert [turn.label for turn in calls.turns] == ["request"]
         assert calls.status.startswith("stopped: the prompt has ")
         assert "more than the model's context of 256 (context_length)" in calls.status
+
+
+async def test_escape_in_the_editor_asks_before_it_drops_typed_text_and_no_keeps_it():
+    app = app_for(MODEL, MESSAGES, max_tokens=5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await _highlight(pilot, 1)
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, MessageEditor)
+        await pilot.press("escape")  # nothing typed: escape closes at once
+        await pilot.pause()
+        assert not isinstance(app.screen, (MessageEditor, ConfirmDiscard))
+        await pilot.press("e", "end", *" and heparin")
+        await pilot.pause()
+        typed = app.screen.query_one("#editor-content").text
+        assert typed.endswith(" and heparin")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert _question(app).startswith(f"Discard your edit: {len(typed):,} characters in the message?")
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, MessageEditor)
+        assert app.screen.query_one("#editor-content").text == typed
+        await pilot.press("escape", "y")
+        await settle(pilot)
+        assert not isinstance(app.screen, (MessageEditor, ConfirmDiscard))
+        assert app.state.messages == MESSAGES

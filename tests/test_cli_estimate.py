@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from gguf.constants import GGUFValueType
+from hostile_support import with_metadata
 
 from walkthrough.cli import main
 from walkthrough.costs.hardware import load_profiles
@@ -171,3 +173,16 @@ def test_evidence_lists_nearest_measured_runs_with_sources(fixtures_dir, capsys)
     assert main(["estimate", path, "--hardware", "laptop-860m", "--evidence"]) == 0
     text = capsys.readouterr().out
     assert "nearest measured runs (ROCm/Vulkan)" in text and "seed:002" in text
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"not strict JSON: {name}")
+
+
+def test_json_is_strict_even_when_a_rate_is_infinite(tmp_path, capsys):
+    """A file with no layers reads almost nothing per token: its rates are infinite on some machines, and JSON holds
+    them as null (never Infinity, which strict parsers refuse)."""
+    path = with_metadata(tmp_path, "no-layers.gguf", {"llama.block_count": (GGUFValueType.UINT32, 0)})
+    assert main(["estimate", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out, parse_constant=_refuse_constant)
+    assert any(row["decode_tokens_per_s"] is None for row in rows)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
             for record, e in zip(records, results):
                 record["measured"] = {**measured.to_json(), "rows": [r._asdict() for r in compare(e, measured)]}
-        json.dump(records, sys.stdout, indent=2)
+        json.dump(_finite(records), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return 0
     if images is not None:
@@ -136,6 +137,18 @@ def evidence_runs(card: Any, e: Any, k: int = 5) -> list[Any]:
     from walkthrough.costs.estimate import card_shape
 
     return fitted.evidence(card_shape(card, e.cache_type), e.hardware, k) if e.fits else []
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that is not finite as None (null): strict JSON. A degenerate file (no layers: nothing
+    read per token) or an SRAM machine's zero-time pass gives an infinite rate, which JSON cannot hold."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _run_json(r: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A small modal editor for one chat message: its role and its content.
 
 Returns the edited message (a {"role", "content"} dict) on ctrl+s, or None on
-escape. The content is the user's text: it is kept exactly as typed. The role
+escape. Escape after a change asks first ("Discard your edit: 42 characters typed?"):
+a no leaves the editor open with the text as typed. The content is the user's text: it is kept exactly as typed. The role
 must be one the template knows (`inspect.template_roles.known_roles`); another
 is refused in one line under the fields, and the editor stays open with the
 text as typed.
@@ -73,4 +74,17 @@ class MessageEditor(ModalScreen[dict | None]):
             self.app.push_screen(ConfirmDiscard(question), lambda yes: self.dismiss(edited) if yes else None)
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        question = self._unsaved_question()
+        if question is None:
+            self.dismiss(None)
+        else:
+            self.app.push_screen(ConfirmDiscard(question), lambda yes: self.dismiss(None) if yes else None)
+
+    def _unsaved_question(self) -> str | None:
+        """What escape would throw away, as a question; None when the fields are as they were opened."""
+        role = self.query_one("#editor-role", Input).value
+        text = self.query_one(TextArea).text
+        if role == self.message.get("role", "user") and text == content_text(self.message.get("content")):
+            return None
+        n = len(text)
+        return f"Discard your edit: {n:,} character{'' if n == 1 else 's'} in the message?"
