@@ -42,6 +42,7 @@ from walkthrough.engine.layer_groups import KIND_LETTERS
 from walkthrough.engine.serving.rounds import round_stats
 from walkthrough.engine.steps import Step
 from walkthrough.render.format import human_bytes
+from walkthrough.render.ngram_view import round_ngrams
 from walkthrough.render.split_text import pass_lines, placement_lines, summary
 from walkthrough.textsafe import safe_text, token_label
 from walkthrough.units import fmt
@@ -158,6 +159,10 @@ def print_trace(
     if speculative:
         for line in round_lines(steps, card):
             console.print(line)
+        rounds = [s for s in steps if s.draft is not None]
+        if rounds[-1].draft.drafter == "lookup":  # the n-grams the last round searched, and its match
+            prompt = [t for s in steps if s.phase == "prefill" for t in s.input_ids]
+            console.print(round_ngrams(prompt, generated, rounds[-1], piece))
     if hybrid and step is not None:
         for line in _cache_lines(step):
             console.print(line)

@@ -27,6 +27,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.render.experts_view import ExpertsGrid
+from walkthrough.render.ngram_view import round_ngrams
 from walkthrough.render.speculate_view import figures, rounds_table
 from walkthrough.request.state import Speculation
 from walkthrough.screens.base import StageScreen
@@ -69,6 +70,11 @@ measured figure. For a mixture of experts the k + 1 tokens of a pass wake the
 union of their experts, so a verification pass reads more than one decode
 pass: the reason speculation pays less on MoE models.
 
+With prompt lookup, the table under the rounds is the last round's search:
+for n from 4 down to 1, the context's last n tokens and where they occurred
+before (in the prompt or the answer); the longest n seen before wins, and its
+latest occurrence is the match, the tokens after it the drafts.
+
 space runs a round, enter plays, r restarts, + and - change k, d the drafter.
 """
 
@@ -85,6 +91,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         with VerticalScroll(id="speculate-main"):
             yield Static(id="speculate-head")
             yield Static(id="speculate-rounds")
+            yield Static(id="speculate-ngrams")
             yield Static(id="speculate-figures")
             yield Static(id="speculate-answer")
 
@@ -148,6 +155,13 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         return True
 
     # ---- drawing ---------------------------------------------------------------------------
+    def _ngrams(self) -> Group | str:
+        """Prompt lookup's search for the last round."""
+        s = self.speculation
+        if s.drafter != "lookup" or not s.rounds:
+            return ""
+        return round_ngrams(self.state.prompt_ids, s.answer(), s.rounds[-1], self.state.piece)
+
     def refresh_view(self) -> None:
         state = self.state
         head = self.query_one("#speculate-head", Static)
@@ -166,6 +180,7 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         head.update(line)
         rounds = self.query_one("#speculate-rounds", Static)
         figures_view = self.query_one("#speculate-figures", Static)
+        self.query_one("#speculate-ngrams", Static).update(self._ngrams())
         if not s.rounds:
             rounds.update("")
             figures_view.update("")

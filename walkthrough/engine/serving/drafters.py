@@ -77,20 +77,57 @@ class Drafter(Protocol):
         """The target kept only its first `length` positions."""
 
 
+@dataclass(frozen=True)
+class NgramRow:
+    """One n of the search: the context's last n tokens and where they occurred earlier with a token after."""
+
+    n: int
+    key: tuple[int, ...]  # the context's last n tokens
+    starts: tuple[int, ...]  # earlier positions where `key` begins, oldest first (each followed by a token)
+
+
+@dataclass(frozen=True)
+class NgramSearch:
+    """What prompt lookup searched (one row per n, longest first) and the match it drafted from."""
+
+    rows: tuple[NgramRow, ...]
+    n: int | None  # the n that matched (the longest with an earlier occurrence); None: no match
+    start: int | None  # where the match begins (the latest occurrence of that n-gram)
+    draft: tuple[int, ...]  # the tokens that followed it, at most k
+
+    @property
+    def follows(self) -> int | None:
+        """Position of the first drafted token in the context, or None."""
+        return None if self.start is None else self.start + self.n
+
+
+def search(context: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> NgramSearch:
+    """Prompt lookup, every n shown: for n from n_max down to n_min, the earlier occurrences of the context's
+    last n tokens; the longest n with one wins, at its latest occurrence, and drafts what followed it.
+
+    Example: context [5, 6, 7, 8, 5, 6], k=2 -> rows n=4 (no start), 3 (none), 2 ([5, 6] at 0), 1 ([6] at 1);
+    n = 2, start 0, draft (7, 8).
+    """
+    size = len(context)
+    arr = np.asarray(context, dtype=np.int64)
+    rows: list[NgramRow] = []
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(arr[: size - 1], n)  # [size - n, n]: starts 0..size-n-1
+        hits = np.flatnonzero((windows == arr[size - n :]).all(axis=1))  # earlier starts j, each with a token after
+        rows.append(NgramRow(n, tuple(context[size - n :]), tuple(int(j) for j in hits)))
+    best = next((row for row in rows if row.starts), None)
+    if best is None:
+        return NgramSearch(tuple(rows), None, None, ())
+    j = best.starts[-1]  # the latest
+    return NgramSearch(tuple(rows), best.n, j, tuple(int(t) for t in context[j + best.n : j + best.n + max(k, 0)]))
+
+
 def lookup(context: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int = NGRAM_MIN) -> list[int]:
     """Prompt-lookup drafts: what followed the latest earlier occurrence of the context's last n tokens.
 
     The longest n (from n_max down to n_min) that occurred earlier with at least one token after it wins.
     """
-    size = len(context)
-    arr = np.asarray(context, dtype=np.int64)
-    for n in range(min(n_max, size - 1), n_min - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(arr[: size - 1], n)  # [size - n, n]: starts 0..size-n-1
-        hits = np.flatnonzero((windows == arr[size - n :]).all(axis=1))  # earlier starts j, each with a token after
-        if hits.size:
-            j = int(hits[-1])  # the latest
-            return [int(t) for t in context[j + n : j + n + k]]
-    return []
+    return list(search(context, k, n_max, n_min).draft)
 
 
 class PromptLookup:
