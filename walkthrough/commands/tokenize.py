@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from walkthrough.commands import tokenize_merges
 from walkthrough.commands.common import open_model, warn
 from walkthrough.commands.template import add_template_arguments
 from walkthrough.textsafe import json_visible
@@ -56,6 +57,7 @@ def add_parser(subparsers) -> None:
         help="no template, no BOS/EOS, special-token text as plain text",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    tokenize_merges.add_arguments(p)
 
 
 def _read_text(path: str) -> str:
@@ -118,6 +120,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise WalkthroughError(
             "--raw tokenizes plain text; a messages file always goes through the template"
         )
+    if args.batch is not None and tokenize_merges.wanted(args):
+        raise WalkthroughError("--merges and --learn-merges take one text, not --batch")
     if args.raw and (args.template is not None or args.template_name is not None):
         raise WalkthroughError("--raw uses no template; drop --template / --template-name")
 
@@ -163,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return 0
     result = tokenize(inputs[0])
+    if tokenize_merges.wanted(args):
+        return tokenize_merges.run(args, tokenizer, result, sys.stdout)
     if args.json:
         print(
             json_visible(

@@ -71,7 +71,7 @@ SPM_MAX_SPLIT_CHARS = 256  # longest SentencePiece token split into merges (real
 _NEWLINE_RUN = re.compile(r"\n+|[^\n]+")
 
 
-class _Unit(NamedTuple):
+class Unit(NamedTuple):
     """One piece of the text on its way to ids: a fixed token, or a string for the model."""
 
     id: int  # the token when fixed (special, or a whole run of newlines), else -1
@@ -296,33 +296,47 @@ class GGUFTokenizer:
             fragments = out
         return fragments
 
-    def _units(self, text: str, fragments: list[tuple[int, int, int]]) -> list[_Unit]:
+    def _units(self, text: str, fragments: list[tuple[int, int, int]]) -> list[Unit]:
         """The fragments as the model sees them: fixed tokens, and strings for the `tokenizers` model
         (spaces escaped and a space put in front where llama.cpp does)."""
-        units: list[_Unit] = []
+        units: list[Unit] = []
         prev_special = True
         for tid, start, end in fragments:
             if tid != _NO_SPECIAL:
-                units.append(_Unit(tid, True, start, end, None, 0))
+                units.append(Unit(tid, True, start, end, None, 0))
                 prev_special = True
                 continue
             piece = text[start:end]
             if self._spm:
                 added = 1 if self.vocab.add_space_prefix and prev_special else 0
-                units.append(_Unit(-1, False, start, end, (" " * added + piece).replace(" ", SPM_SPACE), added))
+                units.append(Unit(-1, False, start, end, (" " * added + piece).replace(" ", SPM_SPACE), added))
             elif self._newline_runs:
                 for m in _NEWLINE_RUN.finditer(piece):
                     run, a, b = m.group(), start + m.start(), start + m.end()
                     whole = self.vocab.text_to_id.get(run) if run[0] == "\n" else None
-                    units.append(_Unit(whole, False, a, b, None, 0) if whole is not None
-                                 else _Unit(-1, False, a, b, run.replace(" ", SPM_SPACE), 0))
+                    units.append(Unit(whole, False, a, b, None, 0) if whole is not None
+                                 else Unit(-1, False, a, b, run.replace(" ", SPM_SPACE), 0))
             else:
-                units.append(_Unit(-1, False, start, end,
+                units.append(Unit(-1, False, start, end,
                                    piece.replace(" ", SPM_SPACE) if self._escaped else piece, 0))
             prev_special = False
         return units
 
-    def _run(self, units: list[_Unit], offsets: bool) -> Iterator:
+    def units(self, text: str, *, parse_special: bool = False) -> list[Unit]:
+        """`text` as the BPE model receives it: fixed tokens (special ones, Gemma 4's whole newline
+        runs) and the strings the `tokenizers` model cuts (`Unit.model_text`, spaces escaped where
+        the vocabulary stores them as U+2581). `walkthrough.inspect.bpe_replay` replays the merges
+        on these."""
+        return self._units(text, self.partition(text, parse_special=parse_special))
+
+    def split_words(self, model_text: str) -> list[str]:
+        """The pre-tokenizer's words of one unit's `model_text` (byte-level vocabularies: in GPT-2's
+        byte characters), the pieces BPE merges within."""
+        if self._spm or self.hf.pre_tokenizer is None:
+            return [model_text] if model_text else []
+        return [word for word, _ in self.hf.pre_tokenizer.pre_tokenize_str(model_text)]
+
+    def _run(self, units: list[Unit], offsets: bool) -> Iterator:
         strings = [u.model_text for u in units if u.model_text is not None]
         try:
             if not strings:

@@ -47,13 +47,16 @@ to spell it) is dropped, as llama.cpp drops it: the model never sees it. When
 that happens a yellow "Text lost" line names how many characters, which ones,
 and where the first one is, and the counts gain a "lost" column.
 
-Keys: left / right (or h / l) move the cursor, home / end jump, i shows the ids.
+Keys: left / right (or h / l) move the cursor, home / end jump, i shows the ids,
+m replays the file's BPE merges on this prompt one merge per key press (and t
+there trains a small BPE on a paragraph, to show where merges come from).
 The selected token's id, stored bytes, whether it is special and which message
 it came from are shown above the strip.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("i", "toggle_ids", "Ids", id="tokens.ids"),
+        Binding("m", "merges", "Merges", id="tokens.merges"),
         Binding("left,h", "move(-1)", "Previous token", group=TOKEN_KEYS),
         Binding("right,l", "move(1)", "Next token", group=TOKEN_KEYS),
         Binding("home", "jump(0)", "First token", show=False),
@@ -157,6 +160,17 @@ it came from are shown above the strip.
         self.cursor = where if where >= 0 else len(self.state.chat.tokens) - 1 if self.state.chat else 0
         self.redraw()
         self._follow_cursor()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "merges":  # greyed until the prompt is tokenized
+            return self.state.chat is not None and self.state.tokenizer is not None
+        return super().check_action(action, parameters)
+
+    def action_merges(self) -> None:
+        from walkthrough.screens.merges import MergesScreen
+
+        if self.state.chat is not None and self.state.tokenizer is not None:
+            self.app.push_screen(MergesScreen(self.state.tokenizer, self.state.chat))
 
     def action_toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
