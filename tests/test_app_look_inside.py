@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_support import SIZES, app_for, open_tensor_table, press_stage, settle, shown_text
+from app_support import (
+    SIZES,
+    app_for,
+    open_tensor_table,
+    press_stage,
+    settle,
+    shown_text,
+    widget_text,
+)
+from textual.widgets import Static
 
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import open_gguf
@@ -26,6 +35,9 @@ async def test_block_view_from_the_tensor_table(size):
             first, second = read_block(f, name, 0), read_block(f, name, 1)
         text = shown_text(app)
         assert f"Block 0 of {name}" in text and first.bits.explain()[:30] in text
+        view = app.screen.query_one("#block-view", Static)
+        as_laid_out = widget_text(view, width=view.content_region.width)  # the width the box gives it
+        assert "whole file" in as_laid_out and "…" not in as_laid_out  # no table cut at 80 columns
         await pilot.press("right")
         await pilot.pause()
         assert f"Block 1 of {name}" in shown_text(app) and second.index == 1

@@ -15,7 +15,13 @@ from walkthrough.inspect.block import FLOAT_BLOCK, parse_block_spec, read_block
 from walkthrough.inspect.block_fields import GRID_TYPES, decode
 from walkthrough.inspect.block_layout import LAYOUTS, bits_per_weight, field_offsets
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.inspect.requant import OUTLIER_TIMES, file_size_at, round_block, size_at, writable_types
+from walkthrough.inspect.requant import (
+    OUTLIER_TIMES,
+    file_size_at,
+    round_block,
+    size_at,
+    writable_types,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "walkthrough" / "assets" / "tiny-clinical-moe.gguf"
@@ -161,3 +167,27 @@ def test_cli_block_json_and_errors(capsys):
     assert "8.5 bits per weight" in capsys.readouterr().out
     assert main(["inspect", str(TINY), "--block", "blk.1.attn_k.weight:99999"]) == 2
     assert "blocks 0.." in capsys.readouterr().err
+
+
+def test_cli_tables_fit_80_columns_and_name_what_file_means(monkeypatch, capsys):
+    """Every line of `inspect --block` at 80 columns is whole (no cell cut to '…'), on the tiny model and on a
+    real file whose sizes run to hundreds of MiB; the sizes say 'this tensor' and 'whole file' and what the
+    whole file counts."""
+    import os
+
+    from rich.cells import cell_len
+
+    from walkthrough.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    paths = [TINY] + [Path(p) for p in [os.environ.get("SMOLLM2_GGUF", "")] if p and Path(p).exists()]
+    for path in paths:
+        assert main(["inspect", str(path), "--block", "blk.0.attn_q.weight"]) == 0
+        out = capsys.readouterr().out
+        assert max(cell_len(line) for line in out.splitlines()) <= 80
+        assert "…" not in out, path.name
+        with open_gguf(path) as f:
+            from walkthrough.render.format import human_bytes
+            assert human_bytes(file_size_at(f, Q.Q8_0)) in out
+        words = " ".join(out.split())
+        assert "this tensor" in words and "whole file" in words and "the others and the header as they are" in words

@@ -3,9 +3,10 @@
 Presentation only: the block is `walkthrough.inspect.block`'s, the rounding
 `walkthrough.inspect.requant`'s. `block_tables` returns, in order: the stored
 bytes field by field, the decoded fields, every value with its code (value =
-step x level + offset), the same values at every type gguf.quants can write
-(RMS and largest error, the outlier effect, tensor and file size at that
-type), and the error of each value for a few common types. Each fits 80 columns.
+step x level + offset), the same values at every type the block can be rounded to
+(RMS and largest error, the outlier effect), the tensor's and the whole file's
+size at each type, and the error of each value for a few common types. Each
+fits 74 columns (80 less the app's box around it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def block_tables(f: GGUFFile, block: Block, rounds: list[Rounding]) -> list:
     out = [_bytes_table(block)]
     if block.decoded.fields and block.qtype not in FLOATS:
         out.append(_fields_table(block))
-    out += [_values_table(block), _rounding_table(f, t, block, rounds), _errors_table(block, rounds)]
+    out += [_values_table(block), _rounding_table(block, rounds), _sizes_table(f, t, block, rounds),
+            _errors_table(block, rounds)]
     return out
 
 
@@ -98,25 +100,38 @@ def _e(x: float | None) -> str:
     return "-" if x is None else ("0" if x == 0 else f"{x:.2e}")
 
 
-def _rounding_table(f: GGUFFile, t, block: Block, rounds: list[Rounding]) -> Table:
-    table = Table(title=f"The same values at other types (now {block.qtype.name}: tensor {human_bytes(t.nbytes)}, "
-                  f"file {human_bytes(f.file_size)}). rest: RMS error of the other values of the largest one's "
-                  f"block, without and with that value x {OUTLIER_TIMES:g}",
+def _rounding_table(block: Block, rounds: list[Rounding]) -> Table:
+    table = Table(title=f"The same values at other types (now {block.qtype.name}). rest: RMS error of the "
+                  f"other values of the largest one's block, without and with that value x {OUTLIER_TIMES:g}",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    for col in ("type", "bits", "RMS err", "max err", "rest", "+outlier", "tensor", "file"):
+    for col in ("type", "bits", "RMS err", "max err", "rest", "+outlier"):
         table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
     reasons = []
     for r in rounds:
-        tensor = size_at(t, r.qtype)
-        sizes = ("-" if tensor is None else human_bytes(tensor), human_bytes(file_size_at(f, r.qtype)))
         if r.values is None:
-            table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", "-", "-", "-", "-", *sizes)
+            table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", "-", "-", "-", "-")
             reasons.append(r.reason)
             continue
         table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", _e(r.rms), _e(r.max_error),
-                      _e(r.clean_rms), _e(r.outlier_rms), *sizes)
+                      _e(r.clean_rms), _e(r.outlier_rms))
     table.caption = "\n".join(reasons) or None
     table.caption_justify = "left"
+    return table
+
+
+def _sizes_table(f: GGUFFile, t, block: Block, rounds: list[Rounding]) -> Table:
+    table = Table(title=f"Sizes at each type (now {block.qtype.name}: this tensor {human_bytes(t.nbytes)}, "
+                  f"whole file {human_bytes(f.file_size)})",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  caption="whole file: every tensor llama.cpp's quantizer converts (2-D weights, not norms) "
+                  "at that type when its rows split into that type's blocks, the others and the header as "
+                  "they are; this tensor - : its rows do not split into them", caption_justify="left")
+    for col in ("type", "bits", "this tensor", "whole file"):
+        table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
+    for r in rounds:
+        tensor = size_at(t, r.qtype)
+        table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", "-" if tensor is None else human_bytes(tensor),
+                      human_bytes(file_size_at(f, r.qtype)))
     return table
 
 
