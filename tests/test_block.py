@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,13 @@ from walkthrough.inspect.block import FLOAT_BLOCK, parse_block_spec, read_block
 from walkthrough.inspect.block_fields import GRID_TYPES, decode
 from walkthrough.inspect.block_layout import LAYOUTS, bits_per_weight, field_offsets
 from walkthrough.inspect.gguf import open_gguf
+from walkthrough.inspect.kquants import QK_K, WRITERS
 from walkthrough.inspect.requant import (
     OUTLIER_TIMES,
     file_size_at,
     round_block,
+    round_stored_block,
+    round_trip,
     size_at,
     writable_types,
 )
@@ -139,6 +143,38 @@ def test_rounding_to_other_types():
     assert q4.outlier_rms > 3 * q4.clean_rms
     assert rounds[Q.F16].outlier_rms is None  # no shared scale: nothing else to disturb
     assert OUTLIER_TIMES > 1
+
+
+SMOLLM2 = Path(os.environ["SMOLLM2_GGUF"]) if os.environ.get("SMOLLM2_GGUF") else None
+
+
+@pytest.mark.parametrize("path, tensor, index", [
+    (TINY, "blk.0.attn_q.weight", 3),  # Q8_0, rows of 128
+    (TINY, "blk.0.attn_q.weight", 511),  # the last block: the 256 values move back to the tensor's end
+    pytest.param(SMOLLM2, "blk.0.attn_q.weight", 17, marks=pytest.mark.skipif(
+        SMOLLM2 is None, reason="SMOLLM2_GGUF not set")),  # Q4_1, rows of 576
+], ids=["tiny", "tiny-last", "smollm2"])
+def test_k_quant_rows_round_256_real_values_beside_a_32_value_block(path, tensor, index):
+    with open_gguf(path) as f:
+        block = read_block(f, tensor, index)
+        t = f.tensors[tensor]
+        whole = np.asarray(quants.dequantize(np.array(f.tensor_bytes(tensor)), t.ggml_type), np.float32).reshape(-1)
+        rounds = {r.qtype: r for r in round_stored_block(f, block)}
+    assert block.block_size == 32 and t.shape[0] % QK_K  # the case the window is for
+    first = min(index * 32, whole.size - QK_K)
+    for qtype in WRITERS:  # Q6_K..Q2_K: every k-quant row is there, from 256 real values of the tensor
+        r = rounds[qtype]
+        assert r.values is not None and r.window is not None and r.window.start == first
+        np.testing.assert_array_equal(r.original, whole[first:first + QK_K])
+        np.testing.assert_array_equal(r.values, round_trip(whole[first:first + QK_K], qtype))
+        assert f"values {first:,}..{first + QK_K - 1:,}" in r.window.describe()
+    for qtype in (Q.Q8_0, Q.Q4_0):  # the block's own types round the block, no window
+        assert rounds[qtype].window is None
+        np.testing.assert_array_equal(rounds[qtype].original, block.values)
+    # Fewer bits, more error (Q5_K and Q4_K can beat Q6_K on values stored as Q4_1: their 32-value sub-blocks
+    # with a minimum hold a Q4_1 block's 16 levels almost exactly, as SmolLM2 shows).
+    errors = [rounds[q].rms for q in (Q.Q6_K, Q.Q3_K, Q.Q2_K)]
+    assert errors == sorted(errors)
 
 
 def test_sizes_at_other_types():

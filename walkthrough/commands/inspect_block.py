@@ -3,7 +3,8 @@
 Prints the block's place (tensor, row, columns, file offset), the bits-per-weight
 arithmetic of its type, its stored bytes field by field, the decoded fields,
 every value with its code (value = step x level + offset), then the same
-values rounded to each type gguf.quants can write: RMS and largest error, the
+values rounded to each type gguf.quants can write and to the k-quants (256 consecutive values of the
+tensor when the block holds fewer; the caption says which): RMS and largest error, the
 outlier effect, and what the tensor and the whole file would weigh at that
 type; and the error of every value for a few common types. `--json` prints
 the same as one object. Numbers come from `walkthrough.inspect.block` and
@@ -19,7 +20,13 @@ from rich.console import Console
 
 from walkthrough.inspect.block import Block, parse_block_spec, read_block
 from walkthrough.inspect.gguf import GGUFFile
-from walkthrough.inspect.requant import OUTLIER_TIMES, Rounding, file_size_at, round_block, size_at
+from walkthrough.inspect.requant import (
+    OUTLIER_TIMES,
+    Rounding,
+    file_size_at,
+    round_stored_block,
+    size_at,
+)
 from walkthrough.render.block_view import block_heading, block_tables
 
 
@@ -29,7 +36,7 @@ def run_block(f: GGUFFile, spec: str, *, as_json: bool, out: TextIO) -> int:
 
     name, index = parse_block_spec(spec)
     block = read_block(f, name, index)
-    rounds = round_block(block.values)
+    rounds = round_stored_block(f, block)
     if as_json:
         out.write(json.dumps(block_json(f, block, rounds), indent=2, allow_nan=False) + "\n")
     else:
@@ -75,6 +82,8 @@ def block_json(f: GGUFFile, block: Block, rounds: list[Rounding]) -> dict[str, A
              "errors": None if r.values is None else _floats(r.errors),
              "rms": None if r.values is None else r.rms, "max_error": None if r.values is None else r.max_error,
              "outlier_rest_rms": r.outlier_rms, "clean_rest_rms": r.clean_rms,
+             "window": None if r.window is None else {"start": r.window.start, "count": int(r.window.values.size),
+                                                      "where": r.window.describe()},
              "tensor_bytes": size_at(t, r.qtype), "file_bytes": file_size_at(f, r.qtype)}
             for r in rounds
         ],

@@ -11,6 +11,12 @@ quantized blocks, so the same view and the same requantization apply.
 
 `parse_block_spec("output.weight:12")` splits the command line's
 TENSOR[:INDEX]; the index defaults to 0.
+
+`wide_window(f, block, 256)` gives 256 consecutive values of the block's tensor for the types
+whose blocks are wider than the block read (the k-quants' 256-value super-blocks beside a
+32-value Q4_1 block): from the block's first value on, moved back where the tensor ends
+sooner. They may run past the end of a row (SmolLM2's rows are 576 wide), which llama.cpp
+never quantizes as one block; the view says which values it rounded.
 """
 
 from __future__ import annotations
@@ -120,3 +126,37 @@ def read_block(f: GGUFFile, name: str, index: int = 0) -> Block:
     first = index * block_size
     return Block(name, t.ggml_type, index, n_blocks, first // t.shape[0], first % t.shape[0],
                  t.offset + start, raw, values, decoded, bits_per_weight(t.ggml_type))
+
+
+@dataclass(frozen=True)
+class Window:
+    """Consecutive values of a tensor, wider than one stored block, as gguf.quants dequantizes them."""
+
+    start: int  # the first value's index in the tensor (flat, row by row)
+    values: np.ndarray  # [count] float32
+    row_length: int  # values per tensor row
+
+    def describe(self) -> str:
+        """ "values 512..767 of the tensor (row 0, column 512 to row 1, column 191)"."""
+        end = self.start + self.values.size - 1
+        r0, c0 = divmod(self.start, self.row_length)
+        r1, c1 = divmod(end, self.row_length)
+        where = (f"row {r0:,}, columns {c0:,}..{c1:,}" if r0 == r1
+                 else f"row {r0:,}, column {c0:,} to row {r1:,}, column {c1:,}")
+        return f"values {self.start:,}..{end:,} of the tensor ({where})"
+
+
+def wide_window(f: GGUFFile, block: Block, count: int) -> Window | None:
+    """`count` consecutive values of the block's tensor from the block's first value (moved back where the
+    tensor ends sooner); None when the tensor holds fewer values or its blocks do not tile them."""
+    t = f.tensors[block.tensor]
+    block_size, type_size, _ = block_shape(t)
+    if t.n_elements < count or count % block_size:
+        return None
+    first = min(block.index * block_size, t.n_elements - count)
+    first -= first % block_size  # a whole number of stored blocks (float tensors: any value)
+    data = f.tensor_bytes(block.tensor)  # [t.nbytes] uint8
+    start = first // block_size * type_size
+    raw = np.array(data[start:start + count // block_size * type_size])
+    values = np.asarray(quants.dequantize(raw, t.ggml_type), np.float32).reshape(-1)
+    return Window(first, values, t.shape[0])

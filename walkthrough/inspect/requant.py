@@ -3,11 +3,14 @@
 `round_block(values, types)` quantizes a block's values with gguf.quants to
 every type it can write (F32, F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, MXFP4,
 TQ2_0, TQ1_0 with gguf 0.19; found by asking gguf.quants, not listed here),
-plus the k-quants `walkthrough.inspect.kquants` writes as llama.cpp does (Q6_K), and back, and reports per type the rounded values, the error of each, the RMS
+plus the k-quants `walkthrough.inspect.kquants` writes as llama.cpp does (Q6_K..Q2_K), and back, and
+reports per type the rounded values, the error of each, the RMS
 and largest error, and the outlier effect: one value of the block made
 `OUTLIER_TIMES` larger, the RMS error of the other values of its block of that
 type, which share its scale (in Q4_0 one large value stretches the 16 steps over a wider range, so
-every small value lands on a coarser grid).
+every small value lands on a coarser grid). A type whose blocks hold more values than the block
+(a k-quant's 256 beside a Q4_1 block's 32) rounds a wider `window` of the tensor's consecutive values
+instead, when one is given (`inspect.block.wide_window`); its row says so (`Rounding.window`).
 
 `size_at(f, t, qtype)` and `file_size_at(f, qtype)` say what the tensor and the
 whole file would weigh at a type: the file keeps its header, every tensor
@@ -28,8 +31,9 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
+from walkthrough.inspect.block import Block, Window, wide_window
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
-from walkthrough.inspect.kquants import WRITERS
+from walkthrough.inspect.kquants import QK_K, WRITERS
 
 OUTLIER_TIMES = 8.0  # how much larger the planted outlier is than the block's largest value
 
@@ -45,6 +49,7 @@ class Rounding:
     reason: str = ""  # why values is None
     outlier_rms: float | None = None  # RMS error of the rest of the outlier's block (this type's) with it planted
     clean_rms: float | None = None  # the same values' RMS error without it (None: types without shared scales)
+    window: Window | None = None  # the wider run of the tensor's values rounded instead of the block's
 
     @property
     def errors(self) -> np.ndarray:
@@ -101,13 +106,19 @@ def _rms(a: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(a, dtype=np.float64)))) if a.size else 0.0
 
 
-def round_block(values: np.ndarray, types: tuple[Q, ...] | None = None) -> list[Rounding]:
-    """The block's values rounded to each type (default: every type gguf.quants can write)."""
-    x = np.asarray(values, np.float32).reshape(-1)
-    spiked, at = with_outlier(x)
+def round_block(values: np.ndarray, types: tuple[Q, ...] | None = None, *,
+                window: Window | None = None) -> list[Rounding]:
+    """The block's values rounded to each type (default: every type gguf.quants can write).
+
+    A type whose blocks do not tile the block's values rounds `window`'s values when they tile those.
+    """
+    block_values = np.asarray(values, np.float32).reshape(-1)
     out = []
     for qtype in types or writable_types():
         block = GGML_QUANT_SIZES[qtype][0]
+        x, wide = block_values, None
+        if x.size % block and window is not None and window.values.size % block == 0:
+            x, wide = np.asarray(window.values, np.float32), window
         if x.size % block:
             out.append(Rounding(qtype, bits_of(qtype), None, x,
                                 reason=f"{qtype.name} blocks hold {block} values; this block has {x.size}"))
@@ -116,13 +127,21 @@ def round_block(values: np.ndarray, types: tuple[Q, ...] | None = None) -> list[
         if block == 1:  # each value stands alone: an outlier changes nothing else
             out.append(Rounding(qtype, bits_of(qtype), rounded, x))
             continue
+        spiked, at = with_outlier(x)
         first = at // block * block
         others = np.r_[first:at, at + 1:first + block]  # the rest of the outlier's block of this type
         spiked_rounded = round_trip(spiked, qtype)
         out.append(Rounding(qtype, bits_of(qtype), rounded, x,
                             outlier_rms=_rms((spiked_rounded - spiked)[others]),
-                            clean_rms=_rms((rounded - x)[others])))
+                            clean_rms=_rms((rounded - x)[others]), window=wide))
     return out
+
+
+def round_stored_block(f: GGUFFile, block: Block) -> list[Rounding]:
+    """A block read from `f` rounded to every writable type; the k-quants round the QK_K (256) consecutive
+    values of its tensor from the block on when the block holds fewer (`inspect.block.wide_window`)."""
+    window = wide_window(f, block, QK_K) if block.block_size % QK_K else None
+    return round_block(block.values, window=window)
 
 
 def quantizable(t: TensorInfo) -> bool:

@@ -12,6 +12,7 @@ fits 74 columns (80 less the app's box around it).
 from __future__ import annotations
 
 import numpy as np
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 from rich import box
 from rich.table import Table
@@ -114,6 +115,15 @@ def _rounding_table(block: Block, rounds: list[Rounding]) -> Table:
             continue
         table.add_row(r.qtype.name, f"{r.bits_per_weight:.4g}", _e(r.rms), _e(r.max_error),
                       _e(r.clean_rms), _e(r.outlier_rms))
+    widened = [r for r in rounds if r.window is not None and r.values is not None]
+    if widened:
+        window = widened[0].window
+        block_values = GGML_QUANT_SIZES[widened[0].qtype][0]
+        reasons.append(f"{', '.join(r.qtype.name for r in widened)}: their blocks hold {block_values} values, so "
+                       f"these rows round {window.describe()}")
+        if window.row_length % block_values:
+            reasons.append(f"(rows of {window.row_length} values do not split into {block_values}-value blocks: "
+                           f"llama.cpp would store this tensor in another type)")
     table.caption = "\n".join(reasons) or None
     table.caption_justify = "left"
     return table

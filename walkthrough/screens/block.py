@@ -20,7 +20,7 @@ from textual.widgets import Static
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.block import read_block
 from walkthrough.inspect.gguf import GGUFFile
-from walkthrough.inspect.requant import round_block
+from walkthrough.inspect.requant import round_stored_block
 from walkthrough.render.block_view import block_heading, block_tables
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.overlay import OverlayScreen
@@ -59,7 +59,7 @@ class BlockScreen(OverlayScreen):
             view.update(Text.assemble(("Cannot show this block: ", "bold"), safe_text(str(exc))))
             return
         self.n_blocks = block.n_blocks
-        view.update(Group(block_heading(block), *block_tables(self.file, block, round_block(block.values))))
+        view.update(Group(block_heading(block), *block_tables(self.file, block, round_stored_block(self.file, block))))
         self.query_one("#help-box").scroll_home(animate=False)
 
     def action_move(self, delta: int) -> None:
