@@ -190,19 +190,12 @@ def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
 
 def _splits(args: argparse.Namespace, card: Any, results: list[Any], context: int, prompt: int) -> list[Any]:
     """The pipeline split over --hosts for each profile (`costs.pipeline`), or [] without --hosts."""
-    from walkthrough.costs.pipeline import model, pick_link
+    from walkthrough.costs.pipeline import box_of, model, pick_link
 
     if args.hosts is None:
         return []
     link = pick_link(args.link)
-    return [model(card, e.hardware, link, args.hosts, context, prompt, args.kv_type, box=_box(e)) for e in results]
-
-
-def _box(e: Any) -> tuple[float, float] | None:
-    """One box's (seconds per token, prompt seconds) when it holds the whole model (no offload), else None."""
-    if e.decode is None or e.prefill is None or e.decode.slow_share.value > 0 or e.chips is not None:
-        return None
-    return 1 / e.decode.tokens_per_s.value, e.prefill.seconds.value
+    return [model(card, e.hardware, link, args.hosts, context, prompt, args.kv_type, box=box_of(e)) for e in results]
 
 
 def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:

@@ -20,7 +20,10 @@ def record(p: Pipeline) -> dict[str, Any]:
             "link_sources": p.link.sources, "per_host_bytes": p.per_host_bytes, "usable_bytes": p.usable,
             "fits": p.fits, "hosts_needed": p.hosts_needed, "token_seconds": p.token_seconds,
             "read_seconds": p.read_seconds, "hop_seconds": p.hop_seconds, "boundary_bytes": p.boundary_bytes,
-            "prefill_pipelined_seconds": p.prefill_pipelined, "prefill_sequential_seconds": p.prefill_sequential}
+            "prefill_pipelined_seconds": p.prefill_pipelined, "prefill_sequential_seconds": p.prefill_sequential,
+            "shares": [{"host": s.host, "layers": list(s.layers), "embedding": s.embedding, "head": s.head,
+                        "kept_bytes": s.kept_bytes, "read_bytes": s.read_bytes, "read_seconds": seconds}
+                       for s, seconds in zip(p.shares, p.host_read_seconds())]}
 
 
 def table(e: Any, p: Pipeline):
@@ -34,15 +37,23 @@ def table(e: Any, p: Pipeline):
     t.add_column(f"{p.hosts} hosts, {p.link.id}", justify="right")
     box_rate = e.decode.tokens_per_s.value if e.decode is not None else None
     t.add_row("fits", e.memory.verdict, f"{'yes' if p.fits else 'no'} ({binary_bytes(p.per_host_bytes)} per host "
-              f"of {binary_bytes(p.usable)}; {p.hosts_needed} needed)")
+              f"of {binary_bytes(p.usable)}; {needed_text(p.hosts_needed)})")
     t.add_row("decode", "-" if box_rate is None else fmt(box_rate, "tokens/s"), fmt(1 / p.token_seconds, "tokens/s"))
     t.add_row("  reads (all hosts in turn)", "", fmt(p.read_seconds * 1000, "ms"))
+    for share, seconds in zip(p.shares, p.host_read_seconds()):
+        t.add_row(f"    host {share.host}: {share.describe()}", "",
+                  f"{fmt(seconds * 1000, 'ms')}, keeps {binary_bytes(share.kept_bytes)}")
     t.add_row("  link hops per token", "", f"{fmt(p.hop_seconds * 1000, 'ms')} ({p.hosts - 1} x "
               f"{binary_bytes(p.boundary_bytes)} + logits home)" if p.hosts > 1 else "none")
     ttft = e.prefill.seconds.value if e.prefill is not None else None
     t.add_row("prompt", "-" if ttft is None else fmt(ttft, "s"),
               f"{fmt(p.prefill_pipelined, 's')} pipelined, {fmt(p.prefill_sequential, 's')} one split at a time")
     return t
+
+
+def needed_text(n: int | None) -> str:
+    """'2 needed', or why no number of hosts holds it."""
+    return f"{n} needed" if n is not None else "no number of hosts holds it: a layer is larger than one host"
 
 
 def link_note(link: Link) -> str:

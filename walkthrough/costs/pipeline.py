@@ -14,10 +14,11 @@ then one chunk per slowest stage. llama.cpp's RPC backend runs its graph splits
 one after another, so `prefill_sequential` (every chunk through every stage,
 no overlap) is what it does today; both are given.
 
-What fits where: each host needs its share of the weights and KV cache within
-its usable memory (`Profile.usable_bytes`); `hosts_needed` is the fewest hosts
-of this profile that hold the model. Links are data (links.json, a source per
-figure); machines are `costs.hardware` profiles.
+What fits where: each host's layers, embedding or head and KV cache
+(`costs.host_shares`) within its usable memory (`Profile.usable_bytes`);
+`hosts_needed` is the fewest hosts of this profile that hold the model. Each
+host's part of the reads is its share of the bytes read per token. Links are
+data (links.json, a source per figure); machines are `costs.hardware` profiles.
 
 Not handled: hosts of different profiles, tensor (row) split, the graph
 llama.cpp sends each pass (measured by `walkthrough bench --rpc`, not modelled).
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from walkthrough.costs.budget import kv_cache_bytes
+from walkthrough.costs.estimate import Estimate
 from walkthrough.costs.hardware import Profile
+from walkthrough.costs.host_shares import HostShare, hosts_needed, shares
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 
@@ -75,19 +78,40 @@ class Pipeline:
 
     hosts: int
     link: Link
-    per_host_bytes: float  # weights + KV cache each host holds
+    per_host_bytes: float  # weights + KV cache the fullest host holds
     usable: float  # bytes each host can hold
     fits: bool
-    hosts_needed: int  # fewest hosts of this profile that hold it
+    hosts_needed: int | None  # fewest hosts of this profile that hold it; None: not even one layer each
     read_seconds: float  # per token: every host's reads, one after another
     hop_seconds: float  # per token: the boundaries and the logits home
     boundary_bytes: int  # per decoded token, at each boundary
     prefill_pipelined: float  # seconds for the prompt, chunks overlapping across hosts
     prefill_sequential: float  # seconds for the prompt, chunks one host at a time (llama.cpp's RPC today)
+    shares: tuple[HostShare, ...] = ()  # each host's layers and bytes, host 1 first
+    chunks: int = 1  # prompt chunks
+    vocab_bytes: int = 0  # the logits a decoded token brings home (n_vocab x 4)
 
     @property
     def token_seconds(self) -> float:
         return self.read_seconds + self.hop_seconds
+
+    def host_read_seconds(self) -> list[float]:
+        """Each host's part of `read_seconds`: its share of the bytes read per token."""
+        total = sum(s.read_bytes for s in self.shares)
+        if not total:
+            return [self.read_seconds / max(len(self.shares), 1)] * len(self.shares)
+        return [self.read_seconds * s.read_bytes / total for s in self.shares]
+
+    def segments(self) -> list[tuple[str, float]]:
+        """One decoded token's time in order: ('host 1', s), ('hop 1-2', s), ..., ('logits home', s)."""
+        out: list[tuple[str, float]] = []
+        for i, seconds in enumerate(self.host_read_seconds()):
+            if i:
+                out.append((f"hop {i}-{i + 1}", self.link.hop(self.boundary_bytes)))
+            out.append((f"host {i + 1}", seconds))
+        if self.hosts > 1:
+            out.append(("logits home", self.link.hop(self.vocab_bytes)))
+        return out
 
 
 def model(card: ModelCard, hw: Profile, link: Link, hosts: int, context: int, prompt_tokens: int,
@@ -102,8 +126,8 @@ def model(card: ModelCard, hw: Profile, link: Link, hosts: int, context: int, pr
     if hosts < 1:
         raise WalkthroughError(f"--hosts {hosts}: at least 1")
     weights = float(sum(card.bytes_by_type.values()))
-    kv = kv_cache_bytes(card, context, cache_type).value
-    per_host = (weights + kv) / hosts
+    parts = shares(card, hosts, context, prompt_tokens, cache_type)
+    per_host = max(s.kept_bytes for s in parts)
     usable = float(hw.usable_bytes)
     per_token = float(card.bytes_per_token or weights) + kv_cache_bytes(card, prompt_tokens, cache_type).value
     read = box[0] if box else per_token / (hw.bandwidth * hw.decode_efficiency)  # [s] all hosts, in turn
@@ -119,5 +143,13 @@ def model(card: ModelCard, hw: Profile, link: Link, hosts: int, context: int, pr
     through = hosts * stage + (hosts - 1) * send  # one chunk, first host to last
     pipelined = through + (chunks - 1) * max(stage, send)
     sequential = chunks * through
-    return Pipeline(hosts, link, per_host, usable, per_host <= usable, max(1, math.ceil((weights + kv) / usable))
-                    if usable else hosts, read, hops, boundary, pipelined, sequential)
+    return Pipeline(hosts, link, per_host, usable, per_host <= usable, hosts_needed(card, usable, context, cache_type),
+                    read, hops, boundary, pipelined, sequential, tuple(parts), chunks, n_vocab * F32_BYTES)
+
+
+def box_of(e: Estimate) -> tuple[float, float] | None:
+    """One box's (seconds per token, prompt seconds) from an estimate that holds the whole model in fast memory
+    (no offload, not an SRAM machine), else None (`model` then takes the roofline)."""
+    if e.decode is None or e.prefill is None or e.decode.slow_share.value > 0 or e.chips is not None:
+        return None
+    return 1 / e.decode.tokens_per_s.value, e.prefill.seconds.value

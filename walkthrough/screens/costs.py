@@ -7,7 +7,8 @@ context, prompt, answer and users (shift halves), k cycles the KV cache type,
 r goes back to the request on screen; v shows the curves (engine.curves) as
 plots, m every machine side by side (engine.machines), s sorts them, w
 replays the run's answer at each machine's speed (engine.race), at the rates the
-user types in the race's field (t) and at reading speed (costs.race_rates). Beside them, what this run
+user types in the race's field (t) and at reading speed (costs.race_rates), x the request over
+several hosts (costs.several_hosts: + and - hosts, i the link). Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -34,7 +35,6 @@ from walkthrough.textsafe import safe_text
 from walkthrough.units import fmt
 from walkthrough.words import count
 
-
 RACE_TICK = 0.1  # seconds between redraws of the race
 MIN_CURVE_END = 4096  # curves reach at least this many tokens, even for a file declaring a shorter context
 
@@ -59,7 +59,11 @@ length, o answer length, u users (each doubles; shift halves), k KV cache type
 (f16, q8_0, q4_0), r back to this request. v cycles table / KV cache plot /
 first-token plot / decode plot / users plot (the table view lists every
 curve's points as text); m lists every machine side by side for this request, s sorts it
-(decode, first token, bandwidth, memory, name). w races this run's answer:
+(decode, first token, bandwidth, memory, name). x splits the model over
+several hosts of this machine joined by a link (+ and - change the number of
+hosts, i the link): one token's time host by host with each link hop, the
+prompt in chunks, what each host keeps, beside one box and beside how many of
+each machine (SRAM chips, or hosts) hold it. w races this run's answer:
 each machine writes it token by token at its predicted decode rate after its
 predicted time to first token (and this machine at its measured rate); t types
 your own rates (3 12 60 tokens/s), raced beside a reader's pace: adults read
@@ -78,6 +82,10 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("s", "sort", "Sort", id="costs.sort"),
         Binding("w", "race", "Race", id="costs.race"),
         Binding("t", "rates", "Your rates", id="costs.rates"),
+        Binding("x", "hosts", "Hosts", id="costs.hosts"),
+        Binding("plus,equals_sign", "host_count(1)", "More hosts", show=False),
+        Binding("minus", "host_count(-1)", "Fewer hosts", show=False),
+        Binding("i", "next_link", "Link", show=False),
         Binding("c", "knob('context', 2)", "Context", id="costs.context"),
         Binding("C", "knob('context', 0.5)", "Context / 2", show=False),
         Binding("l", "knob('prompt_tokens', 2)", "Prompt", id="costs.prompt"),
@@ -94,7 +102,9 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def __init__(self) -> None:
         super().__init__()
         self.size_knobs = None  # engine.request_size.RequestSize once a knob turned; None: the request on screen
-        self.view = "table"  # one of VIEWS, or "machines"
+        self.view = "table"  # one of VIEWS, or "machines", "race", "hosts"
+        self.hosts = 2  # the hosts view's number of hosts
+        self.link_index = 1  # the hosts view's link, in costs.several_hosts.links() (10 GbE)
         self.sort_key = "decode"
         self._curves: tuple = (None, {})  # (inputs, {view: Curve}) of the last drawing
         self.race_clock = time.monotonic  # seconds; replaced by tests
@@ -115,6 +125,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         with VerticalScroll(id="costs-race-box"):
             yield Static(id="costs-race")
             yield Input(placeholder="your rates in tokens/s, e.g. 3 12 60, then enter (t)", id="costs-rates")
+        with VerticalScroll(id="costs-hosts-box"):
+            yield Static(id="costs-hosts")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -150,6 +162,14 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             self._race_lanes = lanes(listed, state.measured())
             self._draw_race()
             return
+        if self.view == "hosts":
+            from walkthrough.costs.several_hosts import links, several
+            from walkthrough.screens.hosts_view import hosts_view
+
+            known = links()
+            h = several(state.card, state.profile, profiles, known[self.link_index % len(known)], self.hosts, size)
+            self.query_one("#costs-hosts", Static).update(hosts_view(h))
+            return
         if self.view == "machines":
             listed = sort_rows(machine_rows(state.card, profiles, size), self.sort_key)
             self.query_one("#costs-machines", Static).update(machines_table(listed, self.sort_key))
@@ -179,7 +199,13 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def _curves_for(self, card, hw, size) -> dict:
         """The three curves for this file, machine and request size (kept until one of them changes)."""
-        from walkthrough.costs.curves import contexts, decode_curve, kv_curve, ttft_curve, users_curve
+        from walkthrough.costs.curves import (
+            contexts,
+            decode_curve,
+            kv_curve,
+            ttft_curve,
+            users_curve,
+        )
 
         key = (id(card), hw.id, size)
         if self._curves[0] != key:
@@ -195,6 +221,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-plot").display = self.view in self.VIEWS[1:]
         self.query_one("#costs-machines-box").display = self.view == "machines"
         self.query_one("#costs-race-box").display = self.view == "race"
+        self.query_one("#costs-hosts-box").display = self.view == "hosts"
 
     def _measured(self) -> Text:
         state = self.state
@@ -234,6 +261,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return True if self.size_knobs is not None else None
         if action == "rates":
             return True if self.view == "race" else None
+        if action in ("host_count", "next_link"):
+            return True if self.view == "hosts" else None
         return super().check_action(action, parameters)
 
     def action_next_view(self) -> None:
@@ -245,6 +274,21 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def action_machines(self) -> None:
         self._stop_race()
         self.view = "table" if self.view == "machines" else "machines"
+        self._changed()
+
+    def action_hosts(self) -> None:
+        self._stop_race()
+        self.view = "table" if self.view == "hosts" else "hosts"
+        self._changed()
+
+    def action_host_count(self, delta: int) -> None:
+        from walkthrough.costs.several_hosts import MAX_HOSTS
+
+        self.hosts = min(max(self.hosts + delta, 1), MAX_HOSTS)
+        self._changed()
+
+    def action_next_link(self) -> None:
+        self.link_index += 1
         self._changed()
 
     def action_race(self) -> None:
