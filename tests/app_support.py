@@ -20,6 +20,7 @@ from rich.text import Text
 from walkthrough import textual_private
 from walkthrough.app import WalkthroughApp, make_app
 from walkthrough.request import stages
+from walkthrough.screens.messages import Posted
 
 SIZES = {"small": (80, 24), "large": (120, 40)}
 # The request most app tests walk: one question about the record, on a small reference model from
@@ -37,6 +38,27 @@ def app_for(path, messages=None, **options) -> WalkthroughApp:
 def reference_app(messages: list[dict[str, Any]] | None = None, **options) -> WalkthroughApp:
     """The app on MODEL with MESSAGES, or other messages (options as `make_app` takes them)."""
     return app_for(FIXTURES_DIR / "reference" / MODEL, messages or MESSAGES, **options)
+
+
+def posted(seen: list, kind: type) -> list:
+    """The records of `kind` (`walkthrough.request.events`) among the messages a `message_hook`
+    saw."""
+    return [m.record for m in seen if isinstance(m, Posted) and isinstance(m.record, kind)]
+
+
+def spy_posts(app: WalkthroughApp, *kinds: type) -> list[tuple[Any, bool]]:
+    """(worker, cancelled when it posted) for every record of `kinds` the app's jobs post from now
+    on."""
+    seen: list[tuple[Any, bool]] = []
+    real = app.post_message
+
+    def spy(message) -> bool:
+        if isinstance(message, Posted) and isinstance(message.record, kinds):
+            seen.append((message.worker, message.worker.is_cancelled))
+        return real(message)
+
+    app.post_message = spy
+    return seen
 
 
 async def settle(pilot) -> None:

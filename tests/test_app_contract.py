@@ -6,29 +6,28 @@ from __future__ import annotations
 import threading
 
 import pytest
-from app_support import press_stage, reference_app, settle, widget_text
+from app_support import posted, press_stage, reference_app, settle, widget_text
 from textual.widgets import Static
 
 from walkthrough.app import WrongThread
 from walkthrough.engine.steps import Step
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.chat import ChatTokens
-from walkthrough.screens import messages as msg
-from walkthrough.request import stages
-from walkthrough.screens.base import StageScreen
+from walkthrough.request import events, stages
 from walkthrough.request.parts import OpenedFile, Part, Rendered
+from walkthrough.screens.base import StageScreen
 
 
 async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixtures_dir, monkeypatch):
-    import walkthrough.app_run
+    import walkthrough.request.run
 
-    monkeypatch.setattr(walkthrough.app_run, "PROGRESS_AFTER", 0.0)  # report every layer, even of a short pass
-    monkeypatch.setattr(walkthrough.app_run, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(walkthrough.request.run, "PROGRESS_AFTER", 0.0)  # report every layer, even of a short pass
+    monkeypatch.setattr(walkthrough.request.run, "PROGRESS_EVERY", 0.0)
     seen: list = []
     app = reference_app()
     async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
         await settle(pilot)
-        ready = [m for m in seen if isinstance(m, msg.PartReady)]
+        ready = posted(seen, events.PartReady)
         assert [m.part for m in ready] == [Part.FILE, Part.TOKENIZER, Part.TEMPLATE, Part.TOKENS, Part.ENGINE,
                                            Part.RUN]
         values = {m.part: m.value for m in ready}
@@ -37,10 +36,10 @@ async def test_workers_post_every_part_and_pass_as_a_message_with_its_value(fixt
         assert app.state.chat is values[Part.TOKENS] and app.state.model is values[Part.ENGINE]  # stored as posted
         await press_stage(pilot, "prefill", "space")
         await settle(pilot)
-        (done,) = [m for m in seen if isinstance(m, msg.StepDone)]
+        (done,) = posted(seen, events.StepDone)
         assert isinstance(done.step, Step) and app.state.steps == (done.step,)
         layers = app.state.model.config.n_layers
-        progress = [(m.done, m.total) for m in seen if isinstance(m, msg.PassProgress)]
+        progress = [(m.done, m.total) for m in posted(seen, events.PassProgress)]
         assert progress and {total for _, total in progress} == {layers}  # bursts may be merged, never invented
         assert all(0 <= done <= layers for done, _ in progress)
 

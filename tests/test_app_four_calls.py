@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app_support import settle, widget_text
+from app_support import posted, settle, spy_posts, widget_text
 
 from walkthrough.app import make_app
 from walkthrough.engine.sampler import SamplerSettings
@@ -10,8 +10,9 @@ from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.locate import BUNDLED_MODEL, DEFAULT_REQUEST
 from walkthrough.inspect.template import load_messages, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
-from walkthrough.screens import messages as msg
-from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
+from walkthrough.request import events
+from walkthrough.request.calls import CallsInput
+from walkthrough.screens.four_calls import FourCallsScreen
 
 
 def _calls() -> CallsInput:
@@ -33,21 +34,41 @@ async def test_the_four_calls_play_and_are_measured():
         await app.push_screen(screen)
         await app.workers.wait_for_complete()
         await pilot.pause()
-        played = [m.turn for m in seen if isinstance(m, msg.CallPlayed)]
+        played = [m.turn for m in posted(seen, events.CallPlayed)]
         assert [t.label for t in played] == ["request", "follow-up", "edit", "new chat"]
         assert played[1].reuse.reused == len(played[0].chat.ids) + len(played[0].answer) - 1
         assert played[2].cause is not None and played[2].cause.cause == "edited"
-        finished = [m for m in seen if isinstance(m, msg.CallsFinished)]
+        finished = posted(seen, events.CallsFinished)
         assert len(finished) == 1 and finished[0].summary.turns == 4
         for turn in played:
             assert f"{turn.label}: {turn.reuse.reused} of {turn.reuse.prompt} prompt tokens reused" in screen.shown
         await pilot.press("c")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        started = [m for m in seen if isinstance(m, msg.StartsMeasured)]
+        started = posted(seen, events.StartsMeasured)
         cold, warm, kept = started[0].starts
         assert cold.first_token > cold.passes > 0 and warm.first_token > 0 and kept.first_token > 0
         assert "cold, a fresh process" in screen.shown and "keep-alive" in screen.shown
+
+
+async def test_the_calls_run_on_the_request_s_own_model(monkeypatch):
+    """One numpy model of the file in memory: the calls play on the one the stage's run uses."""
+    from walkthrough.engine.glassbox.model import Model
+
+    built: list[Model] = []
+    real = Model.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Model, "__init__", counted)
+    app = _app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _played(pilot)
+        assert app.state.calls.summary is not None and app.state.calls.summary.turns == 4
+        assert len(built) == 1  # the request's model; before, the calls built a second one
+        assert app.state.calls.model is app.state.model is built[0]
 
 
 def _reference(calls: CallsInput) -> list[tuple[str, int, list[int]]]:
@@ -70,18 +91,9 @@ def _app():
 
 
 def _spy_posts(app) -> list[tuple[object, bool]]:
-    """(worker, cancelled when it posted) for every message the four calls' workers post from now on."""
-    posted: list[tuple[object, bool]] = []
-    real = app.post_message
-    kinds = (msg.CallPassed, msg.CallPlayed, msg.CallsFinished, msg.StartsMeasured, msg.CallsFailed)
-
-    def spy(message):
-        if isinstance(message, kinds):
-            posted.append((message.worker, message.worker.is_cancelled))
-        return real(message)
-
-    app.post_message = spy
-    return posted
+    """(worker, cancelled when it posted) for every record the four calls' workers post from now on."""
+    return spy_posts(app, events.CallPassed, events.CallPlayed, events.CallsFinished, events.StartsMeasured,
+                     events.CallsFailed)
 
 
 async def _played(pilot) -> tuple[FourCallsScreen, list[tuple[object, bool]]]:

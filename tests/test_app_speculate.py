@@ -13,12 +13,13 @@ from app_support import (
     reference_app,
     settle,
     shown_text,
+    spy_posts,
     stage_key,
 )
 
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler, SamplerSettings
-from walkthrough.screens.messages import RoundDone
+from walkthrough.request.events import RoundDone
 
 STAGE_KEY = stage_key("speculate")
 
@@ -109,16 +110,7 @@ def _shown(screen) -> list:
 
 def _spy_rounds(app) -> list[tuple[object, bool]]:
     """(worker, cancelled when it posted) for every RoundDone posted from now on."""
-    posted: list[tuple[object, bool]] = []
-    real = app.post_message
-
-    def spy(message):
-        if isinstance(message, RoundDone):
-            posted.append((message.worker, message.worker.is_cancelled))
-        return real(message)
-
-    app.post_message = spy
-    return posted
+    return spy_posts(app, RoundDone)
 
 
 def _gated_app(fixtures_dir, monkeypatch, at: int):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from app_support import app_for, press_stage, settle
+from app_support import app_for, posted, press_stage, settle
 from conftest import FIXTURES_DIR
 from rich.console import Console
 
@@ -16,7 +16,7 @@ from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler, SamplerSettings
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.screens import messages as msg
+from walkthrough.request import events
 from walkthrough.screens.base import StageBar
 
 LLAMA_Q4 = FIXTURES_DIR / "reference" / "ref-llama-q4_0.gguf"
@@ -74,9 +74,9 @@ async def test_the_first_pass_says_its_head_s_first_use_however_short():
         await settle(pilot)
         await press_stage(pilot, "prefill", "space")
         await settle(pilot)
-        first = [m for m in seen if isinstance(m, msg.PassProgress)]
+        first = posted(seen, events.PassProgress)
         assert first and first[-1].done == first[-1].total and first[-1].head_bytes > 0
         seen.clear()
         await pilot.press("space")
         await settle(pilot)
-        assert not [m for m in seen if isinstance(m, msg.PassProgress) and m.head_bytes]  # held now
+        assert not [m for m in posted(seen, events.PassProgress) if m.head_bytes]  # held now

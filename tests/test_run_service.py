@@ -128,3 +128,52 @@ def test_the_steps_of_a_job_run_one_by_one_with_others_between_them():
         service.job("pass", lambda i=i: order.append(f"decode pass {i}"))
     assert order == ["call pass 0", "decode pass 0", "call pass 1", "decode pass 1", "call pass 2",
                      "decode pass 2"]
+
+
+def _tiny_plan(run_id: int, prompt: tuple[int, ...] = (1, 2, 3), max_tokens: int = 2):
+    from walkthrough.engine.glassbox.model import Model
+    from walkthrough.engine.sampler import SamplerSettings
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.inspect.locate import BUNDLED_MODEL
+    from walkthrough.request.run import RunPlan
+
+    return RunPlan(run_id, Model(open_gguf(BUNDLED_MODEL)), prompt, chunk=512,
+                   max_tokens=max_tokens, settings=SamplerSettings())
+
+
+def test_the_service_posts_plain_records_through_the_callback_it_was_given(monkeypatch):
+    from walkthrough.request import events
+    from walkthrough.request import run as run_module
+
+    monkeypatch.setattr(run_module, "PROGRESS_AFTER", 0.0)  # report every layer
+    monkeypatch.setattr(run_module, "PROGRESS_EVERY", 0.0)
+    posted: list[events.Event] = []
+    service = RunService(posted.append)
+    plan = _tiny_plan(1)
+    layers = plan.model.config.n_layers
+    service.start(plan)
+    service.run_pass(1)  # the prompt's prefill, on a thread of the test's own: no Textual
+    *progress, done = posted
+    assert isinstance(done, events.StepDone) and done.run_id == 1 and done.step.phase == "prefill"
+    assert [(p.done, p.total) for p in progress] == [(n, layers) for n in range(layers + 1)]
+    assert progress[-1].head_bytes > 0 and not any(p.head_bytes for p in progress[:-1])
+    posted.clear()
+    service.start(_tiny_plan(2))
+    service.run_pass(1)  # the run was replaced
+    assert posted == [events.PassCancelled(1)]
+    posted.clear()
+    service.start(_tiny_plan(3, prompt=(10**9,)))
+    service.run_pass(3)  # a token outside the vocabulary
+    (failed,) = posted
+    assert isinstance(failed, events.RunFailed) and failed.run_id == 3 and failed.error
+
+
+def test_every_record_a_job_posts_is_applied_by_the_app():
+    from walkthrough.app import WalkthroughApp
+    from walkthrough.request import events
+
+    assert set(events.Event.__subclasses__()) == set(events.EVENTS)
+    missing = [kind.handler() for kind in events.EVENTS
+               if not callable(getattr(WalkthroughApp, kind.handler(), None))]
+    assert missing == []
+    assert events.StepDone.handler() == "apply_step_done"

@@ -4,8 +4,10 @@ it.
 `make_app(...)` builds it for the CLI (`walkthrough [MODEL]`) and for tests alike.
 
 The contract: workers (loading the parts, running a pass) compute a value and
-post it in a message (`walkthrough.screens.messages`); only the handlers here
-and in the mixins, on the UI thread, write `self.state`. Every write is seen by
+post it as a plain record (`walkthrough.request.events`) through `post_record`,
+which wraps it in a Textual message (`screens.messages.Posted`); only the
+handlers here and in the mixins (`apply_*`), on the UI thread, write
+`self.state`. Every write is seen by
 `_state_written`, which refuses writes from another thread and redraws the
 screens once per batch (the `state_changed` reactive carries the names of the
 fields that changed). Every pass on the model (the stage's run, Speculate's
@@ -21,6 +23,7 @@ from typing import ClassVar
 
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive, var
+from textual.worker import NoActiveWorker, get_current_worker
 
 from walkthrough.app_calls import PlaysTheCalls
 from walkthrough.app_keys import TypeaheadKeys
@@ -32,9 +35,11 @@ from walkthrough.app_stages import StageModes
 from walkthrough.errors import WalkthroughError
 from walkthrough.request import stages
 from walkthrough.request.autoplay import AUTOPLAY_SECONDS, Autoplay, check_picture_folder
+from walkthrough.request.events import Event
 from walkthrough.request.run import RunService
 from walkthrough.request.state import MAX_NEW_TOKENS, RequestState, load_messages
 from walkthrough.safewrite import Writer, run_inputs
+from walkthrough.screens.messages import Posted
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.stepping import SteppingScreen
 
@@ -82,7 +87,8 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self.MODES = stage_screens()  # read from the stage list when the app is made
         super().__init__()
         self.state = state
-        self.runs = RunService()  # every pass on the model, one job at a time
+        # every pass on the model, one job at a time; what a job computes comes back as a record
+        self.runs = RunService(self.post_record)
         self.autoplay = autoplay or screenshots is not None
         self.exit_at_end = exit_at_end
         self.walk = (Autoplay(self, pace, screenshots, exit_at_end, writer) if self.autoplay
@@ -96,6 +102,19 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self._keys_shown: tuple[bool | None, ...] = ()
 
     # ---- the state's one writer ---------------------------------------------------
+    def post_record(self, record: Event) -> None:
+        """(Any thread) hand a job's record to the UI thread, with the worker posting it (if any)."""
+        try:
+            worker = get_current_worker()
+        except NoActiveWorker:
+            worker = None
+        self.post_message(Posted(record, worker))
+
+    def on_posted(self, message: Posted) -> None:
+        """Apply a job's record (`apply_<its name>`), unless its worker was cancelled since."""
+        if not message.stale:
+            getattr(self, message.record.handler())(message.record)
+
     def _state_written(self, name: str) -> None:
         if threading.get_ident() != self._ui_thread:
             raise WrongThread(f"RequestState.{name} written from a worker thread; post a message "

@@ -3,10 +3,11 @@ store them.
 
 The load worker opens the file, posts it (the File stage paints), then builds
 the tokenizer, the rendered prompt and its tokens, and the engine, posting each
-part as it is built or why it could not be (`PartReady`, `PartFailed`). An
-edit of the messages rebuilds the prompt in its own worker (`rebuild_prompt`);
-an unload prepares the engine again (`_reload_engine`). Workers only post;
-the handlers here, on the UI thread, write the request state.
+part as it is built or why it could not be (`request.events`: `PartReady`,
+`PartFailed`). An edit of the messages rebuilds the prompt in its own worker
+(`rebuild_prompt`); an unload prepares the engine again (`_reload_engine`).
+Workers only post (`post_record`); the handlers here (`apply_*`), on the UI
+thread, write the request state.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from textual.app import App
 from textual.worker import get_current_worker
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.request import parts
+from walkthrough.request import events, parts
 from walkthrough.request.parts import Part
-from walkthrough.screens import messages as msg
 
 if TYPE_CHECKING:
     from walkthrough.inspect.card import ModelCard
@@ -52,16 +52,16 @@ class LoadsTheRequest(App):
                      max_memory: int | None = None) -> None:
         """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
-        self._report(msg.Progress("opening the file"))
+        self.post_record(events.Progress("opening the file"))
         try:
             opened = parts.open_file(spec)
         except WalkthroughError as exc:
-            self.post_message(msg.LoadFailed(str(exc)))
+            self.post_record(events.LoadFailed(str(exc)))
             return
         except OSError as exc:
-            self.post_message(msg.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
+            self.post_record(events.LoadFailed(f"{exc.filename or spec}: {exc.strerror or exc}"))
             return
-        self._report(msg.PartReady(Part.FILE, opened))
+        self.post_record(events.PartReady(Part.FILE, opened))
         # Let the File stage paint before the heavier parts (tokenizer import and build) take the
         # CPU.
         self._file_shown.wait(timeout=FIRST_PAINT_WAIT)
@@ -74,8 +74,8 @@ class LoadsTheRequest(App):
             return
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card,
                                                                max_memory), failed)
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
+        self.post_record(events.PartReady(Part.RUN, None))
+        self.post_record(events.Progress(""))
 
     def _build_prompt(self, opened: parts.OpenedFile, tokenizer: GGUFTokenizer | None,
                       messages: list[dict[str, str]],
@@ -100,7 +100,7 @@ class LoadsTheRequest(App):
     def _build(self, part: Part, build: Callable[[], Any], failed: dict[str, str]) -> Any:
         """(Worker) build one part and post it, or post why it cannot be built; returns the value or
         None."""
-        self._report(msg.Progress(f"preparing {part}"))
+        self.post_record(events.Progress(f"preparing {part}"))
         try:
             value = build()
         except WalkthroughError as exc:
@@ -108,25 +108,15 @@ class LoadsTheRequest(App):
         except Exception as exc:  # noqa: BLE001 - a bug in one part must not take the stage down
             failed[part] = f"internal error (a bug): {type(exc).__name__}: {exc}"
         else:
-            self._report(msg.PartReady(part, value))
+            self.post_record(events.PartReady(part, value))
             return value
-        self._report(msg.PartFailed(part, failed[part]))
+        self.post_record(events.PartFailed(part, failed[part]))
         return None
 
-    def _report(self, message: msg.FromWorker) -> None:
-        """(Worker) post what this worker built, naming it: once it was cancelled, the handler drops
-        it."""
-        message.worker = get_current_worker()
-        self.post_message(message)
-
-    def on_progress(self, message: msg.Progress) -> None:
-        if message.stale:
-            return
+    def apply_progress(self, message: events.Progress) -> None:
         self.status = f"{message.what}…" if message.what else ""
 
-    def on_part_ready(self, message: msg.PartReady) -> None:
-        if message.stale:
-            return
+    def apply_part_ready(self, message: events.PartReady) -> None:
         if message.part is Part.RUN:
             self.start_run()
             return
@@ -143,9 +133,7 @@ class LoadsTheRequest(App):
         if self.exit_at_end and not self.autoplay:
             self.exit(0)
 
-    def on_part_failed(self, message: msg.PartFailed) -> None:
-        if message.stale:
-            return
+    def apply_part_failed(self, message: events.PartFailed) -> None:
         self.state.mark_unavailable(message.part, message.reason)
         self._prompt_settled(message.part)
 
@@ -156,7 +144,7 @@ class LoadsTheRequest(App):
             self._rebuild_after_load = False
             self.rebuild_prompt()
 
-    def on_load_failed(self, message: msg.LoadFailed) -> None:
+    def apply_load_failed(self, message: events.LoadFailed) -> None:
         self.error = message.error
         self.exit(return_code=2)
 
@@ -167,8 +155,8 @@ class LoadsTheRequest(App):
         Its own group: an unload while the request loads must not cancel the loading of the other
         parts."""
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card, max_memory), {})
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
+        self.post_record(events.PartReady(Part.RUN, None))
+        self.post_record(events.Progress(""))
 
     def rebuild_prompt(self) -> None:
         """After an edit of the messages or a new template: re-render, re-tokenize and restart, in a
@@ -200,9 +188,9 @@ class LoadsTheRequest(App):
                         cancel: threading.Event) -> None:
         """(Worker) a newer edit cancels it and sets `cancel` (its render is killed); then what it
         posts is dropped (its prompt is an old one)."""
-        self._report(msg.Progress("rendering and tokenizing"))
+        self.post_record(events.Progress("rendering and tokenizing"))
         self._build_prompt(opened, tokenizer, messages, template_name, template_file, failed,
                            cancel)
-        self._report(msg.PartReady(Part.RUN, None))
-        self._report(msg.Progress(""))
+        self.post_record(events.PartReady(Part.RUN, None))
+        self.post_record(events.Progress(""))
 

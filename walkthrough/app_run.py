@@ -1,8 +1,8 @@
 """The stage's run of the request: its passes, step by step or played, as jobs of the run service.
 
 `start_run` makes a fresh run of the request as it is now (nothing runs yet);
-space runs one pass (`action_step`) in a worker that calls the run service
-(`RunService.next_pass`) and posts the Step; enter plays, a pass every
+space runs one pass (`action_step`) in a worker that asks the run service
+(`RunService.run_pass`), which posts the Step; enter plays, a pass every
 `PLAY_SECONDS` once the last one was stored. The handlers here store each
 Step in the request state on the UI thread, note the run's first token, and
 show a long pass's progress in the stage bar. `r` runs the request again from
@@ -12,22 +12,19 @@ far would be lost.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
-from walkthrough.engine.glassbox.session import Cancelled
 from walkthrough.engine.sampler import SamplerSettings
-from walkthrough.errors import WalkthroughError
-from walkthrough.request import parts
+from walkthrough.request import events, parts
 from walkthrough.request.parts import Part
 from walkthrough.request.run import PromptSource, RunPlan
 from walkthrough.request.state import FirstToken
-from walkthrough.screens import messages as msg
 from walkthrough.screens.confirm import ConfirmDiscard, discard_question
 from walkthrough.units import binary_bytes
 
@@ -35,9 +32,6 @@ if TYPE_CHECKING:
     from walkthrough.inspect.chat import ChatTokens
 
 PLAY_SECONDS = 0.1  # pause between passes while playing
-# seconds into a pass before its progress is shown (short passes would only flood the queue)
-PROGRESS_AFTER = 0.3
-PROGRESS_EVERY = 0.1  # seconds between progress reports of one pass
 
 
 class RunsTheStage(App):
@@ -95,6 +89,9 @@ class RunsTheStage(App):
         self.playing = False
         self.runs.unload()
         state.model = None
+        if state.calls is not None and state.calls.model is not None:
+            # the four calls ran on that model: let go of it too (a file's weights are held once)
+            state.calls = replace(state.calls, model=None)
         state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
         state.unloads += 1
         self.start_run()
@@ -167,26 +164,7 @@ class RunsTheStage(App):
     @work(thread=True, group="step", name="run one pass")
     def run_pass(self, run_id: int) -> None:
         worker = get_current_worker()
-        began = time.monotonic()
-        reported = [began]
-
-        def progress(done: int, total: int) -> None:
-            now = time.monotonic()
-            # The head's first use can take longer than all the layers: said whenever it comes.
-            head = head_pending(self.state.model) if done == total else 0
-            if head or (now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY):
-                reported[0] = now
-                self.post_message(msg.PassProgress(run_id, done, total, head))
-
-        try:
-            step = self.runs.next_pass(run_id, progress, lambda: worker.is_cancelled)
-        except Cancelled:
-            self.post_message(msg.PassCancelled(run_id))
-            return
-        except WalkthroughError as exc:
-            self.post_message(msg.RunFailed(run_id, str(exc)))
-            return
-        self.post_message(msg.StepDone(run_id, step))
+        self.runs.run_pass(run_id, lambda: worker.is_cancelled)
 
     def set_settings(self, settings: SamplerSettings) -> None:
         """New sampler knobs: shown at once, used by the passes still to run (a new seed restarts
@@ -195,12 +173,12 @@ class RunsTheStage(App):
         self.runs.set_settings(settings)
         self.speculation_follows_the_request()
 
-    def on_pass_progress(self, message: msg.PassProgress) -> None:
+    def apply_pass_progress(self, message: events.PassProgress) -> None:
         if message.run_id == self.state.run_id and self.stepping:
             self.pass_status = pass_status(message.done, message.total, message.head_bytes)
             self._sync_bindings()
 
-    def on_step_done(self, message: msg.StepDone) -> None:
+    def apply_step_done(self, message: events.StepDone) -> None:
         state = self.state
         if message.run_id != state.run_id:
             return  # a pass of a run that was restarted meanwhile
@@ -224,13 +202,13 @@ class RunsTheStage(App):
         state.first_tokens = (*state.first_tokens, first)
         state.runs_on_model += 1
 
-    def on_pass_cancelled(self, message: msg.PassCancelled) -> None:
+    def apply_pass_cancelled(self, message: events.PassCancelled) -> None:
         if message.run_id == self.state.run_id:
             self._in_flight = None
             self.pass_status = ""
             self._sync_bindings()
 
-    def on_run_failed(self, message: msg.RunFailed) -> None:
+    def apply_run_failed(self, message: events.RunFailed) -> None:
         if message.run_id != self.state.run_id:
             return
         self._in_flight = None
@@ -245,13 +223,6 @@ class RunsTheStage(App):
                 self.playing = False
             else:
                 self.action_step()
-
-def head_pending(model: Any) -> int:
-    """Bytes the model's output head decodes on its first use (`Model.head_pending`; 0 for
-    llama.cpp)."""
-    pending = getattr(model, "head_pending", None)
-    return pending() if pending is not None else 0
-
 
 def pass_status(done: int, total: int, head_bytes: int = 0) -> str:
     """The stage bar's words for a pass in flight: the layer it is at, then the output head's first

@@ -4,7 +4,7 @@ request state.
 The stage asks (`speculate_round`, `play_rounds`, `restart_speculation`) and
 shows `state.speculation`; a round runs in a worker that calls the run service
 (`RunService.next_round`, under the model's one lock, so a round and a pass of
-the Decode play take turns) and posts its Step in a `RoundDone`, which the
+the Decode play take turns), which posts its Step in a `RoundDone`; the
 handler here stores on the UI thread. The run starts again (a new `run_id`,
 nothing held) when k or the drafter change, on `r`, and when the request, its
 model or its sampler knobs change (`speculation_follows_the_request`, called
@@ -22,11 +22,9 @@ from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
-from walkthrough.engine.glassbox.session import Cancelled
-from walkthrough.errors import WalkthroughError
+from walkthrough.request import events
 from walkthrough.request.run import RoundPlan
 from walkthrough.request.state import Speculation
-from walkthrough.screens import messages as msg
 
 
 class SpeculatesRounds(App):
@@ -87,19 +85,13 @@ class SpeculatesRounds(App):
     @work(thread=True, group="speculate", name="speculative round")
     def _round(self, run_id: int, shown: int) -> None:
         worker = get_current_worker()
-        try:
-            step = self.runs.next_round(run_id, shown, lambda: worker.is_cancelled)
-        except Cancelled:
-            return
-        except WalkthroughError as exc:
-            self.post_message(msg.RoundDone(run_id, None, str(exc), worker=worker))
-            return
-        self.post_message(msg.RoundDone(run_id, step, worker=worker))
+        self.runs.run_round(run_id, shown, lambda: worker.is_cancelled)
 
-    def on_round_done(self, message: msg.RoundDone) -> None:
+    def apply_round_done(self, message: events.RoundDone) -> None:
         s = self.state.speculation
-        if message.stale or message.run_id != s.run_id:
-            # a round stopped, or of a run replaced since (either way `busy` was cleared then)
+        if message.run_id != s.run_id:
+            # a round of a run replaced since (`busy` was cleared then); a stopped round's record
+            # was dropped before this, as its worker was cancelled
             return
         step = message.step
         if message.error:

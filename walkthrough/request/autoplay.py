@@ -17,9 +17,9 @@ from typing import Any
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.pictures import publishable_svg
-from walkthrough.safewrite import Writer
 from walkthrough.request import stages
 from walkthrough.request.parts import Part
+from walkthrough.safewrite import Writer
 
 AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
 TICKS_PER_PACE = 8  # ticks per pace (a stepping stage runs one pass per tick)

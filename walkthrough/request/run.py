@@ -7,17 +7,19 @@ rounds (`next_round`), the four calls (`steps`) and the warm starts (`job`).
 Two jobs never compute at once, so the model's weight cache, its counters and
 the CPU are never shared by two passes (a Decode play and a Speculate round
 take turns, pass by pass). The service is called from worker threads and
-holds no data the screens read: what a job computes is returned to its
-worker, which posts it in a message; the app stores it in the request state
-on the UI thread. `current_job` names the job holding the lock and `idle()`
+holds no data the screens read: what a job computes is posted as a plain
+record (`request.events`) through the callback the app gave it (`post`); the
+app wraps it in a Textual message and stores it in the request state on the
+UI thread. `current_job` names the job holding the lock and `idle()`
 says none does (for the tests and the stage bar).
 
 A job waiting for the lock gives up as soon as its caller cancels it (checked
 every `WAIT_POLL` seconds), and a job computing checks at every layer.
 
 The stage's run. The UI thread starts one with a `RunPlan` (everything the run
-needs, frozen) and changes its sampler knobs; pass workers call `next_pass`,
-which runs one pass and returns its `Step` (None once the run is finished).
+needs, frozen) and changes its sampler knobs; pass workers call `run_pass`,
+which runs one pass (`next_pass`) and posts its `Step` (None once the run is
+finished), a long pass's progress before it.
 Starting a new run, or `stop()`, cancels the pass in flight: the engine's
 progress hook raises `Cancelled` at the next layer, so `r` and `q` act within
 one layer's time, not one pass's.
@@ -43,6 +45,7 @@ dropped (its worker cancelled just after) is computed again, not skipped.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +54,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from walkthrough.engine.glassbox.session import Cancelled, Progress, stop_when
 from walkthrough.errors import WalkthroughError
+from walkthrough.request import events
+from walkthrough.request.events import Post, nowhere
 
 if TYPE_CHECKING:
     from walkthrough.engine.prefix_break import Held
@@ -60,6 +65,9 @@ if TYPE_CHECKING:
     from walkthrough.inspect.chat import ChatTokens
 
 WAIT_POLL = 0.05  # seconds between looks at a waiting job's cancel flag
+# seconds into a pass before its progress is posted (short passes would only flood the app)
+PROGRESS_AFTER = 0.3
+PROGRESS_EVERY = 0.1  # seconds between progress reports of one pass
 T = TypeVar("T")
 
 
@@ -136,7 +144,11 @@ class RunService:
     """Every pass on the request's model, one job at a time; `start`, `start_rounds`, `set_settings`
     and `stop` never block, the other calls run a job (from a worker thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, post: Post = nowhere) -> None:
+        """Args:
+            post: called (from the worker threads) with every record a job posts.
+        """
+        self.post = post
         # one job at a time on the model (its weight cache, the cores)
         self._lock = threading.Lock()
         self._job: str | None = None  # the job holding the lock
@@ -258,6 +270,34 @@ class RunService:
                 self._explain(run, step)
             return step
 
+    def run_pass(self, run_id: int, cancelled: Callable[[], bool] = lambda: False) -> None:
+        """Run the next pass of run `run_id` (`next_pass`) and post what came of it: `StepDone`,
+        `PassCancelled` or `RunFailed`, and `PassProgress` while a long pass runs (from
+        `PROGRESS_AFTER` seconds in, every `PROGRESS_EVERY` seconds) and when the output head's
+        first use comes."""
+        run = self._run
+        model = run.plan.model if run is not None and run.plan.run_id == run_id else None
+        began = time.monotonic()
+        reported = [began]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            # The head's first use can take longer than all the layers: said whenever it comes.
+            head = head_pending(model) if done == total else 0
+            if head or (now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY):
+                reported[0] = now
+                self.post(events.PassProgress(run_id, done, total, head))
+
+        try:
+            step = self.next_pass(run_id, progress, cancelled)
+        except Cancelled:
+            self.post(events.PassCancelled(run_id))
+            return
+        except WalkthroughError as exc:
+            self.post(events.RunFailed(run_id, str(exc)))
+            return
+        self.post(events.StepDone(run_id, step))
+
     def unload(self) -> None:
         """Stop the run and let go of the session (its KV cache): the next run starts from an empty
         one.
@@ -321,6 +361,20 @@ class RunService:
             run.made += step is not None
             return step
 
+    def run_round(self, run_id: int, shown: int,
+                  cancelled: Callable[[], bool] = lambda: False) -> None:
+        """Run the round of speculative run `run_id` after the `shown` first Steps (`next_round`)
+        and post it in a `RoundDone` (with the error, if the engine refused it); a cancelled round
+        posts nothing."""
+        try:
+            step = self.next_round(run_id, shown, cancelled)
+        except Cancelled:
+            return
+        except WalkthroughError as exc:
+            self.post(events.RoundDone(run_id, None, str(exc)))
+            return
+        self.post(events.RoundDone(run_id, step))
+
     def _begin(self, run: _Run) -> None:
         from walkthrough.engine.engines import new_session
         from walkthrough.engine.prefix_break import Held
@@ -369,6 +423,13 @@ class RunService:
         if settings.seed != sampler.settings.seed:
             sampler.rng = Sampler(settings).rng
         sampler.settings = settings
+
+
+def head_pending(model: Engine | None) -> int:
+    """Bytes the model's output head decodes on its first use (`Model.head_pending`; 0 for
+    llama.cpp)."""
+    pending = getattr(model, "head_pending", None)
+    return pending() if pending is not None else 0
 
 
 def _user_starts(request: PromptSource) -> list[int]:

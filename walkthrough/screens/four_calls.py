@@ -11,9 +11,7 @@ within a layer, or its cold start's process is killed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.console import Group
 from rich.text import Text
@@ -24,35 +22,16 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
+from walkthrough.request.calls import CallsInput
 from walkthrough.request.state import Calls
 from walkthrough.screens.confirm import calls_question
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
-if TYPE_CHECKING:  # the engine loads when the calls play, not when the app starts
-    from walkthrough.engine.sampler import SamplerSettings
-    from walkthrough.inspect.gguf import GGUFFile
-    from walkthrough.inspect.tokenizer import GGUFTokenizer
-
 ANSWER_CHARS = 70  # of each call's answer shown
 HEADING = ("The four calls: the request, a follow-up, an edit of its question, a new chat with the "
            "same system prompt. Each is also run from an empty cache.")
-
-
-@dataclass(frozen=True)
-class CallsInput:
-    """What the calls need from the request: the file, its tokenizer and template, the messages, the
-    knobs."""
-
-    path: Path
-    file: GGUFFile
-    tokenizer: GGUFTokenizer
-    template: str
-    messages: list[dict]
-    settings: SamplerSettings
-    chunk: int
-    max_tokens: int
 
 
 class FourCallsScreen(ModalScreen):

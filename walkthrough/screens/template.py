@@ -24,13 +24,14 @@ from textual.widgets.option_list import Option
 
 from walkthrough.inspect.template import PLAIN, content_text, suggest_template
 from walkthrough.inspect.template_roles import known_roles
+from walkthrough.render.reuse_text import first_token_lines, reuse_lines
+from walkthrough.render.views import SPECIAL_STYLE
+from walkthrough.request.calls import CallsInput
 from walkthrough.screens.base import StageScreen
 from walkthrough.screens.confirm import delete_question, discard_question
 from walkthrough.screens.editor import MessageEditor
-from walkthrough.screens.four_calls import CallsInput, FourCallsScreen
+from walkthrough.screens.four_calls import FourCallsScreen
 from walkthrough.screens.typeahead import when_shown
-from walkthrough.render.reuse_text import first_token_lines, reuse_lines
-from walkthrough.render.views import SPECIAL_STYLE
 from walkthrough.textsafe import safe_text, visible
 from walkthrough.words import count
 
