@@ -291,6 +291,8 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
     from rich.text import Text
 
     from walkthrough.costs.estimate import rows
+    from walkthrough.costs.memory_bar import memory_bar
+    from walkthrough.render.memory_bar_view import memory_bar_view
     from walkthrough.textsafe import safe_text
 
     console = Console()
@@ -305,6 +307,7 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
         for label, value, why in rows(e):
             table.add_row(Text(label), Text(value), Text(why, style="dim"))
         console.print(table)
+        console.print(memory_bar_view(memory_bar(e.memory, hw), min(console.width, 100) - 1, f" ({hw.id})"))
         if measured is not None:
             _print_measured(console, e, measured)
         if hw.compute_basis == "peak" and e.fits and e.prefill.band is None:

@@ -54,7 +54,10 @@ must hold the weights, the KV cache for the context, and working buffers.
 
 The figures come from the model card and a hardware profile (each profile's
 figures have sources in the bundled hardware file); the dim column shows the
-formula and its inputs. h changes the machine. Knobs: c context, l prompt
+formula and its inputs. The bar on top stacks what the request fills the
+machine's memory with: weights, KV cache, compute buffers and the profile's
+reserve for the system, with what is left free (or, past a red edge, what does
+not fit). h changes the machine. Knobs: c context, l prompt
 length, o answer length, u users (each doubles; shift halves), k KV cache type
 (f16, q8_0, q4_0), r back to this request. v cycles table / KV cache plot /
 first-token plot / decode plot / users plot (the table view lists every
@@ -116,6 +119,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
         with VerticalScroll(id="costs-box"):
+            yield Static(id="costs-memory")
             yield Static(id="costs-measured")
             yield Static(id="costs-table")
             yield Static(id="costs-curves")
@@ -179,6 +183,12 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             plot = self.query_one("#costs-plot", CurvePlot)
             plot.show(curves[self.view])
             return
+        from walkthrough.costs.memory_bar import memory_bar
+        from walkthrough.render.memory_bar_view import memory_bar_view
+
+        bar = self.query_one("#costs-memory", Static)
+        bar.update(memory_bar_view(memory_bar(result.memory, profile), (bar.size.width or self.size.width - 4) - 1,
+                                   f" ({profile.id})"))
         self.query_one("#costs-measured", Static).update(Group(self._measured(), self._comparison(result)))
         table = Table(box=None, padding=(0, 1), show_edge=False)
         table.add_column("")
