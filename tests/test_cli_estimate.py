@@ -150,8 +150,9 @@ def test_every_speed_carries_its_band_or_says_why_not(fixtures_dir, capsys):
     path = fixtures(fixtures_dir)[0]
     for row in run_json(capsys, str(path), "--context", "200", "--prompt-tokens", "100", "--output-tokens", "50"):
         hw = row["hardware"]["id"]
-        for key in ("decode_band", "prefill_band"):
-            band = row[key]
+        users = [(f"users {u['users']}", u["band"]) for u in row["users_table"] if u["limit"] != "memory"]
+        assert users, hw
+        for key, band in [("decode_band", row["decode_band"]), ("prefill_band", row["prefill_band"]), *users]:
             assert band["text"], (hw, key)
             if band["fraction"] is None:
                 assert band["text"].startswith("no band:"), (hw, key)

@@ -20,5 +20,5 @@ def test_lanes_skip_machines_that_cannot_hold_the_file_and_add_the_measured_run(
     no = MachineRow("b", "B", 1e9, 1e11, "does not fit", "short", None, None, None, None)
     run = Measured("numpy", 20, 0.4, 5, 2.0, 1000)
     got = lanes([fits, no], run)
-    assert got == [Lane("a", 0.2, 50.0), Lane("here (numpy, measured)", 0.4, 2.5)]
-    assert lanes([fits], None) == [Lane("a", 0.2, 50.0)]
+    assert got == [Lane("a", 0.2, 50.0, modelled=True), Lane("here (numpy, measured)", 0.4, 2.5)]
+    assert lanes([fits], None) == [Lane("a", 0.2, 50.0, modelled=True)]

@@ -40,9 +40,9 @@ def test_the_fit_finds_the_costs_that_produced_the_runs() -> None:
 
 
 def test_the_fit_finds_terms_divided_by_compute_despite_their_scale() -> None:
-    # a per-linear-attention-layer cost of 1e10 FLOP-equivalents: its term (layers / FLOP/s) is ~1e-12
-    # where the per-layer term is ~30; unscaled least squares took such a column for rounding noise
-    truth = np.array([1.2, 20e-6, 10e-6, 0.0, 90.0, 1e10])
+    # a linear-attention cost of 5e6 FLOP-equivalents per layer and channel: its term (layers x width /
+    # FLOP/s) is ~1e-8 where the per-layer term is ~30; unscaled least squares took it for rounding noise
+    truth = np.array([1.2, 20e-6, 10e-6, 0.0, 90.0, 5e6])
     fit = timing.fit_family(_synthetic(truth), "ROCm/Vulkan")
     assert fit.decode.coefficients == pytest.approx(tuple(truth), rel=1e-6, abs=1e-9)
 

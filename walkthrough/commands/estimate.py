@@ -157,11 +157,11 @@ def _run_json(r: Any) -> dict[str, Any]:
             "bytes_per_token": r.bytes_per_token, "source": r.source, "date": r.date}
 
 
-def _band_json(band: Any, e: Any) -> dict[str, Any]:
+def _band_json(band: Any, e: Any, reason: str = "") -> dict[str, Any]:
     from walkthrough.costs.estimate import no_band_reason
 
     if band is None:
-        return {"fraction": None, "text": no_band_reason(e)}
+        return {"fraction": None, "text": reason or no_band_reason(e)}
     return {"fraction": band.fraction, "family": band.family, "runs": band.runs, "machines": band.machines,
             "machine_runs": band.machine_runs, "text": band.describe()}
 
@@ -256,8 +256,8 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
         "decode_tokens_per_s_ceiling": e.decode.ceiling.value if e.fits else None,
         "decode_tokens_per_s": e.decode.tokens_per_s.value if e.fits else None,
         "decode_slow_share": e.decode.slow_share.value if e.fits else None,
-        "decode_band": _band_json(e.decode.band, e) if e.fits else None,
-        "prefill_band": _band_json(e.prefill.band, e) if e.fits else None,
+        "decode_band": _band_json(e.decode.band, e, e.decode.no_band) if e.fits else None,
+        "prefill_band": _band_json(e.prefill.band, e, e.prefill.no_band) if e.fits else None,
         "prefill_tokens_per_s": e.prefill.tokens_per_s.value if e.fits else None,
         "prefill_bound": e.prefill.bound if e.fits else None,
         "ttft_s": e.prefill.seconds.value if e.fits else None,
@@ -276,7 +276,8 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
         "shortfall_gb": e.memory.shortfall.value / 1e9 if e.memory.shortfall else None,
         "max_users": int(e.max_users.value),
         "users_table": [{"users": r.users, "per_user_tokens_per_s": r.per_user.value,
-                         "total_tokens_per_s": r.total.value, "limit": r.limit} for r in e.users_rows],
+                         "total_tokens_per_s": r.total.value, "limit": r.limit,
+                         "band": _band_json(r.band, e, r.no_band)} for r in e.users_rows],
         "figures": {name: f.to_dict() for name, f in fig.items()},
     }
 

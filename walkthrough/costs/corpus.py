@@ -87,6 +87,7 @@ class Model:
     experts: int  # experts (+ shared) of all layers: the expert matmuls a prompt micro-batch may run
     source: str
     recurrent_layers: int = 0  # linear-attention (Gated DeltaNet) layers: a fixed state, no KV cache
+    n_embd: int = 0  # hidden size: the width of every layer's input and output
 
     def touched_params(self) -> float:
         """Parameters one decoded token reads: active ones, less the embedding table unless tied."""
@@ -165,7 +166,7 @@ def _machine(entry: dict, where: str) -> Machine:
 def _model(entry: dict, where: str) -> Model:
     where = f"{where} ({entry.get('id', '?')})"
     ints = {}
-    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls", "experts", "recurrent_layers"):
+    for name in ("layers", "kv_layers", "kv_dim", "attn_dim", "expert_calls", "experts", "recurrent_layers", "n_embd"):
         value = entry.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise CorpusError(f"{where}: '{name}' must be a whole number >= 0; fix the file")

@@ -12,6 +12,8 @@ a formula of its own beyond choosing the x values):
 - Decode tokens/s, ceiling and realistic, vs context (`costs.decode`).
 - Tokens/s each and in all vs users, until compute or memory runs out
   (`costs.users_table`'s rows; x is users, not tokens).
+The modelled curves carry their band (`Curve.band`): the fitted figures' band at the
+last point that fits, or why they have none.
 
 Example: contexts(4096) = [256, 512, 1024, 2048, 4096].
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from walkthrough.costs.budget import NO_FIT, compute_buffer_bytes, memory_plan
-from walkthrough.costs.estimate import decode, prefill, users_table
+from walkthrough.costs.estimate import band_words, decode, prefill, profile_no_band, users_table
 from walkthrough.costs.hardware import Profile
 from walkthrough.costs.measured import modelled_for
 from walkthrough.inspect.card import ModelCard, type_bytes_per_value
@@ -48,6 +50,7 @@ class Curve:
     y_unit: str
     xs: tuple[int, ...]
     series: tuple[Series, ...]
+    band: str = ""  # the modelled figures' band as a line ('±19%: backend CUDA, ...'), or why they have none
 
 
 def contexts(last: int, first: int = FIRST_POINT) -> tuple[int, ...]:
@@ -91,18 +94,27 @@ def kv_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...]) -> Curve:
 
 
 def ttft_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: str = "f16") -> Curve:
-    """Time to first token vs prompt length (0 where the request does not fit)."""
+    """Time to first token vs prompt length (0 where the request does not fit); the title says the band of
+    the longest prompt that fits, or why it has none."""
     ys = []
+    band = profile_no_band(hw)
     for x in xs:
         plan = memory_plan(card, hw, x, cache_type)
-        ys.append(0.0 if plan.verdict == NO_FIT else prefill(card, hw, x, plan.placement).seconds.value)
+        if plan.verdict == NO_FIT:
+            ys.append(0.0)
+            continue
+        p = prefill(card, hw, x, plan.placement)
+        ys.append(p.seconds.value)
+        band = band_words(p.band, p.no_band or profile_no_band(hw))
     return Curve(f"time to first token vs prompt, {modelled_for(hw)}", "prompt (tokens)", "s", xs,
-                 (Series(f"first token on {hw.id}", "s", tuple(ys)),))
+                 (Series(f"first token on {hw.id}", "s", tuple(ys)),), f"first token {band}")
 
 
 def decode_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: str = "f16") -> Curve:
-    """Decode tokens/s (ceiling and realistic) vs context (0 where the request does not fit)."""
+    """Decode tokens/s (ceiling and realistic) vs context (0 where the request does not fit); the title says
+    the realistic figure's band at the longest context that fits, or why it has none."""
     ceiling, real = [], []
+    band = profile_no_band(hw)
     for x in xs:
         plan = memory_plan(card, hw, x, cache_type)
         if plan.verdict == NO_FIT:
@@ -112,8 +124,10 @@ def decode_curve(card: ModelCard, hw: Profile, xs: tuple[int, ...], cache_type: 
         d = decode(card, hw, x, cache_type, plan.placement)
         ceiling.append(d.ceiling.value)
         real.append(d.tokens_per_s.value)
+        band = band_words(d.band, d.no_band or profile_no_band(hw))
     return Curve(f"decode vs context ({cache_type} cache), {modelled_for(hw)}", "context (tokens)", "tokens/s", xs,
-                 (Series("ceiling", "tokens/s", tuple(ceiling)), Series("realistic", "tokens/s", tuple(real))))
+                 (Series("ceiling", "tokens/s", tuple(ceiling)), Series("realistic", "tokens/s", tuple(real))),
+                 f"realistic {band}")
 
 
 def users_curve(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16") -> Curve:
@@ -123,5 +137,7 @@ def users_curve(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
     xs = tuple(r.users for r in rows) or (1,)
     each = tuple(r.per_user.value for r in rows) or (0.0,)
     total = tuple(r.total.value for r in rows) or (0.0,)
+    band = band_words(rows[0].band, rows[0].no_band or profile_no_band(hw)) if rows else "does not fit"
     return Curve(f"users at {context:,} tokens each, {modelled_for(hw)}", "users", "tokens/s", xs,
-                 (Series("each", "tokens/s", each), Series("in all", "tokens/s", total)))
+                 (Series("each", "tokens/s", each), Series("in all", "tokens/s", total)),
+                 f"the single-user speed's band, {band}; users share a step as the roofline shares it")

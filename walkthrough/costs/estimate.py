@@ -62,6 +62,7 @@ from walkthrough.words import count
 SRAM_PIPELINE = "one chip's bandwidth: the token passes every chip, each reading its slice; "
 SRAM_FITTED = "pipeline of chips fitted on published single-user speeds: a x bytes / one chip's bw + c x layers"
 USERS_SCALED = "roofline per-user speed x (fitted single-user speed / roofline single-user speed)"
+OFFLOAD_NO_BAND = "no band: no measured run reads weights from system RAM; this is"
 FITTED = "timing model fitted on measured runs: "
 
 
@@ -70,7 +71,7 @@ def fitted_formula(phase: str, moe: bool) -> str:
     if phase == "decode":
         fixed = "per-layer and per-expert-call costs" if moe else "per-layer costs"
         return (f"{FITTED}weights / (eff x bw) + {fixed} + KV cache at context / bw + attention at context "
-                "and linear-attention layers / compute")
+                "and linear-attention layers x width / compute")
     fixed = "layer, expert and weight-read costs" if moe else "layer and weight-read costs"
     return f"{FITTED}matmul and attention FLOPs / (eff x compute) + per-micro-batch {fixed}"
 SATURATION = 0.10  # stop the users table when doubling the users adds less than 10% throughput
@@ -161,7 +162,7 @@ def card_shape(card: ModelCard, cache_type: str = "f16") -> timing.Shape:
         attn_flops_per_pair=_attention_flops(card, 1),
         params_active=card.n_params_active,
         float_weights=float_bytes > sum(card.bytes_by_type.values()) / 2,
-        recurrent_layers=len(card.linear_layers),
+        recurrent_layers=len(card.linear_layers), width=card.n_embd or 0,
     )
 
 
@@ -175,6 +176,7 @@ class Decode:
     tokens_per_s: Figure  # tokens/s from the fitted timing model (else at the profile's decode efficiency)
     slow_share: Figure  # share of the time spent reading from host RAM (0 without offload)
     band: Band | None = None  # how far tokens_per_s may be off; None: the roofline alone, no band
+    no_band: str = ""  # why there is no band, when the reason is this figure's own (offload)
 
 
 def _split_reads(card: ModelCard, context: int, cache_type: str, placement: Placement) -> tuple[Figure, float]:
@@ -235,12 +237,14 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
                    efficiency=eff, host_efficiency=given(host.decode_efficiency, "", f"host {host.id}"), **parts)
     share = derived(r_slow / (r_fast + r_slow), "", "time reading system RAM / time per token")
     fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
+    why = f"{OFFLOAD_NO_BAND} the roofline at the profile's decode efficiency"
     if fit is not None:  # the fitted speed in fast memory, slowed as much as the roofline slows with this offload
         r_all, _ = _seconds(total.value, 0.0, hw, efficient=True)
         real = derived(fit[0] * r_all / (r_fast + r_slow), "tokens/s",
                        "fitted speed x (roofline time in fast memory / roofline time with this offload)",
                        roofline_with_offload=real)
-    return Decode(total, ceiling, real, share)
+        why = f"{OFFLOAD_NO_BAND} the fitted speed in fast memory ({fit[1].describe()}), slowed as the roofline slows"
+    return Decode(total, ceiling, real, share, no_band=why)
 
 
 # --- prefill ---------------------------------------------------------------------------------
@@ -253,6 +257,7 @@ class Prefill:
     seconds: Figure  # time to first token
     bound: str  # "compute" or "memory": which side of the roofline set most of the time
     band: Band | None = None  # how far the fitted figures may be off; None: the roofline alone
+    no_band: str = ""  # why there is no band, when the reason is this figure's own (offload)
 
 
 def _batch_reads(card: ModelCard, tokens: int, placement: Placement) -> tuple[float, float]:
@@ -308,7 +313,8 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
         ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
         return Prefill(per_token, rate, ttft, bound, fit[1])
     ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
-    return Prefill(per_token, rate, ttft, bound)
+    why = f"{OFFLOAD_NO_BAND} the roofline, micro-batch by micro-batch" if slow_any(card, placement) else ""
+    return Prefill(per_token, rate, ttft, bound, no_band=why)
 
 
 def slow_any(card: ModelCard, placement: Placement) -> bool:
@@ -325,6 +331,8 @@ class UsersRow:
     per_user: Figure  # tokens/s each user sees
     total: Figure  # tokens/s over all users
     limit: str  # "bandwidth", "compute" or "memory" (this many users' KV caches do not fit)
+    band: Band | None = None  # the single-user decode's band, when the row is scaled to the fitted speed
+    no_band: str = ""  # why there is no band, when the reason is the row's own
 
 
 def users_row(card: ModelCard, hw: Profile, users: int, context: int, cache_type: str = "f16",
@@ -370,18 +378,19 @@ def users_table(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
     out = [rows[k] for k in sorted(rows)]
     if fitted.family(hw) or sram.pipeline_fit(hw) is not None:
         one = rows.get(1) or users_row(card, hw, 1, context, cache_type, placement, fit)
-        single = decode(card, hw, context, cache_type, placement).tokens_per_s
+        single = decode(card, hw, context, cache_type, placement)
         out = [_scaled(r, single, one.per_user) for r in out]
     return out, max_users(card, hw, context, cache_type)
 
 
-def _scaled(row: UsersRow, single: Figure, roofline_single: Figure) -> UsersRow:
-    """A roofline users row brought to the fitted single-user speed (same ratio for every row)."""
-    k = single.value / roofline_single.value
+def _scaled(row: UsersRow, single: Decode, roofline_single: Figure) -> UsersRow:
+    """A roofline users row brought to the fitted single-user speed (same ratio for every row), with that
+    speed's band."""
+    k = single.tokens_per_s.value / roofline_single.value
     per_user = derived(row.per_user.value * k, "tokens/s", USERS_SCALED, roofline=row.per_user,
-                       fitted_single_user=single, roofline_single_user=roofline_single)
+                       fitted_single_user=single.tokens_per_s, roofline_single_user=roofline_single)
     total = derived(row.users * per_user.value, "tokens/s", "users x per-user tokens/s", per_user=per_user)
-    return UsersRow(row.users, per_user, total, row.limit)
+    return UsersRow(row.users, per_user, total, row.limit, single.band, single.no_band)
 
 
 # --- the whole request -----------------------------------------------------------------------
@@ -462,20 +471,59 @@ def no_band_reason(e: Estimate) -> str:
     if e.chips is not None:
         return "no band: an SRAM machine without published single-user speeds (roofline of a pipeline of chips)"
     if e.memory.placement.describe() and e.decode is not None and e.decode.slow_share.value:
-        return "no band: part of the model is read from system RAM, which the fitted model does not cover (roofline)"
-    if is_calibrated(e.hardware):
+        return e.decode.no_band or f"{OFFLOAD_NO_BAND} the roofline"
+    return profile_no_band(e.hardware)
+
+
+def profile_no_band(hw: Profile) -> str:
+    """Why a profile's fitted figures carry no band, whatever the request."""
+    if is_calibrated(hw):
         return "no band: this machine as walkthrough calibrate measured it (roofline at the bandwidth it reached)"
-    if not fitted.family(e.hardware):
+    if not fitted.family(hw):
         return "no band: the profile names no backend family, so its typed decode efficiency is used (roofline)"
     return "no band: the profile's family has no measured runs of this phase (roofline)"
 
 
-def banded(fig: Figure, band: Band | None, e: Estimate) -> tuple[str, str]:
-    """A figure's value with its band ('11.7 tokens/s, ±20%') and why (the band's runs, then the formula)."""
+def band_words(band: Band | None, reason: str) -> str:
+    """The band as a line ('±19%: backend CUDA, 79 decode runs (12 machines)'), or why there is none."""
+    return band.describe() if band is not None else reason
+
+
+def banded(fig: Figure, band: Band | None, e: Estimate, reason: str = "") -> tuple[str, str]:
+    """A figure's value with its band ('11.7 tokens/s, ±20%') and why (the band's runs, then the formula);
+    without a band, the figure's own `reason` or the estimate's."""
     if band is None:
-        return _show(fig), f"{no_band_reason(e)}; {_why(fig)}"
+        return _show(fig), f"{reason or no_band_reason(e)}; {_why(fig)}"
     value = _show(fig) if band.fraction is None else f"{_show(fig)}, ±{band.fraction * 100:.0f}%"
     return value, f"{band.describe()}; {_why(fig)}"
+
+
+def answer_text(e: Estimate) -> tuple[str, str]:
+    """The answer time with its band: the first-token and decode bands weighted by their share of the time
+    (each part off by at most its band, so the sum is off by at most that mean), or why it has none."""
+    d, p, answer = e.decode, e.prefill, e.answer
+    bands = (p.band.fraction if p.band else None, d.band.fraction if d.band else None)
+    if None in bands:
+        return _show(answer), "no band: its first token or decode has none (see their rows); " + _why(answer)
+    ttft = p.seconds.value
+    band = (ttft * bands[0] + (answer.value - ttft) * bands[1]) / answer.value
+    return (f"{_show(answer)}, ±{band * 100:.0f}%",
+            "±: the first-token and decode bands, weighted by their share of the time; " + _why(answer))
+
+
+def users_text(r: UsersRow, e: Estimate) -> tuple[str, str]:
+    """A users row's value ('3.18 tokens/s each, ±23%') and why: the single-user band it carries, or why
+    it has none."""
+    each = f"{_show(r.per_user)} each"
+    head = f"{_show(r.total)} in all; {r.limit}-bound; "
+    if r.per_user.formula != USERS_SCALED:
+        return each, head + f"{r.no_band or no_band_reason(e)}; roofline at the profile's decode efficiency"
+    shared = "; the fitted single-user speed, shared among users as the roofline shares it"
+    if r.band is None:
+        return each, head + (r.no_band or no_band_reason(e)) + shared
+    if r.band.fraction is not None:
+        each += f", ±{r.band.fraction * 100:.0f}%"
+    return each, head + f"the single-user band, {r.band.describe()}" + shared + " (no measured run has several users)"
 
 
 def rows(e: Estimate) -> list[Row]:
@@ -496,16 +544,16 @@ def rows(e: Estimate) -> list[Row]:
     out += [
         Row("read per token", _show(d.bytes_per_token), _why(d.bytes_per_token)),
         Row("decode ceiling", _show(d.ceiling), (SRAM_PIPELINE if e.chips is not None else "") + _why(d.ceiling)),
-        Row("decode", *banded(d.tokens_per_s, d.band, e)),
+        Row("decode", *banded(d.tokens_per_s, d.band, e, d.no_band)),
     ]
     if d.slow_share.value:
-        out.append(Row("time in system RAM", _show(d.slow_share), d.slow_share.formula))
+        out.append(Row("time in system RAM", _show(d.slow_share),
+                       f"{d.slow_share.formula}; no band: the roofline's share, as no measured run offloads"))
+    prefill_value, prefill_why = banded(p.tokens_per_s, p.band, e, p.no_band)
     out += [
-        Row("prefill", banded(p.tokens_per_s, p.band, e)[0],
-            f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token; " + banded(p.tokens_per_s, p.band, e)[1]),
-        Row(f"first token ({e.prompt_tokens} prompt)", *banded(p.seconds, p.band, e)),
-        Row(f"answer ({count(e.output_tokens, 'token')})", _show(e.answer),
-            "within the first-token and decode bands; " + _why(e.answer)),
+        Row("prefill", prefill_value, f"{p.bound}-bound; {_show(p.flops_per_token)} per prompt token; {prefill_why}"),
+        Row(f"first token ({e.prompt_tokens} prompt)", *banded(p.seconds, p.band, e, p.no_band)),
+        Row(f"answer ({count(e.output_tokens, 'token')})", *answer_text(e)),
     ]
     fit = int(e.max_users.value)
     for r in e.users_rows:
@@ -514,9 +562,6 @@ def rows(e: Estimate) -> list[Row]:
             out.append(Row(label, f"does not fit ({count(fit, 'user')} fit)",
                            "their KV caches exceed the memory left after the weights"))
             continue
-        how = ("the fitted single-user speed, shared as the roofline shares it" if r.per_user.formula == USERS_SCALED
-               else "roofline at the profile's decode efficiency")
-        out.append(Row(label, f"{_show(r.per_user)} each", f"{_show(r.total)} in all; {r.limit}-bound ({how}; "
-                       "no band of its own)"))
+        out.append(Row(label, *users_text(r, e)))
     out.append(Row("users that fit", f"{int(e.max_users.value):,}", e.max_users.formula))
     return out

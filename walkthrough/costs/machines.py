@@ -59,7 +59,7 @@ def _band(e: Estimate) -> tuple[float | None, str]:
     if e.decode is None:
         return None, "does not fit"
     if e.decode.band is None:
-        return None, no_band_reason(e)
+        return None, e.decode.no_band or no_band_reason(e)
     return e.decode.band.fraction, e.decode.band.describe()
 
 

@@ -26,6 +26,7 @@ class Lane:
     first_token: float
     tokens_per_s: float
     band: float | None = None  # the decode band (+/- fraction) of a modelled lane; None: none (or measured)
+    modelled: bool = False  # a machine's predicted speed (not a measured run or a rate typed in)
 
 
 def tokens_shown(lane: Lane, t: float, n_tokens: int) -> int:
@@ -42,7 +43,7 @@ def finish_time(lane: Lane, n_tokens: int) -> float:
 
 def lanes(rows: list[MachineRow], measured: Measured | None = None) -> list[Lane]:
     """A lane per machine the request fits (in the rows' order), then this machine's measured run if any."""
-    out = [Lane(r.id, r.first_token, r.realistic, r.band) for r in rows
+    out = [Lane(r.id, r.first_token, r.realistic, r.band, modelled=True) for r in rows
            if r.realistic and r.first_token is not None]
     if measured is not None and measured.decode_tokens_per_s:
         out.append(Lane(f"here ({measured.engine}, measured)", measured.prefill_seconds,

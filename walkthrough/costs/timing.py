@@ -7,9 +7,10 @@ Decode, one token at `context` cached positions (a per-token sum):
       + a_kv x KV bytes at context / bandwidth  (attention reading the cache, growing with depth)
       + a_qk x attention FLOPs at context / compute   (one query against every cached position: a
                                                 matrix-vector product far below peak compute)
-      + a_r x linear-attention layers / compute (a Gated DeltaNet layer runs dozens of small ops on
-                                                its fixed state per token; their work, not their
-                                                bytes, sets the time, so a smaller GPU takes longer)
+      + a_r x linear-attention layers x width / compute   (a Gated DeltaNet layer runs dozens of
+                                                small ops per token on its state and channels, which
+                                                grow with the width; their work, not their bytes,
+                                                sets the time, so a smaller GPU takes longer)
 Prefill, n prompt tokens after `depth` cached ones, in micro-batches of `ubatch`:
     T = a_q x 2 x active params x n / compute   (matmuls on quantized weights)
       + a_f x the same                          (matmuls on 16/32-bit float weights)
@@ -57,7 +58,7 @@ BAND_PERCENTILE = 80
 MIN_RUNS = 8  # fewer measured runs of a family (or fewer than MIN_MACHINES machines): no band
 MIN_MACHINES = 3
 DECODE_TERMS = ("weights / bandwidth", "per layer", "per expert call", "KV cache / bandwidth",
-                "attention FLOPs at context / compute", "per linear-attention layer / compute")
+                "attention FLOPs at context / compute", "linear-attention layers x width / compute")
 PREFILL_TERMS = ("quantized matmul FLOPs / compute", "float matmul FLOPs / compute", "attention FLOPs / compute",
                  "per layer per micro-batch", "weights per micro-batch / bandwidth", "per expert per micro-batch")
 
@@ -76,6 +77,7 @@ class Shape:
     params_active: float
     float_weights: bool  # 16/32-bit weights (matmuls not on quantized blocks)
     recurrent_layers: int = 0  # linear-attention layers (a fixed state instead of a KV cache)
+    width: int = 0  # hidden size
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def run_shape(run: Run) -> Shape:
         attn_flops_per_pair=4 * m.attn_dim * m.kv_layers,
         params_active=m.params_active,
         float_weights=run.quant.upper() in FLOAT_QUANTS,
-        recurrent_layers=m.recurrent_layers,
+        recurrent_layers=m.recurrent_layers, width=m.n_embd,
     )
 
 
@@ -109,7 +111,7 @@ def decode_terms(s: Shape, hw: Hardware, context: float) -> np.ndarray:
     per_flop = 0.0 if hw.compute is None else 1 / hw.compute
     return np.array([s.weight_bytes / hw.bandwidth, s.layers, s.expert_calls,
                      s.kv_bytes_per_position * context / hw.bandwidth,
-                     s.attn_flops_per_pair * context * per_flop, s.recurrent_layers * per_flop])
+                     s.attn_flops_per_pair * context * per_flop, s.recurrent_layers * s.width * per_flop])
 
 
 def prefill_terms(s: Shape, hw: Hardware, n: int, depth: int, ubatch: int) -> np.ndarray:

@@ -53,7 +53,8 @@ class CurvePlot(PlotextPlot):
 def draw_curve(plt, curve: Curve) -> None:
     """Plot every series of `curve` on a textual-plotext `Plot` (the widget's `.plt`)."""
     plt.clear_figure()
-    plt.xlabel(curve.x_label)
+    band = f"; {curve.band.split(':')[0]}" if curve.band else ""  # 'realistic ±19%' or '... no band' (the table
+    plt.xlabel(curve.x_label + band)  # view says the rest; the title has no room left at 80 columns)
     plt.xscale("log")
     title = curve.title
     top = 0.0
@@ -90,6 +91,9 @@ def curve_table(curve: Curve) -> Table:
         table.add_column(safe_text(series.label), justify="right", no_wrap=True)
     for i, x in enumerate(curve.xs):
         table.add_row(f"{x:,}", *(fmt(s.ys[i], s.unit) if s.ys[i] else "-" for s in curve.series))
+    if curve.band:
+        table.caption = safe_text(curve.band)
+        table.caption_justify = "left"
     return table
 
 
@@ -129,14 +133,14 @@ def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
 def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Text:
     """One line per lane: name, rate, and the tail of the answer it has written by `t` seconds."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave)\n",
-               style="bold")
+    out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave); "
+               "±?: no band (the machines table, m, says why)\n", style="bold")
     for lane in lanes:
         n = tokens_shown(lane, t, len(pieces))
         written = "".join(pieces[:n]).replace("\n", " ")
         end = f" done {fmt(finish_time(lane, len(pieces)), 's')}" if n == len(pieces) else ""
         room = max(width - RACE_LABEL - len(end) - 3, 8)
-        band = f"±{lane.band * 100:.0f}%" if lane.band is not None else ""
+        band = f"±{lane.band * 100:.0f}%" if lane.band is not None else ("±?" if lane.modelled else "")
         out.append(f"{lane.label[:14]:<14} {lane.tokens_per_s:>9.3g}/s {band:>5} ", style="bold" if n else "dim")
         out.append_text(safe_text(written[-room:]))
         out.append(end + "\n", style="dim")
