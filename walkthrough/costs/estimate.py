@@ -189,6 +189,19 @@ def _split_reads(card: ModelCard, context: int, cache_type: str, placement: Plac
     return total, slow_reads(card, placement, context, cache_type)
 
 
+def measured_split(total: Figure, layers: int, hw: Profile) -> Figure:
+    """Tokens/s from what `walkthrough calibrate` measured with two model sizes: the bytes at the bandwidth
+    reached without fixed costs, plus the fixed cost per layer. Example: 1 GB at 10 GB/s + 30 x 200 us -> 9.43."""
+    assert hw.decode_split is not None
+    bandwidth, per_layer = hw.decode_split
+    where = hw.sources.get("bandwidth_gbs", hw.origin)
+    return derived(1 / (total.value / bandwidth + layers * per_layer), "tokens/s",
+                   "1 / (bytes per token / bandwidth without fixed costs + layers x fixed cost per layer)",
+                   bytes_per_token=total, layers=given(layers, "layers", "model card: trunk layers"),
+                   bandwidth=given(bandwidth, "B/s", f"calibrate's two sizes; {where}"),
+                   per_layer=given(per_layer, "s", "calibrate's two sizes: fixed cost per layer per token"))
+
+
 def _seconds(fast: float, slow: float, hw: Profile, efficient: bool) -> tuple[float, float]:
     """(fast seconds, slow seconds) to move these bytes."""
     eff = hw.decode_efficiency if efficient else 1.0
@@ -222,6 +235,9 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
         if fit is not None:
             real = derived(fit[0], "tokens/s", fitted_formula("decode", card.is_moe), ceiling=ceiling)
             return Decode(total, ceiling, real, given(0.0, "", "no offload"), fit[1])
+        if hw.decode_split is not None:
+            real = measured_split(total, card_shape(card, cache_type).layers, hw)
+            return Decode(total, ceiling, real, given(0.0, "", "no offload"), no_band=profile_no_band(hw))
         real = derived(ceiling.value * eff.value, "tokens/s", "ceiling x decode efficiency",
                        ceiling=ceiling, efficiency=eff)
         return Decode(total, ceiling, real, given(0.0, "", "no offload"))
@@ -376,7 +392,7 @@ def users_table(card: ModelCard, hw: Profile, context: int, cache_type: str = "f
     if also not in rows:
         rows[also] = users_row(card, hw, also, context, cache_type, placement, fit)
     out = [rows[k] for k in sorted(rows)]
-    if fitted.family(hw) or sram.pipeline_fit(hw) is not None:
+    if fitted.family(hw) or sram.pipeline_fit(hw) is not None or hw.decode_split is not None:
         one = rows.get(1) or users_row(card, hw, 1, context, cache_type, placement, fit)
         single = decode(card, hw, context, cache_type, placement)
         out = [_scaled(r, single, one.per_user) for r in out]
@@ -477,6 +493,9 @@ def no_band_reason(e: Estimate) -> str:
 
 def profile_no_band(hw: Profile) -> str:
     """Why a profile's fitted figures carry no band, whatever the request."""
+    if hw.decode_split is not None:
+        return ("no band: this machine as walkthrough calibrate measured it (its bandwidth without fixed costs and "
+                "its fixed cost per layer, from two model sizes)")
     if is_calibrated(hw):
         return "no band: this machine as walkthrough calibrate measured it (roofline at the bandwidth it reached)"
     if not fitted.family(hw):

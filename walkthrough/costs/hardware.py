@@ -34,6 +34,7 @@ MEMORY_KINDS = ("vram", "unified", "system", "sram")  # sram: figures of one chi
 COMPUTE_BASES = ("measured", "derived", "peak")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _NUMBERS = ("memory_gib", "reserved_gib", "bandwidth_gbs", "decode_efficiency", "compute_tflops")
+_SPLIT = ("seconds_per_layer", "bandwidth_without_fixed_costs_gbs")  # what calibrate measured with two sizes
 
 
 class HardwareFileError(WalkthroughError):
@@ -60,6 +61,15 @@ class Profile:
     backend: str = ""  # backend family for the fitted timing model ("" : none, the roofline alone)
     published: tuple[dict[str, Any], ...] = ()  # SRAM machines: published single-user speeds (engine.sram)
     machine: str = ""  # the corpus machine this profile is (its measured runs scale the fit)
+    layer_seconds: float | None = None  # fixed cost per layer per decoded token, measured (walkthrough calibrate)
+    fixed_bandwidth_gbs: float | None = None  # the bandwidth measured beside it, without that fixed cost
+
+    @property
+    def decode_split(self) -> tuple[float, float] | None:
+        """(bandwidth B/s without fixed costs, seconds per layer) when both were measured, else None."""
+        if self.layer_seconds is None or not self.fixed_bandwidth_gbs:
+            return None
+        return self.fixed_bandwidth_gbs * 1e9, self.layer_seconds
 
     @property
     def memory_bytes(self) -> int:
@@ -194,6 +204,13 @@ def _check_entry(entry: Any, where: str, *, bundled: bool) -> None:
         fail("published", f"must be a list of runs, each with {', '.join(keys)} (numbers) and a source")
     if not isinstance(entry.get("machine", ""), str):
         fail("machine", "must be the id of a machine of the measured-runs corpus, or left out")
+    calibration = entry.get("calibration", {})
+    if not isinstance(calibration, dict) or not all(
+        calibration.get(k) is None or (isinstance(calibration[k], (int, float)) and not isinstance(calibration[k], bool)
+                                       and math.isfinite(calibration[k]) and calibration[k] >= 0)
+        for k in _SPLIT
+    ):
+        fail("calibration", f"must be an object whose {', '.join(_SPLIT)} are numbers >= 0 or null")
     host = entry.get("host")
     if host is not None and not isinstance(host, str):
         fail("host", "must be the id of another profile or null")
@@ -242,7 +259,13 @@ def _profile(entry: dict[str, Any], origin: str, host: Profile | None) -> Profil
         backend=entry.get("backend", ""),
         published=tuple(entry.get("published", ())),
         machine=entry.get("machine", ""),
+        layer_seconds=_maybe(entry.get("calibration", {}).get("seconds_per_layer")),
+        fixed_bandwidth_gbs=_maybe(entry.get("calibration", {}).get("bandwidth_without_fixed_costs_gbs")),
     )
+
+
+def _maybe(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def pick(profiles: dict[str, Profile], name: str | None) -> list[Profile]:
