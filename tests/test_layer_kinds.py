@@ -90,3 +90,93 @@ def test_a_kind_is_declared_once(toy_kind) -> None:
         register(LayerKind("toy2", f"{__name__}:toy_mixer", keeps="everything"))
     with pytest.raises(ValueError, match="names the function"):
         register(LayerKind("toy3", f"{__name__}:toy_mixer", keeps="state"))
+
+
+# ---- a kind with a hyperparameter of its own ----------------------------------------------------------------
+QWEN35 = "ref-qwen35moe-f32.gguf"  # linear layers (Gated DeltaNet) and gated full attention
+
+
+def toy_params(f, card) -> dict[str, object]:
+    """The toy kind's own hyperparameters, read from the file: what its mixer multiplies by, its state's rows
+    (and, as the test borrows a qwen35moe file's linear layers, the sizes of the tensors they hold)."""
+    from walkthrough.engine.glassbox.qwen35 import hybrid_dims
+
+    return {"scale": float(f.get(f"{card.architecture}.toy.scale")),
+            "rows": int(f.get(f"{card.architecture}.toy.rows")), "tensors": hybrid_dims(f, card)}
+
+
+def toy_shapes(config, layer: int) -> dict[str, tuple[int, ...]]:
+    """The tensors a toy layer holds (those of the borrowed file's Gated DeltaNet layers)."""
+    return config.params["toy_scaled"]["tensors"].tensor_shapes(config.n_embd)
+
+
+def toy_scaled(p: layers.PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
+    """[n, d] -> [n, d]: each position times the file's `toy.scale`."""
+    calls.append((layer, x.shape[0]))
+    return p.config.params["toy_scaled"]["scale"] * x
+
+
+def toy_rows_state(config, layer: int) -> dict[str, np.ndarray]:
+    """[rows, d]: as many rows as the file's `toy.rows`."""
+    return {"memory": np.zeros((config.params["toy_scaled"]["rows"], config.n_embd), np.float32)}
+
+
+def toy_state_values(read, n_embd: int | None) -> int | None:
+    """Values in one toy layer's state, from the keys it reads: rows x n_embd."""
+    rows = read("toy.rows")
+    return None if rows is None or n_embd is None else rows * n_embd
+
+
+@pytest.fixture
+def toy_file(fixtures_dir, tmp_path) -> Path:
+    from gguf.constants import GGUFValueType as V
+    from gguf_builder import rewrite_gguf
+
+    return rewrite_gguf(fixtures_dir / "reference" / QWEN35, tmp_path / "toy.gguf",
+                        {"qwen35moe.toy.scale": (V.FLOAT32, 0.5), "qwen35moe.toy.rows": (V.UINT32, 3)})
+
+
+def test_a_kind_with_its_own_hyperparameter_changes_neither_config_nor_card(toy_file, monkeypatch) -> None:
+    """Its module (the functions above) and one declaration line; the architecture says its linear layers
+    run it. The engine's Config carries the kind's values and the card sizes its state, from the
+    declaration alone."""
+    from walkthrough.architectures import declarations
+    from walkthrough.inspect.card import build_card
+    from walkthrough.inspect.gguf import open_gguf
+
+    here = __name__
+    register(LayerKind("toy_scaled", f"{here}:toy_scaled", "state", ("toy.scale", "toy.rows"),
+                       f"{here}:toy_rows_state", f"{here}:toy_shapes", params=f"{here}:toy_params",
+                       state_values=f"{here}:toy_state_values"))  # the one declaration line
+    spec = declarations.ARCHITECTURES["qwen35moe"]
+    monkeypatch.setitem(declarations.ARCHITECTURES, "qwen35moe",
+                        dataclasses.replace(spec, linear_kind="toy_scaled"))
+    try:
+        card = build_card(open_gguf(toy_file))
+        linear = card.linear_layers
+        assert linear and all(card.layers[i].state_bytes == 3 * card.n_embd * 4 for i in linear)
+        model = Model.open(toy_file)
+        config = model.config
+        assert config.params["toy_scaled"]["scale"] == 0.5 and config.params["toy_scaled"]["rows"] == 3
+        assert "linear" not in config.params  # no layer runs Gated DeltaNet now
+        calls.clear()
+        session = Session(model)
+        steps = list(session.prefill([1, 2, 3]))
+        assert calls == [(i, 3) for i in linear]  # the linear layers ran the toy kind
+        assert {i: s["memory"].shape for i, s in session.cache.states.items()} == {i: (3, config.n_embd)
+                                                                                 for i in linear}
+        assert session.cache.state_bytes_by_layer == {i: card.layers[i].state_bytes for i in linear}
+        assert np.all(np.isfinite(steps[-1].logits))
+    finally:
+        del LAYER_KINDS["toy_scaled"]
+        layers.runner.cache_clear()
+
+
+def test_the_card_sizes_declared_states_as_before(fixtures_dir) -> None:
+    """Gated DeltaNet's state, sized from its declaration, is llama.cpp's n_embd_r + n_embd_s (1408 values
+    on the qwen35moe reference: conv 4, inner 64, state 16, groups 2)."""
+    from walkthrough.inspect.card import build_card
+    from walkthrough.inspect.gguf import open_gguf
+
+    card = build_card(open_gguf(fixtures_dir / "reference" / QWEN35))
+    assert {card.layers[i].state_bytes for i in card.linear_layers} == {1408 * 4}

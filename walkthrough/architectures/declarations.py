@@ -101,7 +101,8 @@ class Architecture:
     ffns: Mapping[str, Tensors]  # FFN kind ("dense", "moe") -> the tensors it reads
     tensors: Tensors = field(default_factory=lambda: GLOBALS)  # outside the blocks
     output_norm: str = "output_norm.weight"  # the norm before the output head (lfm2 names it token_embd_norm)
-    linear_kind: str = "deltanet"  # what runs a "linear" layer: Gated DeltaNet, or "shortconv" (lfm2)
+    # the layer kind running a "linear" layer (`layer_kinds`): Gated DeltaNet, "shortconv" (lfm2), ...
+    linear_kind: str = "deltanet"
     attn_norm: str = "attn_norm.weight"  # RMSNorm before the mixer
     ffn_norm: str = "ffn_norm.weight"  # RMSNorm before the FFN
     attn_post_norm: str | None = None  # RMSNorm of the mixer's output before the residual add (gemma)
@@ -135,6 +136,16 @@ class Architecture:
     def layer_tensors(self, mixer: str, ffn: str) -> Tensors:
         """The tensors of one layer of these kinds."""
         return self.block + self.mixers[mixer] + self.ffns[ffn]
+
+    def mixer_kind(self, card_kind: str) -> str:
+        """The layer kind (`layer_kinds.LAYER_KINDS`) running a layer the card calls `card_kind`.
+
+        Example: qwen35's "full" -> "gated_full" and "linear" -> "linear" (Gated DeltaNet); lfm2's
+        "linear" -> "shortconv"; llama's "full" -> "full".
+        """
+        if card_kind == "linear":
+            return "linear" if self.linear_kind == "deltanet" else self.linear_kind
+        return "gated_full" if card_kind == "full" and self.attention_gate else card_kind
 
     def ffn_kind(self, names: set[str] | frozenset[str]) -> str | None:
         """The declared FFN kind whose tensors a layer holds, or None."""

@@ -6,8 +6,14 @@ no engine), what it keeps between passes ("kv": keys and values per position, th
 fixed-size state, made by the function `state` names; "": nothing), the metadata keys it reads
 beyond the card's (after `{arch}.`) and, for tensors the shared table of `validate.py` lacks, the
 function giving their shapes.
+A kind with hyperparameters of its own names the function reading them from the file (`params`): the
+engine's `Config.params[name]` holds what it returns, and only its own module reads it. A kind keeping a
+state names the function sizing it from its metadata (`state_values`), which the card calls for its
+layers' state bytes. So neither `engine/glassbox/config.py` nor `inspect/card.py` names a kind's keys.
 The numpy engine runs a layer with `LAYER_KINDS[key].forward` (`engine/glassbox/layers.py:runner`) and
 its KV cache keeps K and V for the layers whose kind keeps "kv" (`engine/glassbox/cache.py`).
+Which kind runs a layer the card calls "full" or "linear" is the architecture's
+(`Architecture.mixer_kind`).
 
 Adding a kind is its module (one function `[n, d] -> [n, d]`) and one line here, or `register(...)`:
 
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 _GLASSBOX = "walkthrough.engine.glassbox"
+_SIZES = "walkthrough.architectures.state_sizes"
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,11 @@ class LayerKind:
     metadata: tuple[str, ...] = ()  # keys it reads beyond the card's (after `{arch}.`)
     state: str = ""  # keeps "state": "module:function" making one layer's zero state, (Config, layer) -> arrays
     shapes: str = ""  # "module:function" giving its own tensors' shapes, (Config, layer) -> {name: shape}
+    # "module:function" reading its own hyperparameters, (GGUFFile, ModelCard) -> value: `Config.params[name]`
+    params: str = ""
+    # keeps "state": "module:function" sizing one layer's state in values from its metadata, (read, n_embd)
+    # -> int | None (`architectures.state_sizes`); the card's state bytes
+    state_values: str = ""
 
 
 _SWA_KEYS = ("attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
@@ -50,11 +62,13 @@ LAYER_KINDS: dict[str, LayerKind] = {
         LayerKind("full", f"{_GLASSBOX}.layers:full_attention", "kv"),
         LayerKind("sliding", f"{_GLASSBOX}.layers:full_attention", "kv", _SWA_KEYS),
         LayerKind("gated_full", f"{_GLASSBOX}.gated_attention:gated_full_attention", "kv",
-                  ("rope.dimension_sections",)),
+                  ("rope.dimension_sections",), params=f"{_GLASSBOX}.qwen35:rope_sections"),
         LayerKind("linear", f"{_GLASSBOX}.deltanet:gated_deltanet", "state", _SSM_KEYS,
-                  f"{_GLASSBOX}.deltanet:new_state", f"{_GLASSBOX}.deltanet:layer_shapes"),
+                  f"{_GLASSBOX}.deltanet:new_state", f"{_GLASSBOX}.deltanet:layer_shapes",
+                  f"{_GLASSBOX}.qwen35:hybrid_dims", f"{_SIZES}:ssm_state_values"),
         LayerKind("shortconv", f"{_GLASSBOX}.shortconv:short_conv", "state", ("shortconv.l_cache",),
-                  f"{_GLASSBOX}.shortconv:new_state", f"{_GLASSBOX}.shortconv:layer_shapes"),
+                  f"{_GLASSBOX}.shortconv:new_state", f"{_GLASSBOX}.shortconv:layer_shapes",
+                  f"{_GLASSBOX}.shortconv:kernel", f"{_SIZES}:shortconv_state_values"),
         LayerKind("dense", f"{_GLASSBOX}.layers:dense_ffn"),
         LayerKind("moe", f"{_GLASSBOX}.layers:moe_ffn", "", _ROUTER_KEYS),
     )
@@ -69,6 +83,8 @@ def register(kind: LayerKind) -> None:
         raise ValueError(f"layer kind {kind.name!r} keeps {kind.keeps!r}, not 'kv', 'state' or ''")
     if (kind.keeps == "state") != bool(kind.state):
         raise ValueError(f"layer kind {kind.name!r}: a kind keeping a state names the function making it")
+    if kind.state_values and kind.keeps != "state":
+        raise ValueError(f"layer kind {kind.name!r} sizes a state it does not keep")
     LAYER_KINDS[kind.name] = kind
 
 
@@ -76,6 +92,15 @@ def resolve(target: str) -> Callable:
     """The function a declaration names: "package.module:function" -> that function (imported now)."""
     module, name = target.split(":")
     return getattr(import_module(module), name)
+
+
+def state_values(name: str, read: Callable[[str], int | None], n_embd: int | None) -> int | None:
+    """Values in one layer's state for a kind sizing it from its metadata (`LayerKind.state_values`);
+    None when the kind is not declared, sizes no state, or the file does not say enough."""
+    kind = LAYER_KINDS.get(name)
+    if kind is None or not kind.state_values:
+        return None
+    return resolve(kind.state_values)(read, n_embd)
 
 
 def keeps(name: str) -> str:

@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.architectures.declarations import declared
+from walkthrough.architectures.declarations import Architecture, declared
+from walkthrough.architectures.layer_kinds import LAYER_KINDS
+from walkthrough.architectures.layer_kinds import state_values as kind_state_values
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.hparams import Hparams, recurrent_state_values, swa_flags
@@ -221,6 +223,16 @@ def _kv_from_tensors(parts: dict[str, TensorInfo]) -> int | None:
     return k.shape[1] + v.shape[1]
 
 
+def _state_values(hp: Hparams, decl: Architecture | None, n_embd: int | None) -> int | None:
+    """Values in one linear layer's state: sized by the layer kind its architecture declares for
+    linear layers (`LayerKind.state_values`, from the keys that kind reads), else by the keys the file
+    has (`recurrent_state_values`: architectures the engine does not run)."""
+    kind = decl.mixer_kind("linear") if decl is not None else None
+    if kind is not None and LAYER_KINDS.get(kind) is not None and LAYER_KINDS[kind].state_values:
+        return kind_state_values(kind, hp.int, n_embd)
+    return recurrent_state_values(hp, n_embd)
+
+
 def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> tuple[LayerInfo, ...]:
     parts = layer_parts(f.tensors, n_all)
     kv_heads = hp.per_layer("attention.head_count_kv", n_all)
@@ -228,9 +240,9 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
     recurrent = hp.recurrent_flags(n_all, n_trunk, parts, kv_heads)
     sliding = swa_flags(hp, n_all, n_trunk)
     windows = hp.per_layer("attention.sliding_window", n_all)
-    state_values = recurrent_state_values(hp, dims["n_embd"])
     leading_dense = hp.int("leading_dense_block_count") or 0
     decl = declared(hp.arch)
+    state_values = _state_values(hp, decl, dims["n_embd"])
     layers = []
     for i in range(n_all):
         p = parts[i]

@@ -25,12 +25,16 @@ from typing import Any
 import numpy as np
 
 from walkthrough.architectures.sliding import SWA_DEFAULTS, SWA_DISABLED
+from walkthrough.architectures.state_sizes import (
+    rwkv_state_values,
+    shortconv_state_values,
+    ssm_state_values,
+)
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 from walkthrough.inspect.tensors import RECURRENT_PREFIXES
 
 # Keys that size a recurrent layer's state (see recurrent_state_values).
 _STATE_KEYS = ("wkv.head_size", "shortconv.l_cache", "ssm.inner_size", "ssm.state_size")
-RWKV_DEFAULT_TOKEN_SHIFT = 2  # llama_hparams::token_shift_count default (src/llama-hparams.h)
 
 
 def as_count(value: Any) -> int | None:
@@ -131,26 +135,14 @@ def swa_flags(hp: Hparams, n_all: int, n_trunk: int) -> list[bool]:
 
 
 def recurrent_state_values(hp: Hparams, n_embd: int | None) -> int | None:
-    """Values in one recurrent layer's fixed state (conv/shift state + recurrent state), or None.
-
-    llama.cpp's `n_embd_r()` + `n_embd_s()` (src/llama-hparams.cpp): RWKV keeps
-    token_shift_count x n_embd + n_embd x head_size; a short convolution
-    n_embd x (l_cache - 1); Mamba-style SSMs and Gated DeltaNet
-    (d_conv - 1) x (d_inner + 2 x n_group x d_state) + d_state x d_inner.
-    Example (the qwen35moe reference: conv 4, inner 64, state 16, groups 2):
-    3 x (64 + 64) + 16 x 64 = 1408 values.
+    """Values in one recurrent layer's fixed state (conv/shift state + recurrent state), or None, for a
+    file whose architecture no layer kind declares: the formula its keys point to
+    (`architectures.state_sizes`: RWKV's `wkv.head_size`, a short convolution's `shortconv.l_cache`,
+    else Mamba-style SSM / Gated DeltaNet sizes).
+    Example (the qwen35moe reference: conv 4, inner 64, state 16, groups 2): 1408 values.
     """
-    head_size = hp.int("wkv.head_size")
-    if head_size:
-        if n_embd is None:
-            return None
-        shift = hp.int("token_shift_count")
-        return (shift if shift is not None else RWKV_DEFAULT_TOKEN_SHIFT) * n_embd + n_embd * head_size
-    l_cache = hp.int("shortconv.l_cache")
-    if l_cache:
-        return None if n_embd is None else n_embd * max(l_cache - 1, 0)
-    keys = ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count")
-    d_conv, d_inner, d_state, n_group = (hp.int(k) for k in keys)
-    if d_inner is None or d_state is None:
-        return None
-    return max((d_conv or 0) - 1, 0) * (d_inner + 2 * (n_group or 0) * d_state) + d_state * d_inner
+    if hp.int("wkv.head_size"):
+        return rwkv_state_values(hp.int, n_embd)
+    if hp.int("shortconv.l_cache"):
+        return shortconv_state_values(hp.int, n_embd)
+    return ssm_state_values(hp.int, n_embd)

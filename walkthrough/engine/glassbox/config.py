@@ -6,7 +6,9 @@ attention, dense or MoE FFN). The architecture's declaration
 (`walkthrough.architectures.declarations`) says how to run them. This module adds the few
 run-time numbers neither carries: the RoPE frequency scale and the RoPE base of
 sliding-window layers, the final logit soft-cap, and which token ids end a
-generation.
+generation. A layer kind's own hyperparameters are read by the function its
+declaration names (`LayerKind.params`) and kept in `Config.params`, by kind:
+nothing here names them.
 
 Not handled (an `UnsupportedArchitecture` error says so): architectures without
 a declaration, layer kinds their declaration does not list, and YaRN / LongRoPE
@@ -16,14 +18,16 @@ scaling (`{arch}.rope.scaling.type`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from walkthrough.architectures.declarations import ARCHITECTURES, Architecture, Router
+from walkthrough.architectures.layer_kinds import LAYER_KINDS, resolve
 from walkthrough.engine import numeric_checks
 from walkthrough.engine.glassbox import ops
-from walkthrough.engine.glassbox.qwen35 import HybridDims, hybrid_dims
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile
@@ -80,17 +84,18 @@ class Config:
     mixers: tuple[str, ...]  # per layer: "full", "sliding" (softmax attention with KV cache) or "linear"
     ffns: tuple[str, ...]  # per layer: "dense" or "moe"
     end_ids: frozenset[int]  # token ids that end a generation
-    hybrid: HybridDims | None = None  # Gated DeltaNet sizes and rope sections (hybrid architectures)
     sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
     rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
-    shortconv_l_cache: int = 0  # kernel of lfm2's short convolutions (`shortconv.l_cache`)
     router: Router = Router()  # the declaration's router, with the file's settings where it reads them
     rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
     rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
     head_dim_k_swa: int = 0  # head sizes and rotated dims of "sliding" layers when they differ (0: as full layers)
     head_dim_v_swa: int = 0
     rope_dims_swa: int = 0
+    # layer kind -> its own hyperparameters (what its declaration's `params` read), for the kinds run here;
+    # e.g. "linear" -> HybridDims (Gated DeltaNet sizes), "shortconv" -> its kernel
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def head_k(self, layer: int) -> int:
         """Key (and query) size per head of a layer: `attention.key_length`, or `key_length_swa` if it slides."""
@@ -116,11 +121,9 @@ class Config:
         return float(self.n_embd) ** 0.5 if self.spec.embed_scale else 1.0
 
     def mixer_key(self, layer: int) -> str:
-        """The layer kind running a layer (`architectures.layer_kinds`): its card kind, "gated_full" or "shortconv"."""
-        kind = self.mixers[layer]
-        if kind == "linear" and self.spec.linear_kind == "shortconv":
-            return "shortconv"
-        return "gated_full" if kind == "full" and self.spec.attention_gate else kind
+        """The layer kind running a layer (`architectures.layer_kinds`), as its architecture declares
+        (`Architecture.mixer_kind`): "full", "gated_full", "linear", "shortconv", ..."""
+        return self.spec.mixer_kind(self.mixers[layer])
 
     def window(self, layer: int) -> int:
         """Positions layer `layer` attends to back from each query (0: all)."""
@@ -210,12 +213,10 @@ def _router(hp: Hparams, router: Router) -> Router:
     )
 
 
-def _shortconv_cache(hp: Hparams) -> int:
-    l_cache = hp.int("shortconv.l_cache")
-    if not l_cache or l_cache < 2:
-        raise UnsupportedArchitecture(f"{hp.arch}.shortconv.l_cache is {hp.raw('shortconv.l_cache')!r}, not a kernel "
-                                      "of 2 or more; the engine cannot run it (inspect still works)")
-    return l_cache
+def _kind_params(f: GGUFFile, card: ModelCard, kinds: set[str]) -> dict[str, Any]:
+    """Each run kind's own hyperparameters, read by the function its declaration names (`params`)."""
+    return {name: resolve(LAYER_KINDS[name].params)(f, card)
+            for name in sorted(kinds) if name in LAYER_KINDS and LAYER_KINDS[name].params}
 
 
 def _layer_kinds(card: ModelCard, spec: Architecture, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -277,8 +278,6 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         mixers=mixers,
         ffns=ffns,
         end_ids=end_of_generation_ids(f),
-        hybrid=hybrid_dims(f, card) if "linear" in mixers and spec.linear_kind == "deltanet" else None,
-        shortconv_l_cache=_shortconv_cache(hp) if "linear" in mixers and spec.linear_kind == "shortconv" else 0,
         sliding_window=max(windows, default=0),
         rope_base_swa=hp.float("rope.freq_base_swa") or (rope_base if spec.swa_rope_global else ROPE_BASE_SWA_DEFAULT),
         final_softcap=(hp.float("final_logit_softcapping") or 0.0) if spec.softcap else 0.0,
@@ -288,6 +287,7 @@ def build_config(f: GGUFFile, card: ModelCard) -> Config:
         head_dim_k_swa=hp.int("attention.key_length_swa") or 0,
         head_dim_v_swa=hp.int("attention.value_length_swa") or 0,  # llama.cpp: the full layers' sizes by default
         rope_dims_swa=hp.int("rope.dimension_count_swa") or 0,
+        params=_kind_params(f, card, {spec.mixer_kind(m) for m in mixers} | set(ffns)),
     )
     numeric_checks.check_config(config, f.path.name)
     return config

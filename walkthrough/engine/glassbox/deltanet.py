@@ -36,6 +36,7 @@ import numpy as np
 from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.engine.glassbox.layers import PassInput
+from walkthrough.engine.glassbox.qwen35 import HybridDims
 from walkthrough.engine.steps import LayerTrace
 
 STATE_FLOPS_PER_VALUE = 7  # per token: decay (1) + S k (2) + outer update (2) + S q (2) per state value
@@ -102,7 +103,7 @@ def delta_rule(
 def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: one Gated DeltaNet layer, reading and advancing the layer's fixed state."""
     c, m, n, pre = p.config, p.meter, x.shape[0], f"blk.{layer}."
-    dims = c.hybrid
+    dims: HybridDims = c.params["linear"]
     hk, hv, dk, dv = dims.n_k_heads, dims.n_v_heads, dims.head_k, dims.head_v
     state = p.cache.states[layer]
     qkv = m.linear(pre + "attn_qkv.weight", x)  # [n, C]
@@ -126,9 +127,9 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
 
 def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
     """A zero state for one Gated DeltaNet layer: "conv" [K - 1, C], "recurrent" [Hv, dv, dk] (`HybridDims`)."""
-    return config.hybrid.new_state()
+    return config.params["linear"].new_state()
 
 
 def layer_shapes(config: Config, layer: int) -> dict[str, tuple[int, ...]]:
     """The Gated DeltaNet tensors of one layer (name after `blk.N.`) and their ggml shapes (`HybridDims`)."""
-    return config.hybrid.tensor_shapes(config.n_embd)
+    return config.params["linear"].tensor_shapes(config.n_embd)

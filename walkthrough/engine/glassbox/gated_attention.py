@@ -29,7 +29,7 @@ def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTr
     q, gate = qg[..., :hd], qg[..., hd:]  # [n, h, hd] each
     q = ops.rmsnorm(q, m.tensor(pre + "attn_q_norm.weight"), c.norm_eps)
     k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
-    turns = text_rope_pairs(c.hybrid.rope_sections, p.cos.shape[1])  # [n_rot/2]
+    turns = text_rope_pairs(c.params["gated_full"], p.cos.shape[1])  # [n_rot/2]
     cos, sin = np.where(turns, p.cos, np.float32(1)), np.where(turns, p.sin, np.float32(0))  # [n, n_rot/2]
     q, k = ops.rope(q, cos, sin, neox=True), ops.rope(k, cos, sin, neox=True)
     out = attend(p, layer, q, k, v, trace) * ops.sigmoid(gate)  # [n, h, hd_v]

@@ -127,6 +127,16 @@ def _sections(hp: Hparams) -> tuple[int, ...]:
     return tuple(values)
 
 
+def rope_sections(f: GGUFFile, card: ModelCard) -> tuple[int, ...]:
+    """The rope sections a gated full-attention layer turns text positions by (`rope.dimension_sections`;
+    zeros when absent): the "gated_full" kind's own hyperparameter.
+
+    Raises:
+        HybridMetadataError: the key is not a list of counts.
+    """
+    return _sections(Hparams(f, card.architecture))
+
+
 def hybrid_dims(f: GGUFFile, card: ModelCard) -> HybridDims:
     """The Gated DeltaNet sizes of a hybrid file, checked for consistency.
 

@@ -16,15 +16,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from walkthrough.engine.glassbox.config import Config
+from walkthrough.engine.glassbox.config import Config, UnsupportedArchitecture
 from walkthrough.engine.glassbox.deltanet import causal_conv
 from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.steps import LayerTrace
+from walkthrough.inspect.card import ModelCard
+from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.hparams import Hparams
+
+
+def kernel(f: GGUFFile, card: ModelCard) -> int:
+    """The convolution's kernel L (`shortconv.l_cache`), the kind's own hyperparameter
+    (`Config.params["shortconv"]`).
+
+    Raises:
+        UnsupportedArchitecture: it is not a count of 2 or more.
+    """
+    hp = Hparams(f, card.architecture)
+    l_cache = hp.int("shortconv.l_cache")
+    if not l_cache or l_cache < 2:
+        raise UnsupportedArchitecture(f"{hp.arch}.shortconv.l_cache is {hp.raw('shortconv.l_cache')!r}, "
+                                      "not a kernel of 2 or more; the engine cannot run it (inspect still "
+                                      "works)")
+    return l_cache
 
 
 def layer_shapes(config: Config, layer: int) -> dict[str, tuple[int, ...]]:
     """Tensors of one short-convolution layer (name after `blk.N.`) and their ggml shapes (ne0 first)."""
-    n_embd, l_cache = config.n_embd, config.shortconv_l_cache
+    n_embd, l_cache = config.n_embd, config.params["shortconv"]
     return {
         "shortconv.conv.weight": (l_cache, n_embd),
         "shortconv.in_proj.weight": (n_embd, 3 * n_embd),
@@ -47,4 +66,4 @@ def short_conv(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np
 
 def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
     """A zero state for one short-convolution layer: its last L - 1 gated inputs, "conv" [L - 1, d]."""
-    return {"conv": np.zeros((config.shortconv_l_cache - 1, config.n_embd), np.float32)}
+    return {"conv": np.zeros((config.params["shortconv"] - 1, config.n_embd), np.float32)}
