@@ -128,3 +128,28 @@ async def test_file_stage_overview_decodes_the_name(size):
         text = " ".join(screen_text(app).split())
     assert "Name decoded" in text
     assert "Q8_0 claimed, most weight bytes in Q8_0" in text
+
+
+def test_inspect_json_decodes_the_name_and_checks_it(tmp_path, capsys):
+    import json
+    import shutil
+
+    from walkthrough.cli import main
+
+    # The tiny model under a big model's name: every claim the card can answer is checked, and fails.
+    path = tmp_path / "Qwen3.6-35B-A3B-Instruct-Q4_K_M.gguf"
+    shutil.copyfile(TINY, path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    decoded = document["name_decoded"]
+    assert [d["source"] for d in decoded] == ["file name", "general.name"]  # the tiny model's own name differs
+    first = decoded[0]
+    assert (first["family"], first["size"], first["active"], first["tuning"], first["quant"]) == \
+        ("Qwen3.6", 35e9, 3e9, "Instruct", "Q4_K_M")
+    card = build_card(open_gguf(path))
+    checks = {c["claim"]: c for c in first["checks"]}
+    assert checks == {c.claim: vars(c) for c in check_claims(parse_name(path.name), card)}
+    assert set(checks) == {"size", "active", "quant"}
+    assert not checks["size"]["agrees"] and checks["size"]["counted"].startswith(f"{card.n_params / 1e6:.3g} M")
+    assert not checks["active"]["agrees"] and not checks["quant"]["agrees"]
+    assert decoded[1]["text"] == card.name  # the file's text, as it is

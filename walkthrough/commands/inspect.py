@@ -119,6 +119,7 @@ def inspect_json(f, card) -> dict[str, Any]:
         "bytes_by_group": card.bytes_by_group,
         "bytes_per_token_by_group": card.bytes_per_token_by_group,
         "unknown": list(card.unknown),
+        "name_decoded": name_json(f.path.name, card),
         "projector": projector_json(f),
         "metadata": summarize_metadata(f),
         "tensors": _Streamed(len(f.tensors), lambda: (
@@ -126,6 +127,16 @@ def inspect_json(f, card) -> dict[str, Any]:
              "shard": t.shard}
             for t in f.tensors.values())),
     }
+
+
+def name_json(file_name: str, card) -> list[dict[str, Any]]:
+    """The file name (and `general.name` when it differs) decoded, each claim checked against the card."""
+    from dataclasses import asdict
+
+    from walkthrough.inspect.model_name import check_claims, names_to_decode
+
+    return [{"source": source, **asdict(claims), "checks": [asdict(c) for c in check_claims(claims, card)]}
+            for source, claims in names_to_decode(file_name, card.name)]
 
 
 class _Streamed(list):
@@ -158,7 +169,12 @@ def write_json(document: dict[str, Any], out: TextIO) -> None:
 
 def projector_json(f) -> dict[str, Any] | None:
     """An mmproj file's projector and the tokens of a 1024x768 image (null for other files)."""
-    from walkthrough.inspect.projector import DEFAULT_IMAGE, ProjectorError, image_tokens, read_projector
+    from walkthrough.inspect.projector import (
+        DEFAULT_IMAGE,
+        ProjectorError,
+        image_tokens,
+        read_projector,
+    )
 
     projector = read_projector(f)
     if projector is None:

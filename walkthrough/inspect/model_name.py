@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SIZE_TOLERANCE", "Check", "NameClaims", "check_claims", "parse_name"]
+__all__ = ["SIZE_TOLERANCE", "Check", "NameClaims", "check_claims", "names_to_decode", "parse_name"]
 
 SIZE_TOLERANCE = 0.10  # published sizes are rounded: within 10% of the count "agrees"
 MAX_NAME_CHARS = 256  # a longer name is cut before parsing (it is text from the file)
@@ -98,6 +98,14 @@ def parse_name(name: str) -> NameClaims:
             family_parts.append(part)
     return NameClaims(text, "-".join(family_parts) or None, size, size_text, experts, active, active_text, tuning,
                       version, quant)
+
+
+def names_to_decode(file_name: str, general_name: str | None) -> list[tuple[str, NameClaims]]:
+    """("file name", claims) and, when it says something else, ("general.name", claims)."""
+    names = [("file name", parse_name(file_name))]
+    if general_name and parse_name(general_name).text != names[0][1].text:
+        names.append(("general.name", parse_name(general_name)))
+    return names
 
 
 def _count(n: float) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from walkthrough.inspect.model_name import Check, NameClaims, check_claims, parse_name
+from walkthrough.inspect.model_name import Check, NameClaims, check_claims, names_to_decode
 from walkthrough.textsafe import safe_text
 
 VERDICT = {True: ("agrees", "green"), False: ("differs", "bold yellow"), None: ("cannot tell", "dim")}
@@ -31,11 +31,7 @@ def _check_text(check: Check) -> Text:
 def name_lines(file_name: str, general_name: str | None, card) -> Text:
     """One line per distinct name (the file's, then `general.name`): its parts, then each claim checked."""
     out = Text()
-    names = [("file name", file_name)]
-    if general_name and parse_name(general_name).text != parse_name(file_name).text:
-        names.append(("general.name", general_name))
-    for n, (source, name) in enumerate(names):
-        claims = parse_name(name)
+    for n, (source, claims) in enumerate(names_to_decode(file_name, general_name)):
         if n:
             out.append("\n")
         out.append(f"{source} ", style="bold")
