@@ -69,3 +69,10 @@ def test_race_marks_a_modelled_lane_without_band():
     text = race_lines([Lane("a", 0.1, 50.0, 0.2, modelled=True), Lane("b", 0.1, 40.0, None, modelled=True),
                        Lane("you 3/s", 0.0, 3.0)], ["x"] * 4, 0.5, 80).plain.splitlines()
     assert "±20%" in text[1] and "±?" in text[2] and "±" not in text[3]
+
+
+def test_a_profile_without_a_peak_compute_says_so(profiles):
+    hw = profiles["desktop-ddr5"]  # backend CPU, compute measured on a prompt, not a spec-sheet peak
+    e = estimate(synthetic_card(32, 8e9, 4.85), hw, 4096, 1024, 128)
+    assert e.prefill.band is None and "not the spec-sheet peak" in e.prefill.no_band
+    assert "not the spec-sheet peak" in {r.label: r for r in rows(e)}["prefill"].why

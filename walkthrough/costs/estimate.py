@@ -329,7 +329,12 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
         ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
         return Prefill(per_token, rate, ttft, bound, fit[1])
     ttft = prompt_seconds(given(prompt_tokens, "tokens", "--prompt-tokens"), rate)
-    why = f"{OFFLOAD_NO_BAND} the roofline, micro-batch by micro-batch" if slow_any(card, placement) else ""
+    why = ""
+    if slow_any(card, placement):
+        why = f"{OFFLOAD_NO_BAND} the roofline, micro-batch by micro-batch"
+    elif fitted.family(hw) and fitted.hardware(hw).compute is None:
+        why = (f"no band: the profile's compute is {hw.compute_basis}, not the spec-sheet peak the fit divides "
+               "by (roofline)")
     return Prefill(per_token, rate, ttft, bound, no_band=why)
 
 
