@@ -205,6 +205,7 @@ def make_app(
     overwrite: bool = False,
     picture_format: str = "svg",
     max_memory: int | None = None,
+    beside: str | None = None,
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
@@ -220,7 +221,7 @@ def make_app(
                          hardware=hardware, max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
                          template_file=Path(template) if template is not None else None,
-                         engine=engine, max_memory=max_memory)
+                         engine=engine, max_memory=max_memory, beside=beside)
     messages_file = messages if not isinstance(messages, list) else None
     writer = Writer(run_inputs(model, draft, messages_file, template), overwrite=overwrite)
     if screenshots is not None:

@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", metavar="NAME", help="hardware profile for the costs stage")
     parser.add_argument("--draft", metavar="MODEL",
                         help="a smaller GGUF with the same vocabulary, a drafter on the Speculate stage")
+    parser.add_argument("--beside", metavar="MODEL",
+                        help="a second GGUF for the Costs stage's held-vs-read view, key e (default: the bundled tiny model)")
     from walkthrough.commands.common import (
         add_engine_argument,
         add_memory_argument,
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         hardware=args.hardware,
         max_tokens=args.max_tokens,
         draft=draft,
+        beside=args.beside,
         template=args.template,
         template_name=plain_or(args.template_name, args.raw),
         autoplay=args.autoplay,
@@ -216,6 +219,8 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
 
     model_path(args.model)  # a missing file is a one-line error before the screen is taken
     draft = model_path(args.draft) if args.draft is not None else None
+    if args.beside is not None:
+        model_path(args.beside)  # the held-vs-read view's second file: missing is a one-line error now
     if args.raw and (args.template is not None or args.template_name is not None):
         raise WalkthroughError("--raw uses no template; drop --template / --template-name")
     if args.template is not None:

@@ -3,7 +3,9 @@
 MODEL is a path, a folder, `ollama:NAME[:TAG]` or `hf:ORG/REPO[/FILE]` (resolved by
 `walkthrough.inspect.locate`); without it, the bundled tiny model. Nothing but
 the header is read, so a 20 GB file inspects as fast as a small one.
-`--block TENSOR[:INDEX]` shows one stored block instead (`inspect_block`).
+`--block TENSOR[:INDEX]` shows one stored block instead (`inspect_block`);
+`--held-read [OTHER ...]` bytes held against bytes read per token of this file
+and the others, as stored and at other ggml types (`costs.held_read`).
 
 Human output is Rich tables (`inspect_view`); `--json` prints one JSON object
 whose fields are documented in docs/inspect.md. Every number comes from the model
@@ -37,6 +39,37 @@ def add_parser(subparsers) -> None:
     p.add_argument("--block", metavar="TENSOR[:INDEX]",
                    help="show one stored block of a tensor (default the first): bytes, fields, values, "
                    "and the same values rounded to other types")
+    p.add_argument("--held-read", nargs="*", metavar="OTHER",
+                   help="bytes held against bytes read per token, as stored and at other ggml types, of this "
+                   "file and any OTHER files (e.g. a mixture of experts beside a dense model)")
+
+
+def _held_read(f, card, others: list[str], *, as_json: bool) -> int:
+    """Every file's held and read bytes at each position of the view's cycle: a table, or JSON rows."""
+    from walkthrough.costs.held_read import TYPES, at_index
+    from walkthrough.inspect.card import build_card
+
+    files = [(card.name or f.path.name, card, list(f.tensors.values()))]
+    for spec in others:
+        with open_model(spec) as other:
+            other_card = build_card(other)
+            files.append((other_card.name or other.path.name, other_card, list(other.tensors.values())))
+    per_file = [[at_index(c, tensors, name, i) for i in range(len(TYPES) + 1)] for name, c, tensors in files]
+    rows = [r for each in per_file for r in each]
+    if as_json:
+        write_json([{"file": r.name, "moe": r.moe, "quant": r.quant, "bits_per_weight": r.bits,
+                     "held_bytes": r.held, "read_bytes_per_token": r.read} for r in rows], sys.stdout)
+        return 0
+    from rich.console import Console
+
+    from walkthrough.render.held_read_view import held_read_table
+
+    console = Console(highlight=False)
+    for each in per_file:
+        console.print(held_read_table(each))
+    console.print("bits per weight from ggml's block sizes; norms and MoE routers keep their stored type, "
+                  "as llama.cpp's quantizer leaves them", style="dim")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
             return run_block(f, args.block, as_json=args.json, out=sys.stdout)
         card = build_card(f)
+        if args.held_read is not None:
+            return _held_read(f, card, args.held_read, as_json=args.json)
         if args.json:
             write_json(inspect_json(f, card), sys.stdout)
             return 0

@@ -307,6 +307,12 @@ def _layers(f: GGUFFile, hp: Hparams, n_all: int, n_trunk: int, dims: dict) -> t
     return tuple(layers)
 
 
+def counted_group(name: str, card: ModelCard) -> str:
+    """The group of `card` a tensor of this name is counted in (`ModelCard.bytes_by_group`'s keys)."""
+    layer, group = tensor_place(name)
+    return _group_of(group, layer, card.layers)
+
+
 def _group_of(group: str, layer: int | None, layers: tuple[LayerInfo, ...]) -> str:
     """The group a tensor is counted in: attention in a linear-attention layer is linear attention."""
     if group == "attention" and layer is not None and layer < len(layers) and layers[layer].attention == "linear":

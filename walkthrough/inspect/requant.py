@@ -144,9 +144,44 @@ def round_stored_block(f: GGUFFile, block: Block) -> list[Rounding]:
     return round_block(block.values, window=window)
 
 
+# Tensors llama.cpp's quantizer leaves at their stored type though they are 2-D weights
+# (`tensor_allows_quantization` in src/llama-quant.cpp): a MoE router and its token-to-expert table, small
+# or positional tables, convolution kernels of recurrent layers, MiniMax's indexer projections.
+KEPT_AS_STORED = ("ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
+                  "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight")
+KEPT_NAMES = frozenset({"position_embd.weight", "token_types.weight"})
+
+
 def quantizable(t: TensorInfo) -> bool:
-    """Whether llama.cpp's quantizer converts this tensor (2-D or more, a weight, not a norm)."""
-    return len(t.shape) >= 2 and t.name.endswith("weight") and "_norm.weight" not in t.name
+    """Whether llama.cpp's quantizer converts this tensor: 2-D or more, a weight, not a norm, not one it keeps
+    (`KEPT_AS_STORED`, `KEPT_NAMES`).
+
+    Example: blk.0.ffn_up_exps.weight -> True; blk.0.ffn_gate_inp.weight (the router) -> False.
+    """
+    name = t.name
+    return (len(t.shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+            and name not in KEPT_NAMES and not any(part in name for part in KEPT_AS_STORED))
+
+
+# The type llama.cpp's quantizer uses for a tensor whose rows do not split into the target's 256-value
+# blocks (`tensor_type_fallback` in src/llama-quant.cpp); a row that the fallback does not split either
+# is stored as F16.
+FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+
+
+def converted_type(t: TensorInfo, qtype: Q) -> Q | None:
+    """The type llama.cpp's quantizer gives tensor t when asked for `qtype`: None if it keeps the stored type
+    (`quantizable`), the fallback when t's rows do not split into `qtype`'s blocks.
+
+    Example: a [576, 1536] matrix at Q4_K -> Q5_0 (576 is not a multiple of 256); at Q4_0 -> Q4_0.
+    """
+    if not quantizable(t):
+        return None
+    cols = t.shape[0]
+    if cols % GGML_QUANT_SIZES[qtype][0] == 0:
+        return qtype
+    fallback = FALLBACK.get(qtype, qtype)
+    return fallback if cols % GGML_QUANT_SIZES[fallback][0] == 0 else Q.F16
 
 
 def size_at(t: TensorInfo, qtype: Q) -> int | None:

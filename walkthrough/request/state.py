@@ -126,6 +126,7 @@ class RequestState:
     chunk: int = PREFILL_CHUNK
     max_new_tokens: int = MAX_NEW_TOKENS
     draft: Path | None = None  # --draft: a draft model for the Speculate stage
+    beside: str | None = None  # --beside: a second file for the Costs stage's held-vs-read view (None: the tiny model)
     template_file: Path | None = None  # --template: a Jinja file used instead of the model's templates
     template_name: str | None = None  # which of the file's chat templates (None: the default one)
     _before_plain: str | None = None  # the template chosen before plain text was (`toggle_plain`)
@@ -156,6 +157,7 @@ class RequestState:
     calls: Calls | None = None  # the four calls, once played
     profile_index: int = 0
     _profiles: list[Profile] | None = None
+    _beside_card: tuple[str, ModelCard, list] | None = None
     _listener: Callable[[str], None] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -339,6 +341,23 @@ class RequestState:
             first = [p for p in found if p.id == self.hardware]
             self._profiles = first + [p for p in found if p.id != self.hardware]
         return self._profiles
+
+    def beside_card(self) -> tuple[str, ModelCard, list] | None:
+        """The file shown beside this one in the held-vs-read view, (name, card, tensor infos): --beside, else
+        the bundled tiny model; None when that is the file opened. Its header is read once, on first use.
+
+        Raises:
+            WalkthroughError: the --beside file cannot be opened or described.
+        """
+        from walkthrough.inspect.locate import BUNDLED_MODEL
+        from walkthrough.request.parts import open_file
+
+        if self.beside is None and self.path is not None and self.path.resolve() == BUNDLED_MODEL.resolve():
+            return None
+        if self._beside_card is None:
+            opened = open_file(self.beside if self.beside is not None else str(BUNDLED_MODEL))
+            self._beside_card = (opened.card.name or opened.path.name, opened.card, list(opened.file.tensors.values()))
+        return self._beside_card
 
     @property
     def profile(self) -> Profile | None:

@@ -8,7 +8,9 @@ r goes back to the request on screen; v shows the curves (engine.curves) as
 plots, m every machine side by side (engine.machines), s sorts them, w
 replays the run's answer at each machine's speed (engine.race), at the rates the
 user types in the race's field (t) and at reading speed (costs.race_rates), x the request over
-several hosts (costs.several_hosts: + and - hosts, i the link). Beside them, what this run
+several hosts (costs.several_hosts: + and - hosts, i the link), e bytes held against bytes read per
+token of this file and another one at the file's quantization and other ggml types (b,
+costs.held_read). Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -71,7 +73,10 @@ each machine writes it token by token at its predicted decode rate after its
 predicted time to first token (and this machine at its measured rate); t types
 your own rates (3 12 60 tokens/s), raced beside a reader's pace: adults read
 about 238 words a minute (Brysbaert 2019), turned into tokens/s with this
-answer's own words per token. The request's size is this
+answer's own words per token. e shows bytes held against bytes read per token
+for this file and a second one (--beside, else the bundled tiny model) on one
+axis, b / B switch both to another ggml type (bits per weight from ggml's
+block sizes; norms and routers keep theirs). The request's size is this
 prompt's token count plus the answer budget. Once the run has picked a token,
 "measured here" puts what this machine did (prefill and decode tokens/s,
 bandwidth achieved, on the engine that ran it) beside the profile's figures.
@@ -86,6 +91,9 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("w", "race", "Race", id="costs.race"),
         Binding("t", "rates", "Your rates", id="costs.rates"),
         Binding("x", "hosts", "Hosts", id="costs.hosts"),
+        Binding("e", "held", "Held/read", id="costs.held"),
+        Binding("b", "bits(1)", "Bits", id="costs.bits"),
+        Binding("B", "bits(-1)", "Bits back", show=False),
         Binding("plus,equals_sign", "host_count(1)", "More hosts", show=False),
         Binding("minus", "host_count(-1)", "Fewer hosts", show=False),
         Binding("i", "next_link", "Link", show=False),
@@ -115,6 +123,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self._race_timer = None
         self._race_lanes: list = []  # engine.race.Lane, fastest first
         self.race_rates: list[float] = []  # the rates typed in the race's field (t), tokens/s
+        self.quant_index = 0  # the held-vs-read view's quantization: 0 as stored, then costs.held_read.TYPES
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
@@ -131,6 +140,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             yield Input(placeholder="your rates in tokens/s, e.g. 3 12 60, then enter (t)", id="costs-rates")
         with VerticalScroll(id="costs-hosts-box"):
             yield Static(id="costs-hosts")
+        with VerticalScroll(id="costs-held-box"):
+            yield Static(id="costs-held")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -173,6 +184,9 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             known = links()
             h = several(state.card, state.profile, profiles, known[self.link_index % len(known)], self.hosts, size)
             self.query_one("#costs-hosts", Static).update(hosts_view(h))
+            return
+        if self.view == "held":
+            self._draw_held(profile)
             return
         if self.view == "machines":
             listed = sort_rows(machine_rows(state.card, profiles, size), self.sort_key)
@@ -232,6 +246,28 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-machines-box").display = self.view == "machines"
         self.query_one("#costs-race-box").display = self.view == "race"
         self.query_one("#costs-hosts-box").display = self.view == "hosts"
+        self.query_one("#costs-held-box").display = self.view == "held"
+
+    def _draw_held(self, profile) -> None:
+        """This file and the one beside it (--beside, or the tiny model): held and read at the view's type."""
+        from walkthrough.costs.held_read import at_index, largest_held
+        from walkthrough.render.held_read_view import held_read_view
+
+        state = self.state
+        files = [(state.card.name or state.path.name, state.card, list(state.file.tensors.values()))]
+        note = Text("e: back to the table; b / B: the next / previous type; --beside MODEL: another file",
+                    style="dim")
+        try:
+            other = state.beside_card()
+        except WalkthroughError as exc:
+            other, note = None, Text.assemble(("--beside: ", "bold"), safe_text(str(exc)))
+        if other is not None:
+            files.append(other)
+        box = self.query_one("#costs-held", Static)
+        rows = [at_index(card, tensors, name, self.quant_index) for name, card, tensors in files]
+        width = (box.size.width or self.size.width - 4) - 1
+        box.update(Group(Text("bytes held and read per token, by quantization", style="bold"),
+                         held_read_view(rows, profile.memory_bytes, profile.id, width, largest_held(files)), note))
 
     def _measured(self) -> Text:
         state = self.state
@@ -273,6 +309,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return True if self.view == "race" else None
         if action in ("host_count", "next_link"):
             return True if self.view == "hosts" else None
+        if action == "bits":
+            return True if self.view == "held" else None
         return super().check_action(action, parameters)
 
     def action_next_view(self) -> None:
@@ -289,6 +327,15 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def action_hosts(self) -> None:
         self._stop_race()
         self.view = "table" if self.view == "hosts" else "hosts"
+        self._changed()
+
+    def action_held(self) -> None:
+        self._stop_race()
+        self.view = "table" if self.view == "held" else "held"
+        self._changed()
+
+    def action_bits(self, delta: int) -> None:
+        self.quant_index += delta
         self._changed()
 
     def action_host_count(self, delta: int) -> None:
