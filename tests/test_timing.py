@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,3 +102,25 @@ def test_machine_factor_is_the_machines_mean_miss() -> None:
               for r in laptop]
     assert runs == len(laptop)
     assert factor == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
+
+
+def test_the_readme_gives_the_calibration_bench_figures_of_this_corpus() -> None:
+    # issue 27: the bench's figures are in the README with the command; they must be this corpus's
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split())
+    assert "python tests/bench/calibration.py" in text
+    c = corpus.bundled()
+    errors: dict[str, list[float]] = {"decode": [], "prefill": [], "first token": []}
+    for fit in timing.calibrate().values():
+        for pairs in fit.held_out.values():
+            for run, rate in pairs:
+                errors["decode" if run.test == "tg" else "prefill"].append(abs(rate / run.tokens_per_s - 1))
+                if run.test == "pp" and run.n >= 1024:
+                    errors["first token"].append(abs((run.n / rate) / run.seconds - 1))
+    assert f"{len(c.runs)} published runs ({len({r.machine.id for r in c.runs})} machines)" in text
+    shown = dict(re.findall(r"(decode|prefill|first token) median (\d+\.\d)%", text))
+    assert set(shown) == set(errors)
+    for phase, errs in errors.items():
+        assert shown[phase] == f"{np.median(errs) * 100:.1f}", phase
+    p90 = re.search(r"decode median [\d.]+%, p90 (\d+\.\d)%", text)
+    assert p90 and p90.group(1) == f"{np.percentile(errors['decode'], 90) * 100:.1f}"
