@@ -45,7 +45,7 @@ async def test_x_shows_each_host_and_hop_and_the_keys_change_hosts_and_link(fixt
         h = _expected(app, 2, 1)
         text = _shown(screen)
         assert f"2 hosts of {app.state.profile.id} over {h.split.link.name}" in " ".join(text.split())
-        for label, seconds in h.split.segments():  # host 1, hop 1-2, host 2, logits home
+        for label, seconds, _ in h.split.segments():  # host 1, hop 1-2, graph to host 2, host 2, logits home
             assert any(label in line and fmt(seconds, "s") in line for line in text.splitlines()), label
         for s in h.split.shares:
             assert s.describe() in text and binary_bytes(s.kept_bytes) in text

@@ -30,12 +30,16 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rpc_support import free_llama_objects, workers
 
-from walkthrough.costs.measured import time_request
+from walkthrough.costs.measured import Measured, time_request
 from walkthrough.costs.pipeline import Link, model
+from walkthrough.costs.rpc_graph import for_card
 from walkthrough.engine.llama.model import LlamaModel
+from walkthrough.engine.llama.session import LlamaSession
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.locate import BUNDLED_MODEL
@@ -88,33 +92,87 @@ def even(n_layers: int, workers_: int) -> list[int]:
     return [0] + [n_layers // workers_ + (1 if i < n_layers % workers_ else 0) for i in range(workers_)]
 
 
+def run(model_: LlamaModel, args: argparse.Namespace) -> Measured:
+    """One request on llama.cpp's own graph splits (no expert reads asked: each would split the graph again)."""
+    return time_request(model_, args.prompt, args.tokens,
+                        LlamaSession(model_, n_ctx=args.prompt + args.tokens, experts=False))
+
+
+def rounds(model_: LlamaModel, args: argparse.Namespace) -> tuple[Measured, list[float]]:
+    """--rounds runs; the one of median time per token, and every run's seconds per token."""
+    runs = sorted((run(model_, args) for _ in range(args.rounds)), key=lambda m: m.seconds_per_token)
+    return runs[len(runs) // 2], [m.seconds_per_token for m in runs]
+
+
+def spread(times: list[float]) -> str:
+    return f"median of {len(times)}, {min(times) * 1000:.2f}-{max(times) * 1000:.2f}" if len(times) > 1 else "1 run"
+
+
+def worker_bytes(card, split: list[int], measured: dict) -> list[tuple[str, int, int]]:
+    """(worker, sent measured, sent modelled) on the last decode pass, in --rpc order."""
+    g = for_card(card)
+    last = max(i for i, n in enumerate(split) if n)
+    return [(name, m["sent"], g.sent(split[i], i == last, card.n_embd))
+            for i, (name, m) in enumerate(measured.items(), start=1)]
+
+
 def bench(path: Path, link: Link, args: argparse.Namespace) -> None:
     f = open_gguf(path)
     card = build_card(f)
     local_model = LlamaModel(f, card=card, n_threads=1)
-    local = time_request(local_model, args.prompt, args.tokens)
+    local, local_times = rounds(local_model, args)
     free_llama_objects()
     box = (local.seconds_per_token, local.prefill_seconds)
-    print(f"\n{card.name or path.name}: {card.n_layers} layers, n_embd {card.n_embd}, vocab {card.vocab_size}")
-    print(f"  local            {local.seconds_per_token * 1000:8.2f} ms/token")
+    print(f"\n{card.name or path.name}: {card.n_layers} layers, n_embd {card.n_embd}, vocab {card.vocab_size}, "
+          f"graph bytes per layer {for_card(card).per_layer:,} ({for_card(card).basis})")
+    print(f"  local            {local.seconds_per_token * 1000:8.2f} ms/token ({spread(local_times)})")
     for n in (2, 3):
         with workers(n) as started:
             endpoints = [e for e, _ in started]
-            split_model = LlamaModel(f, card=card, n_threads=1, rpc=endpoints, split=even(card.n_layers, n))
-            measured = time_request(split_model, args.prompt, args.tokens)
+            split = even(card.n_layers, n)
+            split_model = LlamaModel(f, card=card, n_threads=1, rpc=endpoints, split=split)
+            measured, times = rounds(split_model, args)
             decode = measured.split["decode"]
-            predicted = model(card, _profile(), link, n + 1, args.prompt + args.tokens, args.prompt, box=box)
-            moved = sum(m["sent"] + m["received"] for m in decode["measured"].values())
+            predicted = model(card, _profile(), link, n + 1, args.prompt + args.tokens, args.prompt, box=box,
+                              split=split)
+            bare = predicted.token_seconds - predicted.graph_seconds
+            print(f"  {n} workers        {measured.seconds_per_token * 1000:8.2f} ms/token ({spread(times)})   "
+                  f"modelled {predicted.token_seconds * 1000:.2f} (without the graph {bare * 1000:.2f})   "
+                  f"measured / modelled {measured.seconds_per_token / predicted.token_seconds:5.2f}   "
+                  f"local x{measured.seconds_per_token / local.seconds_per_token:5.2f}")
             crossing = decode["crossings"][0]["bytes"]
-            print(f"  {n} workers        {measured.seconds_per_token * 1000:8.2f} ms/token   predicted "
-                  f"{predicted.token_seconds * 1000:8.2f} ms/token   ratio "
-                  f"{measured.seconds_per_token / predicted.token_seconds:5.2f}   local x"
-                  f"{measured.seconds_per_token / local.seconds_per_token:5.2f}")
-            print(f"    per boundary {crossing} B computed (n_embd x 4); on the wire per decoded token "
-                  f"{moved / 1024:.1f} KiB measured over {n} connections; hops predicted "
-                  f"{predicted.hop_seconds * 1000:.3f} ms")
+            print(f"    per boundary {crossing} B of activations (n_embd x 4); hops modelled "
+                  f"{predicted.hop_seconds * 1000:.3f} ms, graphs {predicted.graph_seconds * 1000:.3f} ms")
+            for name, sent, modelled in worker_bytes(card, split, decode["measured"]):
+                print(f"    {name}: sent per decoded token {sent:,} B measured, {modelled:,} B modelled "
+                      f"(graph + activations), ratio {sent / modelled:.3f}")
             del split_model, measured
             gc.collect()
+
+
+def derive(path: Path, args: argparse.Namespace) -> None:
+    """Fit sent = fixed + activations + per_layer x layers + head x [holds the head] on one worker's decode
+    passes over several splits (rpc_graph.json's figures), and print the fit and what each split sent."""
+    f = open_gguf(path)
+    card = build_card(f)
+    n = card.n_layers
+    splits = [[0, n], [0, n // 2, n - n // 2], [0, max(n // 4, 1), n - max(n // 4, 1)],
+              [0, n - max(n // 4, 1), max(n // 4, 1)]]
+    rows, sent = [], []
+    for split in splits:
+        with workers(len(split) - 1) as started:
+            split_model = LlamaModel(f, card=card, n_threads=1, rpc=[e for e, _ in started], split=split)
+            measured = run(split_model, args).split["decode"]["measured"]
+            for i, (name, m) in enumerate(measured.items(), start=1):
+                rows.append([1.0, split[i], 1.0 if i == len(split) - 1 else 0.0])
+                sent.append(m["sent"] - card.n_embd * 4)
+                print(f"  split {','.join(map(str, split))}: {name} ({split[i]} layers"
+                      f"{' + head' if i == len(split) - 1 else ''}) sent {m['sent']:,} B")
+            del split_model
+            gc.collect()
+    fit, residual, *_ = np.linalg.lstsq(np.array(rows), np.array(sent, dtype=float), rcond=None)
+    print(f"{card.architecture} ({path.name}): fixed {fit[0]:,.0f} B, per layer {fit[1]:,.0f} B, head {fit[2]:,.0f} B"
+          f" (activations n_embd x 4 = {card.n_embd * 4} B taken out first); residual {residual}")
 
 
 def _profile():
@@ -128,9 +186,16 @@ def main() -> int:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each request; the median is shown")
+    parser.add_argument("--derive", action="store_true",
+                        help="fit the graph's bytes per layer (rpc_graph.json) on MODEL's decode passes")
     args = parser.parse_args()
     models = args.models or [BUNDLED_MODEL, *([Path(os.environ["SMOLLM2_GGUF"])]
                                               if os.environ.get("SMOLLM2_GGUF") else [])]
+    if args.derive:
+        for path in models:
+            derive(path, args)
+        return 0
     link = loopback_link()
     print(f"localhost link, measured: {link.bandwidth / 1e9:.2f} GB/s, {link.latency * 1e6:.1f} us per hop")
     for path in models:

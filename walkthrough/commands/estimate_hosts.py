@@ -20,6 +20,7 @@ def record(p: Pipeline) -> dict[str, Any]:
             "link_sources": p.link.sources, "per_host_bytes": p.per_host_bytes, "usable_bytes": p.usable,
             "fits": p.fits, "hosts_needed": p.hosts_needed, "token_seconds": p.token_seconds,
             "read_seconds": p.read_seconds, "hop_seconds": p.hop_seconds, "boundary_bytes": p.boundary_bytes,
+            "graph_seconds": p.graph_seconds, "graph_bytes": list(p.graph_bytes), "graph_basis": p.graph_basis,
             "prefill_pipelined_seconds": p.prefill_pipelined, "prefill_sequential_seconds": p.prefill_sequential,
             "shares": [{"host": s.host, "layers": list(s.layers), "embedding": s.embedding, "head": s.head,
                         "kept_bytes": s.kept_bytes, "read_bytes": s.read_bytes, "read_seconds": seconds}
@@ -45,6 +46,9 @@ def table(e: Any, p: Pipeline):
                   f"{fmt(seconds * 1000, 'ms')}, keeps {binary_bytes(share.kept_bytes)}")
     t.add_row("  link hops per token", "", f"{fmt(p.hop_seconds * 1000, 'ms')} ({p.hosts - 1} x "
               f"{binary_bytes(p.boundary_bytes)} + logits home)" if p.hosts > 1 else "none")
+    if p.hosts > 1:
+        t.add_row("  graphs per token", "", f"{fmt(p.graph_seconds * 1000, 'ms')} ({binary_bytes(sum(p.graph_bytes))}: "
+                  f"llama.cpp's RPC sends each worker its graph every pass; {p.graph_basis})")
     ttft = e.prefill.seconds.value if e.prefill is not None else None
     t.add_row("prompt", "-" if ttft is None else fmt(ttft, "s"),
               f"{fmt(p.prefill_pipelined, 's')} pipelined, {fmt(p.prefill_sequential, 's')} one split at a time")

@@ -57,9 +57,18 @@ def deal(n_layers: int, hosts: int) -> list[tuple[int, ...]]:
     return out
 
 
-def shares(card: ModelCard, hosts: int, context: int, prompt_tokens: int,
-           cache_type: str = "f16") -> list[HostShare]:
-    """Every host's layers, bytes kept and bytes read per decoded token (see the module docstring)."""
+def dealt(split: list[int]) -> list[tuple[int, ...]]:
+    """Layer indices per host from counts: dealt([0, 2, 2]) -> [(), (0, 1), (2, 3)]."""
+    starts = [sum(split[:i]) for i in range(len(split))]
+    return [tuple(range(start, start + n)) for start, n in zip(starts, split)]
+
+
+def shares(card: ModelCard, hosts: int, context: int, prompt_tokens: int, cache_type: str = "f16",
+           split: list[int] | None = None) -> list[HostShare]:
+    """Every host's layers, bytes kept and bytes read per decoded token (see the module docstring).
+
+    `split`: layers per host, host 1 first (as `--split` gives them); default `deal`'s even split.
+    """
     trunk = [layer for layer in card.layers if not layer.mtp]
     groups = card.bytes_by_group
     reads = card.bytes_per_token_by_group
@@ -69,7 +78,7 @@ def shares(card: ModelCard, hosts: int, context: int, prompt_tokens: int,
     trunk_read = max(float(card.bytes_per_token or 0) - sum(reads.get(g, 0) for g in HEAD_GROUPS), 0.0)
     sized = sum(layer.nbytes for layer in trunk) or 1
     out = []
-    for i, layers in enumerate(deal(len(trunk), hosts)):
+    for i, layers in enumerate(deal(len(trunk), hosts) if split is None else dealt(split)):
         first, last = i == 0, i == hosts - 1
         mine = [trunk[j] for j in layers]
         kept = sum(layer.nbytes + layer_kv_bytes(layer, context, cache_type) for layer in mine)

@@ -35,7 +35,7 @@ from walkthrough.units import binary_bytes, fmt
 if TYPE_CHECKING:
     from walkthrough.costs.estimate import Estimate
     from walkthrough.costs.hardware import Profile
-    from walkthrough.engine.protocol import Engine
+    from walkthrough.engine.protocol import Engine, Session
     from walkthrough.engine.steps import Step
 
 PREFILL_CHUNK = 512  # llama.cpp's default n_ubatch: prompt tokens per pass
@@ -130,14 +130,18 @@ def spread_ids(n: int, n_vocab: int, end_ids: frozenset[int]) -> list[int]:
     return ids
 
 
-def time_request(model: Engine, prompt_tokens: int, output_tokens: int) -> Measured:
-    """Run one request on a loaded model (either engine) and measure it: greedy, exactly `output_tokens` picked."""
+def time_request(model: Engine, prompt_tokens: int, output_tokens: int,
+                 session: Session | None = None) -> Measured:
+    """Run one request on a loaded model (either engine) and measure it: greedy, exactly `output_tokens` picked.
+
+    `session`: a fresh session of `model` made with other options (default: `new_session`'s, n_ctx the request's).
+    """
     from walkthrough.engine.engines import new_session
     from walkthrough.engine.sampler import Sampler
 
     c = model.config
     ids = spread_ids(prompt_tokens, c.n_vocab, c.end_ids)
-    session = new_session(model, n_ctx=prompt_tokens + output_tokens)
+    session = session or new_session(model, n_ctx=prompt_tokens + output_tokens)
     sampler = Sampler.greedy()
     steps = list(session.prefill(ids, chunk=PREFILL_CHUNK, sampler=sampler))
     steps += list(session.decode(sampler, output_tokens - 1, stop_ids=[]))

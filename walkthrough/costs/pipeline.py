@@ -6,6 +6,12 @@ every host in turn, so per token:
     t = sum over hosts (bytes it reads / (bandwidth x decode efficiency))          # = one box's time
       + (N - 1) x (latency + n_embd x 4 / link bandwidth)                          # residual at each boundary
       + (latency + n_vocab x 4 / link bandwidth)                                   # the logits home (N > 1)
+      + sum over hosts 2..N (graph bytes / link bandwidth)                          # llama.cpp's graph resend
+
+The graph: ggml's RPC client sends each worker its part of the graph with every
+pass (`costs.rpc_graph`, measured bytes per layer); it travels right behind the
+activations on the same connection, so it adds its bytes over the bandwidth and
+no latency of its own.
 
 Prefill in chunks of `chunk` tokens (llama.cpp's micro-batch): each host
 computes its share of a chunk, sends chunk x n_embd x 4 bytes on, and takes
@@ -20,8 +26,8 @@ What fits where: each host's layers, embedding or head and KV cache
 host's part of the reads is its share of the bytes read per token. Links are
 data (links.json, a source per figure); machines are `costs.hardware` profiles.
 
-Not handled: hosts of different profiles, tensor (row) split, the graph
-llama.cpp sends each pass (measured by `walkthrough bench --rpc`, not modelled).
+Not handled: hosts of different profiles, tensor (row) split, ggml's RPC commands'
+round trips and the workers' work on each graph they receive (besides its bytes).
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from walkthrough.costs.budget import kv_cache_bytes
 from walkthrough.costs.estimate import Estimate
 from walkthrough.costs.hardware import Profile
 from walkthrough.costs.host_shares import HostShare, hosts_needed, shares
+from walkthrough.costs.rpc_graph import for_card
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 
@@ -72,6 +80,14 @@ def pick_link(name: str) -> Link:
     return links[name]
 
 
+class Segment(NamedTuple):
+    """One part of a decoded token's time: a host's reads, or what crosses the link."""
+
+    label: str  # "host 2", "hop 1-2", "graph to host 2", "logits home"
+    seconds: float
+    sent: int  # bytes over the link (0 for a host's reads)
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """The split's figures for one request size."""
@@ -90,10 +106,17 @@ class Pipeline:
     shares: tuple[HostShare, ...] = ()  # each host's layers and bytes, host 1 first
     chunks: int = 1  # prompt chunks
     vocab_bytes: int = 0  # the logits a decoded token brings home (n_vocab x 4)
+    graph_bytes: tuple[int, ...] = ()  # per pass, the graph sent to each host (0 for host 1, which holds it)
+    graph_basis: str = ""  # which measurement the graph's bytes per layer come from
+
+    @property
+    def graph_seconds(self) -> float:
+        """Per token: every worker's graph over the link."""
+        return sum(self.graph_bytes) / self.link.bandwidth
 
     @property
     def token_seconds(self) -> float:
-        return self.read_seconds + self.hop_seconds
+        return self.read_seconds + self.hop_seconds + self.graph_seconds
 
     def host_read_seconds(self) -> list[float]:
         """Each host's part of `read_seconds`: its share of the bytes read per token."""
@@ -102,31 +125,36 @@ class Pipeline:
             return [self.read_seconds / max(len(self.shares), 1)] * len(self.shares)
         return [self.read_seconds * s.read_bytes / total for s in self.shares]
 
-    def segments(self) -> list[tuple[str, float]]:
-        """One decoded token's time in order: ('host 1', s), ('hop 1-2', s), ..., ('logits home', s)."""
-        out: list[tuple[str, float]] = []
+    def segments(self) -> list[Segment]:
+        """One decoded token's time in order: host 1, hop 1-2, graph to host 2, host 2, ..., logits home."""
+        out: list[Segment] = []
         for i, seconds in enumerate(self.host_read_seconds()):
             if i:
-                out.append((f"hop {i}-{i + 1}", self.link.hop(self.boundary_bytes)))
-            out.append((f"host {i + 1}", seconds))
+                out.append(Segment(f"hop {i}-{i + 1}", self.link.hop(self.boundary_bytes), self.boundary_bytes))
+                graph = self.graph_bytes[i] if i < len(self.graph_bytes) else 0
+                out.append(Segment(f"graph to host {i + 1}", graph / self.link.bandwidth, graph))
+            out.append(Segment(f"host {i + 1}", seconds, 0))
         if self.hosts > 1:
-            out.append(("logits home", self.link.hop(self.vocab_bytes)))
+            out.append(Segment("logits home", self.link.hop(self.vocab_bytes), self.vocab_bytes))
         return out
 
 
+
 def model(card: ModelCard, hw: Profile, link: Link, hosts: int, context: int, prompt_tokens: int,
-          cache_type: str = "f16", chunk: int = CHUNK, box: tuple[float, float] | None = None) -> Pipeline:
+          cache_type: str = "f16", chunk: int = CHUNK, box: tuple[float, float] | None = None,
+          split: list[int] | None = None) -> Pipeline:
     """The pipeline split of this model over `hosts` hosts of profile `hw` joined by `link`.
 
     `box`: (seconds per decoded token, seconds for the prompt) of one box of this profile holding the
-    whole model (the estimate's own figures, fitted where it has a fit); the hosts' reads add up to the
+    whole model (the estimate's own figures, fitted where it has a fit); `split`: layers per host, host 1 first
+    (default: even, `host_shares.deal`). The hosts' reads add up to the
     former and their shares of the prompt to the latter. Without it (the model does not fit one box):
     bytes per token / (bandwidth x decode efficiency), and 2 x active parameters per token / compute.
     """
     if hosts < 1:
         raise WalkthroughError(f"--hosts {hosts}: at least 1")
     weights = float(sum(card.bytes_by_type.values()))
-    parts = shares(card, hosts, context, prompt_tokens, cache_type)
+    parts = shares(card, hosts, context, prompt_tokens, cache_type, split)
     per_host = max(s.kept_bytes for s in parts)
     usable = float(hw.usable_bytes)
     per_token = float(card.bytes_per_token or weights) + kv_cache_bytes(card, prompt_tokens, cache_type).value
@@ -139,12 +167,16 @@ def model(card: ModelCard, hw: Profile, link: Link, hosts: int, context: int, pr
     size = min(chunk, prompt_tokens)
     whole = box[1] * size / prompt_tokens if box else 2 * active * size / (hw.compute_tflops * 1e12)
     stage = whole / hosts  # [s] one host's share of one chunk
-    send = 0.0 if hosts == 1 else link.hop(size * n_embd * F32_BYTES)  # one chunk across one boundary
+    g = for_card(card)
+    graphs = tuple(0 if i == 0 else g.graph(len(s.layers), s.head) for i, s in enumerate(parts))
+    # one chunk across one boundary, and the receiving worker's graph (the largest: the head's)
+    send = 0.0 if hosts == 1 else link.hop(size * n_embd * F32_BYTES) + max(graphs) / link.bandwidth
     through = hosts * stage + (hosts - 1) * send  # one chunk, first host to last
     pipelined = through + (chunks - 1) * max(stage, send)
     sequential = chunks * through
     return Pipeline(hosts, link, per_host, usable, per_host <= usable, hosts_needed(card, usable, context, cache_type),
-                    read, hops, boundary, pipelined, sequential, tuple(parts), chunks, n_vocab * F32_BYTES)
+                    read, hops, boundary, pipelined, sequential, tuple(parts), chunks, n_vocab * F32_BYTES, graphs,
+                    g.basis)
 
 
 def box_of(e: Estimate) -> tuple[float, float] | None:

@@ -38,17 +38,17 @@ def _token_table(h: Hosts) -> Table:
                           ("time", "right"), ("", "left")):
         t.add_column(name, justify=justify, no_wrap=True)
     parts = p.segments()
-    longest = max((s for _, s in parts), default=0.0) or 1.0
+    longest = max((s.seconds for s in parts), default=0.0) or 1.0
     shares = iter(p.shares)
-    for label, seconds in parts:
-        bar = "█" * max(round(BAR * seconds / longest), 1 if seconds else 0)
-        if label.startswith("host"):
+    for part in parts:
+        bar = "█" * max(round(BAR * part.seconds / longest), 1 if part.seconds else 0)
+        if part.label.startswith("host"):
             s = next(shares)
             fits = "" if s.kept_bytes <= p.usable else " over"
-            t.add_row(label, s.describe(), f"{binary_bytes(s.kept_bytes)}{fits}", fmt(seconds, "s"), bar)
+            t.add_row(part.label, s.describe(), f"{binary_bytes(s.kept_bytes)}{fits}", fmt(part.seconds, "s"), bar)
         else:
-            sent = p.vocab_bytes if label == "logits home" else p.boundary_bytes
-            t.add_row(Text(label, style="dim"), binary_bytes(sent), "", fmt(seconds, "s"), Text(bar, style="dim"))
+            t.add_row(Text(part.label, style="dim"), binary_bytes(part.sent), "", fmt(part.seconds, "s"),
+                      Text(bar, style="dim"))
     needed = (f"fewest hosts that hold it: {p.hosts_needed}" if p.hosts_needed is not None
               else "no number of hosts holds it (a layer is larger than one host)")
     t.caption = (f"each host can use {binary_bytes(p.usable)} ({'all fit' if p.fits else 'over: does not fit'}); "
@@ -60,7 +60,10 @@ def _token_table(h: Hosts) -> Table:
 def _token_line(h: Hosts) -> Text:
     p = h.split
     return Text.assemble(("per token ", "bold"), f"{fmt(p.token_seconds, 's')} = reads {fmt(p.read_seconds, 's')} "
-                         f"+ hops {fmt(p.hop_seconds, 's')}: {rate_text(1 / p.token_seconds)} tokens/s")
+                         f"+ hops {fmt(p.hop_seconds, 's')} + graphs {fmt(p.graph_seconds, 's')}: "
+                         f"{rate_text(1 / p.token_seconds)} tokens/s",
+                         (f"  (graph: llama.cpp's RPC sends each worker its part every pass; bytes per layer "
+                          f"{p.graph_basis})" if p.hosts > 1 else "", "dim"))
 
 
 def _prompt_line(h: Hosts) -> Text:

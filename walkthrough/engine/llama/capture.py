@@ -58,11 +58,11 @@ class Capture:
     """The eval callback of one llama.cpp context, and what it read during the current pass."""
 
     def __init__(self, lib: ModuleType, n_layers: int, *, attention: bool, attention_rows: bool = False,
-                 named: frozenset[str] = frozenset()):
+                 named: frozenset[str] = frozenset(), experts: bool = True):
         self.n_layers = n_layers
         self.named = frozenset(name.encode() for name in named)  # graph-name stems read whole, every node
         self.attention_rows = attention_rows  # keep every query row, not only the last token's
-        self.want = {TOPK, *WEIGHTS} | ({ATTENTION} if attention else set()) | self.named
+        self.want = ({TOPK, *WEIGHTS} if experts else set()) | ({ATTENTION} if attention else set()) | self.named
         self.progress: Progress | None = None
         self.marks: frozenset[int] = frozenset()  # layers whose output time to note (the split's host boundaries)
         self.mark_times: dict[int, float] = {}  # layer -> perf_counter() when its output was computed

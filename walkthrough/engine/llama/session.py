@@ -75,10 +75,13 @@ class LlamaSession(Session):
         attention_rows: bool = False,
         flash_attention: bool | None = None,
         named: frozenset[str] = frozenset(),
+        experts: bool = True,
     ):
         """A context for one request.
 
         Args:
+            experts: read the experts each MoE layer chose (every yes splits llama.cpp's graph there; off,
+                a split run sends llama.cpp's own graph splits only, as `bench_rpc.py` measures them).
             flash_attention: True or False forces llama.cpp's flash attention on or off; None leaves it to
                 llama.cpp (off whenever attention weights are recorded, which need it off).
             named: stems of graph tensor names to read whole at every pass (`Capture.tensors`).
@@ -101,10 +104,12 @@ class LlamaSession(Session):
         self._broken: str | None = None
         self.checkpoints = Checkpoints(auto=False)  # none: llama.cpp's memory rewinds itself (see `rewind`)
         self.capture = Capture(lib, model.config.n_layers, attention=self.record_attention,
-                               attention_rows=self.attention_rows, named=named)
+                               attention_rows=self.attention_rows, named=named, experts=experts)
         placement = model.placement
-        if placement is not None:  # time each host: note when its last layer's output is computed
-            self.capture.marks = frozenset(last for _, last in placement.segments())
+        if placement is not None:  # time each host: note when its last layer's output is computed (the last
+            # host's time runs to the pass's end: a mark there would split its graph once more, and ggml's RPC
+            # client would send that host's layers again with the head's part)
+            self.capture.marks = frozenset(last for _, last in placement.segments()[:-1])
         self._abort = lib.ggml_abort_callback(lambda _data: self.capture.stop.is_set())
         params = lib.llama_context_default_params()
         params.n_ctx = self.n_ctx
