@@ -228,3 +228,27 @@ def test_a_long_tensor_name_folds_and_no_figure_is_cut(tmp_path: Path, capsys, m
         assert f" {figure} " in table[row]
     assert table[row].split()[0] + table[row + 1].strip() == name  # folded onto the next line, nothing lost
     assert len(table[row].split()[0]) == MAX_KEY_WIDTH  # 80 columns: the name gives way down to this width
+
+
+def test_metadata_never_splits_a_number_at_80_columns(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A float under a long key beside an array[float32] type (Gemma 3's layout: the value column is left
+    20 cells, and '9.999999974752427e-07' is 21) stays on one line; a long text still wraps."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    eps = "gemma3.attention.layer_norm_rms_epsilon"
+    metadata = {
+        "general.architecture": (V.STRING, "llama"),
+        "general.name": (V.STRING, "a name long enough to wrap in a narrow value column, twice over"),
+        "llama.block_count": (V.UINT32, 1),
+        eps: (V.FLOAT32, 1e-6),
+        "tokenizer.ggml.scores": (V.ARRAY, V.FLOAT32, [-1234.5678, 0.25, -0.000123]),
+    }
+    path = write_gguf(tmp_path / "numbers.gguf", metadata, [Tensor("token_embd.weight", (32, 4), Q.F32)])
+    code, out, _ = inspect(capsys, path, "--metadata")
+    assert code == 0
+    table = out[out.index("\nMetadata"):]
+    numbers = re.findall(r"-?\d+\.\d+(?:e-\d+)?", table)
+    assert "9.999999974752427e-07" in numbers and "-1234.5677490234375" in numbers
+    assert "a name long enough" in table and "a name long enough to wrap in a narrow value column, twice over" \
+        not in table  # the text did wrap

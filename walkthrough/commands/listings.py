@@ -8,7 +8,8 @@ The look is Rich's SIMPLE_HEAD table (a rule under the header, a blank line and
 a bold heading between sections). On a narrow terminal the columns that may fold
 (tensor names; metadata values, then keys) are narrowed, down to a minimum, and
 their longer cells wrap onto more lines (as Rich's `fold` does); figures are never
-cut, where Rich's table cropped the last column.
+cut, where Rich's table cropped the last column, and a value column is never
+narrower than its longest number, so no number is split across lines.
 
 Example (a 2-layer model, 80 columns):
 
@@ -160,6 +161,14 @@ def print_tensor_table(f: GGUFFile, console: Console, name_min: int) -> None:
     write_table(console, "Tensors", columns, rows)
 
 
+def _longest_number(f: GGUFFile, value: Callable[[str], str]) -> int:
+    """Cells of the longest word in a numeric key's value ('9.999999974752427e-07', '[0.25,'): the value
+    column is not narrowed below it, so a number is never split across lines (a text still wraps)."""
+    numeric = (value(key) for key, field in f.fields.items()
+               if "string" not in field.type_name and "bool" not in field.type_name)
+    return max((_width(word) for cell in numeric for word in cell.split()), default=0)
+
+
 def print_metadata_table(f: GGUFFile, console: Console, key_min: int, max_value: int,
                          templates: Iterable[tuple[str, str]] = ()) -> None:
     """Write every metadata key, in file order, with its type and value (long arrays as count and first items,
@@ -178,6 +187,7 @@ def print_metadata_table(f: GGUFFile, console: Console, key_min: int, max_value:
         return ((None, (visible(key), field.type_name, value(key))) for key, field in f.fields.items())
 
     longest = max((_width(visible(k)) for k in f.fields), default=3)
-    columns = [Column("key", fold_to=min(longest, key_min)), Column("type"), Column("value", fold_to=MIN_VALUE_WIDTH)]
+    columns = [Column("key", fold_to=min(longest, key_min)), Column("type"),
+               Column("value", fold_to=max(MIN_VALUE_WIDTH, _longest_number(f, value)))]
     write_table(console, "Metadata", columns, rows)
 
