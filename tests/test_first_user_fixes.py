@@ -239,3 +239,39 @@ def test_the_machines_table_says_usable_memory_and_writes_rates_without_exponent
     text = console.export_text(styles=False)
     assert "usable" in text and "usable: the memory a model may fill" in text and "e+" not in text
     assert "12.3 k" in text and "2,346±20%" in text
+
+
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_summary_lists_speculate_and_writes_flop_as_costs_does(size):
+    """Item 11: Summary left out the Speculate stage, and wrote work as '1.2 M FLOPs' where Costs and the
+    estimate write '1.2 MFLOP' (units.fmt)."""
+    from textual.widgets import Static
+
+    from walkthrough.engine.serving.rounds import round_stats
+    from walkthrough.engine.steps import totals
+    from walkthrough.units import fmt
+
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await press_stage(pilot, "summary")
+        await settle(pilot)
+        table = widget_text(app.screen.query_one("#summary-table", Static))
+        assert "Speculate" in table and "not run" in table
+        await press_stage(pilot, "speculate")
+        await settle(pilot)
+        for _ in range(3):  # the prompt, then two rounds
+            await pilot.press("space")
+            await settle(pilot)
+        await press_stage(pilot, "prefill", "space")
+        await settle(pilot)
+        await press_stage(pilot, "summary")
+        await settle(pilot)
+        table = " ".join(widget_text(app.screen.query_one("#summary-table", Static)).split())
+        spec = app.state.speculation
+        stats = round_stats(spec.rounds)
+        assert stats.rounds == 2
+        assert (f"lookup drafter, k = {spec.k}: 2 passes" in table
+                and f"alpha = {stats.accepted}/{stats.drafted} drafts" in table)
+        assert f"{fmt(totals(app.state.prefill_steps).flops, 'FLOP')} computed" in table
+        assert "FLOPs" not in table

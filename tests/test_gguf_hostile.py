@@ -31,6 +31,7 @@ from gguf_builder import (
 )
 
 from walkthrough.inspect.gguf import GGUFError, open_gguf
+from walkthrough.units import exact_bytes
 
 V = GGUFValueType
 Q = GGMLQuantizationType
@@ -316,7 +317,7 @@ def test_tensor_data_overlapping(tmp_path):
 
 def test_tensor_offset_past_end_of_file(tmp_path):
     blob = build_gguf({}, [Tensor("w", (8,), offset=1 << 40)], with_data=False)
-    refused(tmp_path, blob, "'w'", "past the end of the file", f"{len(blob)} bytes")
+    refused(tmp_path, blob, "'w'", "past the end of the file", f"({len(blob):,} bytes)")
 
 
 def test_custom_alignment_governs_offsets(tmp_path):
@@ -392,22 +393,22 @@ def test_file_cut_with_a_gap_between_tensors_is_refused(tmp_path):
     """Data no GGUF writer lays out (a gap before 'b') and cut short: damaged, not a partial download."""
     blob, _, _, b_end = _two_tensor_file(gap=64)
     refused(tmp_path, blob[: b_end - 100], "shorter than its tensor table", "'b' is cut",
-            "100 of its 2048 bytes", "download")
+            "100 of its 2.0 KiB (2,048 bytes)", "download")
 
 
 def test_file_cut_inside_the_first_tensor_with_a_gap_is_refused(tmp_path):
     blob, a_end, _, b_end = _two_tensor_file(gap=64)
     cut = a_end - 1000
     message = refused(
-        tmp_path, blob[:cut], "'a' is cut", "1000 of its 4004 bytes", "1 tensor(s) after it"
+        tmp_path, blob[:cut], "'a' is cut", "1,000 of its 3.9 KiB (4,004 bytes)", "1 tensor(s) after it"
     )
-    assert f"{b_end - cut} bytes shorter" in message
+    assert f"{exact_bytes(b_end - cut)} shorter" in message
 
 
 def test_file_cut_in_the_gap_before_a_tensor_is_refused(tmp_path):
     blob, a_end, b_start, b_end = _two_tensor_file(gap=64)
-    refused(tmp_path, blob[:a_end], "'b'", f"starts at byte {b_start}, past the end",
-            f"{b_end - a_end} bytes shorter")
+    refused(tmp_path, blob[:a_end], "'b'", f"starts at byte {b_start:,}, past the end",
+            f"{exact_bytes(b_end - a_end)} shorter")
 
 
 @pytest.mark.parametrize("keep", [24, 30, 40, 60, 100, 120])
@@ -557,3 +558,9 @@ def test_the_fast_tensor_table_reader_agrees_with_the_checked_one(fixtures_dir):
         assert fast is not None and fast.pop() == cursor.pos
         assert fast == checked, path.name
         f.close()
+
+
+def test_a_missing_size_reads_in_binary_units_with_its_exact_count():
+    """Issue 28's figure: '4483843808 bytes' is written as a size a reader takes in, and the exact count."""
+    assert exact_bytes(4483843808) == "4.2 GiB (4,483,843,808 bytes)"
+    assert exact_bytes(1023) == "1,023 bytes" and exact_bytes(2048) == "2.0 KiB (2,048 bytes)"

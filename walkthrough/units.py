@@ -8,7 +8,7 @@ tensors and caches everywhere else (File, Prefill, Decode, Summary, the live
 panel, `inspect`, `trace`).
 
 Example: fmt(1.84e9, "B") -> "1.84 GB", fmt(0.0012, "s") -> "1.2 ms", fmt(0.25, "") -> "25%",
-binary_bytes(1536) -> "1.5 KiB"
+binary_bytes(1536) -> "1.5 KiB", exact_bytes(4483843808) -> "4.2 GiB (4,483,843,808 bytes)"
 """
 
 from __future__ import annotations
@@ -49,3 +49,9 @@ def binary_bytes(n: float | None) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} {_BINARY[-1]}"
+
+
+def exact_bytes(n: int) -> str:
+    """Bytes in binary units with the exact count beside them, for a figure the reader may check or act on
+    (how much of a file is missing); below 1 KiB the count alone."""
+    return f"{n:,} bytes" if abs(n) < 1024 else f"{binary_bytes(n)} ({n:,} bytes)"

@@ -57,6 +57,7 @@ from gguf.gguf_reader import GGUFReader
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect import partial
 from walkthrough.inspect.partial import MissingData
+from walkthrough.units import exact_bytes
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -584,17 +585,18 @@ def _check_data_in_file(
         if _packed(tensors, alignment, data_offset):
             return MissingData(last.offset + last.nbytes - size, sum(x.nbytes for x in tensors),
                                tuple(x.name for x in tensors[i:]), len(tensors), t.offset < size)
-        short = f"the file is {last.offset + last.nbytes - size} bytes shorter than its tensor table says"
+        short = f"the file is {exact_bytes(last.offset + last.nbytes - size)} shorter than its tensor table says"
         if t.offset > size:
             raise cursor.fail(
-                f"tensor {t.name!r} data starts at byte {t.offset}, past the end of the file ({size} bytes); {short}",
+                f"tensor {t.name!r} data starts at byte {t.offset:,}, past the end of the file "
+                f"({exact_bytes(size)}); {short}",
                 t.info_offset,
                 "the file is cut or its tensor table is corrupt; download it again",
             )
         after = len(tensors) - i - 1
         more = f"; the {after} tensor(s) after it are missing entirely" if after else ""
         raise cursor.fail(
-            f"{short}: tensor {t.name!r} is cut, {t.offset + t.nbytes - size} of its {t.nbytes} bytes "
+            f"{short}: tensor {t.name!r} is cut, {t.offset + t.nbytes - size:,} of its {exact_bytes(t.nbytes)} "
             f"are missing{more}",
             size,
             CUT,

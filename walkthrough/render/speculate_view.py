@@ -78,3 +78,21 @@ def figures(rounds: Sequence[Step], card) -> Group:
     lines.append(Text.assemble(("time per round ", "bold"), f"{stats.seconds_per_round * 1000:.0f} ms",
                                (f" (drafting and verification, {measured_here(rounds[0].engine)})", "dim")))
     return Group(*lines)
+
+
+def summary_text(rounds: Sequence[Step], drafter: str, k: int, finished: bool) -> str:
+    """The Speculate stage's run in one line for the Summary: drafter and k, rounds, acceptance, tokens per
+    round, weights read per token, time per round.
+
+    Example: "lookup drafter, k = 4: 3 passes, 5 tokens, alpha = 2/6 drafts = 0.33, 1.67 tokens per round,
+    1.9 MiB of weights read per token, 41 ms per round measured here (numpy)"
+    """
+    stats = round_stats(rounds)
+    head = f"{drafter} drafter, k = {k}: "
+    if not stats.rounds:
+        return head + "no round run yet"
+    return (head + f"{count(stats.rounds, 'pass', 'passes')}, {count(stats.tokens, 'token')}"
+            f"{' (finished)' if finished else ''}, alpha = {stats.accepted}/{stats.drafted} drafts = "
+            f"{stats.alpha:.2f}, {stats.tokens_per_round:.2f} tokens per round, "
+            f"{human_bytes(round(stats.bytes_per_token))} of weights read per token, "
+            f"{stats.seconds_per_round * 1000:.0f} ms per round {measured_here(rounds[0].engine)}")

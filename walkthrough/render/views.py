@@ -15,8 +15,9 @@ from rich.text import Text
 
 from walkthrough.engine.layer_groups import KIND_LETTERS, CacheGroup, cache_groups, ranges_text
 from walkthrough.errors import WalkthroughError
-from walkthrough.render.format import human_bytes, human_count
+from walkthrough.render.format import human_bytes
 from walkthrough.textsafe import safe_text, token_label
+from walkthrough.units import fmt
 from walkthrough.words import count
 
 # Alternating token styles: colours for colour terminals, underline so NO_COLOR still separates tokens.
@@ -146,7 +147,7 @@ def token_strip(state, ids: Sequence[int], *, specials: frozenset[int] = frozens
 def flops_line(step) -> Text:
     """FLOPs, bytes and their ratio (arithmetic intensity) for one pass."""
     return Text.assemble(
-        ("FLOPs ", "bold"), human_count(step.flops),
+        ("computed ", "bold"), fmt(step.flops, "FLOP"),
         ("  bytes read ", "bold"), human_bytes(step.bytes_read.get("total", 0)),
         ("  intensity ", "bold"), f"{step.intensity:.1f} FLOPs/byte",
     )

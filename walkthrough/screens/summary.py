@@ -10,10 +10,11 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from walkthrough.errors import WalkthroughError
+from walkthrough.render.format import answer_ending, human_bytes, human_count
 from walkthrough.request import stages
 from walkthrough.screens.base import StageScreen
-from walkthrough.render.format import answer_ending, human_bytes, human_count
 from walkthrough.textsafe import safe_text
+from walkthrough.units import fmt
 from walkthrough.words import count
 
 
@@ -76,6 +77,7 @@ its number key; r on a stepping stage restarts the request.
         sampling = self._sampling()
         if sampling:
             table.add_row(row("sampling"), sampling)
+        table.add_row(row("speculate"), self._speculation())
         costs = self._costs()
         if costs is not None:
             table.add_row(row("costs"), costs)
@@ -96,9 +98,18 @@ its number key; r on a stepping stage restarts the request.
             Group(Text(f"\nthe reply{end}", style="bold"), safe_text(reply, keep_newlines=True)) if reply else ""
         )
 
+    def _speculation(self) -> Text:
+        """The Speculate stage's run (its own request, drafted and verified), or how to start one."""
+        from walkthrough.render.speculate_view import summary_text
+
+        spec = self.state.speculation
+        if not spec.rounds:
+            return Text(f"not run: press {stages.number('speculate')} to decode the request with drafts "
+                        "verified in one pass", style="dim")
+        return Text(summary_text(spec.rounds, spec.drafter, spec.k, spec.finished))
+
     def _costs(self) -> Text | None:
         """The Costs stage's headline for the chosen machine: time to first token and decode speed."""
-        from walkthrough.units import fmt
 
         try:
             e = self.state.estimate()
@@ -148,7 +159,7 @@ its number key; r on a stepping stage restarts the request.
         t = totals(steps)
         return (f"{count(t.passes, 'pass', 'passes')}, {count(t.tokens, unit)}, "
                 f"{human_bytes(t.bytes_read.get('total', 0))} read ({human_bytes(t.bytes_per_pass)} per pass), "
-                f"{human_count(t.flops)} FLOPs, {t.seconds:.2f} s {measured_here(steps[0].engine)}")
+                f"{fmt(t.flops, 'FLOP')} computed, {t.seconds:.2f} s {measured_here(steps[0].engine)}")
 
 
 def _tokens(first: int, last: int) -> str:
