@@ -36,9 +36,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import textual
+
+if TYPE_CHECKING:
+    from textual.app import App
+    from textual.driver import Driver
+    from textual.message_pump import MessagePump
+    from textual.screen import Screen
 
 KNOWN_MAJOR = 8  # the Textual major version these parts were read from
 
@@ -55,19 +61,19 @@ def major(version: str) -> int | None:
 KNOWN = major(getattr(textual, "__version__", "")) == KNOWN_MAJOR
 
 
-def pending(node: Any) -> bool:
+def pending(node: MessagePump) -> bool:
     """Whether `node` (a screen) has messages queued and not yet handled; False when that cannot be
     read."""
     queue = getattr(node, "_message_queue", None) if KNOWN else None
     return queue is not None and not queue.empty()
 
 
-def driver(app: Any) -> Any | None:
+def driver(app: App) -> Driver | None:
     """The app's terminal driver, None when not running (or not readable on this Textual)."""
     return getattr(app, "_driver", None) if KNOWN else None
 
 
-def mark_styled(screen: Any, app: Any) -> None:
+def mark_styled(screen: Screen, app: App) -> None:
     """Mark a new screen as styled with the app's current CSS (every sheet is read at start), so
     showing it the first time does not reparse the CSS and restyle every screen; a no-op where that
     cannot be read."""

@@ -23,7 +23,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from walkthrough.commands.common import (
     add_engine_argument,
@@ -32,6 +32,16 @@ from walkthrough.commands.common import (
     open_model,
 )
 from walkthrough.errors import WalkthroughError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from walkthrough.costs.corpus import Run
+    from walkthrough.costs.estimate import Estimate
+    from walkthrough.costs.fitted import Band
+    from walkthrough.costs.measured import Measured
+    from walkthrough.costs.pipeline import Pipeline
+    from walkthrough.inspect.card import ModelCard
 
 DEFAULT_CONTEXT = 4096  # llama.cpp's long-standing default -c
 KV_TYPES = ("f16", "q8_0", "q4_0")
@@ -131,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def evidence_runs(card: Any, e: Any, k: int = 5) -> list[Any]:
+def evidence_runs(card: ModelCard, e: Estimate, k: int = 5) -> list[Run]:
     """The measured runs nearest to this request on the estimate's profile (its family's corpus runs)."""
     from walkthrough.costs import fitted
     from walkthrough.costs.estimate import card_shape
@@ -151,13 +161,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _run_json(r: Any) -> dict[str, Any]:
+def _run_json(r: Run) -> dict[str, Any]:
     return {"machine": r.machine.id, "backend": r.backend, "model": r.model.id, "quant": r.quant,
             "test": r.test, "n": r.n, "depth": r.depth, "tokens_per_s": r.tokens_per_s,
             "bytes_per_token": r.bytes_per_token, "source": r.source, "date": r.date}
 
 
-def _band_json(band: Any, e: Any, reason: str = "") -> dict[str, Any]:
+def _band_json(band: Band | None, e: Estimate, reason: str = "") -> dict[str, Any]:
     from walkthrough.costs.estimate import no_band_reason
 
     if band is None:
@@ -188,7 +198,8 @@ def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
             "formula": one.formula + (f" + {one.markers} markers" if one.markers else "")}
 
 
-def _splits(args: argparse.Namespace, card: Any, results: list[Any], context: int, prompt: int) -> list[Any]:
+def _splits(args: argparse.Namespace, card: ModelCard, results: list[Estimate], context: int,
+            prompt: int) -> list[Pipeline]:
     """The pipeline split over --hosts for each profile (`costs.pipeline`), or [] without --hosts."""
     from walkthrough.costs.pipeline import box_of, model, pick_link
 
@@ -198,7 +209,7 @@ def _splits(args: argparse.Namespace, card: Any, results: list[Any], context: in
     return [model(card, e.hardware, link, args.hosts, context, prompt, args.kv_type, box=box_of(e)) for e in results]
 
 
-def _measure(args: argparse.Namespace, card: Any, prompt: int, output: int) -> Any:
+def _measure(args: argparse.Namespace, card: ModelCard, prompt: int, output: int) -> Measured:
     """The request run on this machine with the chosen engine (`engine.measured.time_request`)."""
     from walkthrough.costs.measured import time_request
     from walkthrough.engine.engines import load_model
@@ -231,7 +242,7 @@ def request_sizes(trained: int | None, context: int | None, prompt: int | None,
     return context, prompt, output
 
 
-def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
+def as_json(path: Path, card: ModelCard, e: Estimate) -> dict[str, Any]:
     """One profile's estimate as plain JSON values (null where the model does not fit)."""
     hw = e.hardware
     fig = {"memory_needed": e.memory.needed, "memory_usable": e.memory.usable, "max_users": e.max_users}
@@ -285,7 +296,8 @@ def as_json(path: Path, card: Any, e: Any) -> dict[str, Any]:
 # --- the tables ------------------------------------------------------------------------------
 
 
-def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None, evidence: bool = False) -> None:
+def print_tables(path: Path, card: ModelCard, results: list[Estimate], measured: Measured | None = None,
+                 evidence: bool = False) -> None:
     """One Rich table per profile; file and profile text is shown literally (never as markup)."""
     from rich.console import Console
     from rich.table import Table
@@ -317,7 +329,7 @@ def print_tables(path: Path, card: Any, results: list[Any], measured: Any = None
             _print_evidence(console, card, e)
 
 
-def _print_evidence(console: Any, card: Any, e: Any) -> None:
+def _print_evidence(console: Console, card: ModelCard, e: Estimate) -> None:
     from rich.text import Text
 
     runs = evidence_runs(card, e)
@@ -333,7 +345,7 @@ def _print_evidence(console: Any, card: Any, e: Any) -> None:
         console.print(Text(f"      {r.source}, {r.date}", style="dim"))
 
 
-def _print_measured(console: Any, e: Any, measured: Any) -> None:
+def _print_measured(console: Console, e: Estimate, measured: Measured) -> None:
     from walkthrough.commands.bench import comparison_table
     from walkthrough.costs.measured import compare, comparison_title
 

@@ -8,10 +8,15 @@ SRAM profile that estimate is already the chips view (a token passes every chip 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from walkthrough.costs.pipeline import Link, Pipeline
 from walkthrough.units import binary_bytes, fmt
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from walkthrough.costs.estimate import Estimate
 
 
 def record(p: Pipeline) -> dict[str, Any]:
@@ -27,7 +32,7 @@ def record(p: Pipeline) -> dict[str, Any]:
                        for s, seconds in zip(p.shares, p.host_read_seconds())]}
 
 
-def table(e: Any, p: Pipeline):
+def table(e: Estimate, p: Pipeline) -> Table:
     """A Rich table: one box (or the chips) beside the split, row by row."""
     from rich.table import Table
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 from walkthrough.commands.common import add_model_argument, open_model, warn
 
+if TYPE_CHECKING:
+    from walkthrough.inspect.gguf import GGUFFile
 
-def add_parser(subparsers) -> None:
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `template` and its options."""
     p = subparsers.add_parser(
         "template",
@@ -68,7 +71,7 @@ def add_template_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def template_source(args: argparse.Namespace, f: Any | None) -> tuple[str, str]:
+def template_source(args: argparse.Namespace, f: GGUFFile | None) -> tuple[str, str]:
     """The template text and how errors should name it: `--template` or the model's (named) template."""
     from walkthrough.errors import WalkthroughError
     from walkthrough.inspect.template import load_template_file, select_template
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_rendered(text: str, out: Any) -> None:
+def write_rendered(text: str, out: TextIO) -> None:
     """The rendered text, byte for byte into a pipe or file; on a terminal, hidden characters made visible.
 
     A template's output is the model's input, so scripts get it exactly; a terminal would act on the

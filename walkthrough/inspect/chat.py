@@ -42,12 +42,15 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from walkthrough.inspect.lost import describe_lost, lost_count, utf8
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 from walkthrough.inspect.template import PLAIN_SEPARATOR, content_text, plain_text, render
 from walkthrough.inspect.vocab import SPM
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 C_SPACE = " \t\n\v\f\r"  # what llama.cpp's lstrip/rstrip special tokens eat
 _DATA_KEYS_SKIPPED = frozenset({"role", "type"})  # strings templates branch on, left as they are
@@ -115,7 +118,7 @@ class ChatTokens:
             lost = sum(max(0, min(b, r.end) - max(a, r.start)) for r in mine for a, b in self.lost)
         return TextCounts(len(text), len(utf8(text)), n_tokens, lost)
 
-    def lost_message(self, tokenizer: Any) -> str | None:
+    def lost_message(self, tokenizer: GGUFTokenizer) -> str | None:
         """The warning naming the text the vocabulary cannot encode; None when nothing was lost."""
         if not self.lost:
             return None
@@ -307,7 +310,7 @@ def _locate(
 
 
 # ---- tokens -----------------------------------------------------------------------------------
-def _special_texts(tokenizer: Any) -> list[str]:
+def _special_texts(tokenizer: GGUFTokenizer) -> list[str]:
     texts = getattr(tokenizer, "special_text", None)
     if callable(texts):
         return list(texts())
@@ -318,7 +321,7 @@ def _special_texts(tokenizer: Any) -> list[str]:
     )
 
 
-def special_token_text(tokenizer: Any, tid: int | None) -> str:
+def special_token_text(tokenizer: GGUFTokenizer, tid: int | None) -> str:
     """The text a template gets for a special token (llama.cpp's token_to_piece with special=true);
     "" when the vocabulary has no such token."""
     if tid is None or not 0 <= tid < tokenizer.vocab_size:
@@ -326,7 +329,7 @@ def special_token_text(tokenizer: Any, tid: int | None) -> str:
     return tokenizer.token_bytes(tid).decode("utf-8", "replace")
 
 
-def _fragments(tokenizer: Any, text: str, regions: list[Region]) -> list[tuple[int, int, int]]:
+def _fragments(tokenizer: GGUFTokenizer, text: str, regions: list[Region]) -> list[tuple[int, int, int]]:
     """llama.cpp's partition of the whole text, special tokens allowed only in template regions:
     `(special_id or -1, start, end)` in order, neighbouring plain text merged."""
     cut: list[tuple[int, int, int]] = []
@@ -367,7 +370,7 @@ def _message_at(regions: list[Region], pos: int) -> int | None:
 
 
 def tokens_for_regions(
-    tokenizer: Any, text: str, regions: list[Region]
+    tokenizer: GGUFTokenizer, text: str, regions: list[Region]
 ) -> tuple[list[ChatToken], list[tuple[int, int]]]:
     """Tokens of `text`, special tokens parsed only inside regions that allow them, and the
     character spans of `text` that no token stands for (text the vocabulary cannot encode)."""
@@ -388,7 +391,7 @@ def tokens_for_regions(
 
 
 def chat_tokens(
-    tokenizer: Any,
+    tokenizer: GGUFTokenizer,
     source: str,
     messages: list[dict],
     *,
@@ -466,7 +469,7 @@ def chat_tokens(
     return _with_lost(tokenizer, ChatTokens(rendered, head + tokens + tail, regions, warnings, lost))
 
 
-def completion_tokens(tokenizer: Any, messages: list[dict]) -> ChatTokens:
+def completion_tokens(tokenizer: GGUFTokenizer, messages: list[dict]) -> ChatTokens:
     """The messages' text as one plain prompt (`template.plain_text`), tokenized as llama.cpp's completion
     tokenizes a prompt (llama_tokenize with add_special and parse_special): BOS first when the file says
     `add_bos_token`, EOS last when it says `add_eos_token`, special-token text read as special tokens.
@@ -496,7 +499,7 @@ def completion_tokens(tokenizer: Any, messages: list[dict]) -> ChatTokens:
     return _with_lost(tokenizer, ChatTokens(text, tokens, regions, lost=lost))
 
 
-def _with_lost(tokenizer: Any, chat: ChatTokens) -> ChatTokens:
+def _with_lost(tokenizer: GGUFTokenizer, chat: ChatTokens) -> ChatTokens:
     """`chat` with the lost-text warning (if any) added to its warnings."""
     line = chat.lost_message(tokenizer)
     if line:
@@ -504,7 +507,7 @@ def _with_lost(tokenizer: Any, chat: ChatTokens) -> ChatTokens:
     return chat
 
 
-def raw_tokens(tokenizer: Any, text: str) -> ChatTokens:
+def raw_tokens(tokenizer: GGUFTokenizer, text: str) -> ChatTokens:
     """`text` tokenized alone: no template, no BOS/EOS, special-token text as plain text
     (llama.cpp's add_special=false, parse_special=false)."""
     found, lost = tokenizer.tokenize_accounted(text, parse_special=False)

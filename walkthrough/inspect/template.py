@@ -23,7 +23,7 @@ import os
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gguf.constants import Keys
 
@@ -33,6 +33,9 @@ from walkthrough.inspect.builtin_templates import choices as builtin_choices
 from walkthrough.inspect.render_process import render_isolated
 from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
 from walkthrough.textsafe import visible
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.gguf import GGUFFile
 
 __all__ = [
     "DEFAULT_NAME",
@@ -66,7 +69,7 @@ class MessagesError(WalkthroughError):
 
 
 # ---- templates in a file --------------------------------------------------------
-def chat_templates(f: Any) -> dict[str, str]:
+def chat_templates(f: GGUFFile) -> dict[str, str]:
     """Every chat template stored in an opened GGUF: `tokenizer.chat_template` as "default",
     `tokenizer.chat_template.NAME` as NAME (llama.cpp's named templates, e.g. "tool_use").
 
@@ -94,7 +97,7 @@ def chat_templates(f: Any) -> dict[str, str]:
     return found
 
 
-def select_template(f: Any, name: str | None = None, *, where: str = "the model") -> str:
+def select_template(f: GGUFFile, name: str | None = None, *, where: str = "the model") -> str:
     """The template called `name` (default: "default") among `chat_templates(f)`, else the built-in
     template of that name (`builtin_templates.BUILTIN`, llama.cpp's names).
 
@@ -113,7 +116,7 @@ def select_template(f: Any, name: str | None = None, *, where: str = "the model"
     raise TemplateError(f"{where} has no chat template named {visible(name)!r}; it has: {names}")
 
 
-def choose_template(f: Any, name: str | None = None, *, where: str = "the model") -> str | None:
+def choose_template(f: GGUFFile, name: str | None = None, *, where: str = "the model") -> str | None:
     """Like `select_template`, but plain text (None) for `PLAIN`, and for a file without a chat template
     when no name is given: the messages' text is then the prompt (`plain_text`)."""
     if name == PLAIN or (name is None and not chat_templates(f)):
@@ -121,7 +124,7 @@ def choose_template(f: Any, name: str | None = None, *, where: str = "the model"
     return select_template(f, name, where=where)
 
 
-def template_choices(f: Any) -> tuple[str, ...]:
+def template_choices(f: GGUFFile) -> tuple[str, ...]:
     """What the app's template key cycles through: the file's templates ("default" first), or, for a
     file without one, plain text then the built-in templates (the one its name suggests first)."""
     templates = chat_templates(f)
@@ -131,14 +134,14 @@ def template_choices(f: Any) -> tuple[str, ...]:
     return (PLAIN, *builtin_choices(hint[0] if hint else None))
 
 
-def suggest_template(f: Any) -> tuple[str, str] | None:
+def suggest_template(f: GGUFFile) -> tuple[str, str] | None:
     """The built-in template a file's names (or special tokens) point to and why (`builtin_templates.suggest`)."""
     names = [Path(f.path).name if getattr(f, "path", None) else ""]
     names += [f.short_text(key, 200) or "" for key in ("general.name", "general.basename", "general.architecture")]
     return suggest(names, lambda text: _has_token(f, text))
 
 
-def _has_token(f: Any, text: str) -> bool:
+def _has_token(f: GGUFFile, text: str) -> bool:
     """Whether the vocabulary (read once, cached by the file) holds a token spelled `text`."""
     key = Keys.Tokenizer.LIST
     if key not in f.fields or f.too_big(key) is not None:
@@ -147,7 +150,7 @@ def _has_token(f: Any, text: str) -> bool:
     return isinstance(tokens, list) and text in tokens
 
 
-def no_template_advice(f: Any) -> str:
+def no_template_advice(f: GGUFFile) -> str:
     """What to do about a missing chat template: plain text, or a built-in one (the suggested one named)."""
     hint = suggest_template(f)
     named = f"--template-name {hint[0]} ({hint[1]})" if hint else "--template-name NAME"

@@ -12,8 +12,9 @@ saving pictures (the walk is done; nothing more would be saved).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from walkthrough.errors import WalkthroughError
 from walkthrough.pictures import publishable_svg
@@ -21,15 +22,56 @@ from walkthrough.request import stages
 from walkthrough.request.parts import Part
 from walkthrough.safewrite import Writer
 
+if TYPE_CHECKING:
+    from walkthrough.request.state import RequestState
+
 AUTOPLAY_SECONDS = 2.0  # how long a stage stays on screen once it has nothing left to step
 TICKS_PER_PACE = 8  # ticks per pace (a stepping stage runs one pass per tick)
 QUIT_LABEL = "Quit</text>"  # the footer's quit key as it appears in an SVG picture once laid out
 
 
+class StepsOnItsOwn(Protocol):
+    """A stage as the walk sees it (`screens.base.StageScreen`)."""
+
+    def autoplay_step(self) -> bool:
+        """Take one step of the stage's own (a pass, a chunk); False when it has nothing left."""
+        ...
+
+
+class WalkedApp(Protocol):
+    """What the walk needs of the app (`WalkthroughApp` has it; nothing here imports Textual)."""
+
+    state: RequestState
+    error: str | None  # set when the walk cannot go on (a picture it may not write)
+
+    @property
+    def screen(self) -> StepsOnItsOwn: ...
+
+    @property
+    def stepping(self) -> bool: ...
+
+    @property
+    def is_last_stage(self) -> bool: ...
+
+    @property
+    def stage_number(self) -> int: ...
+
+    @property
+    def stage_label(self) -> str: ...
+
+    def action_next_stage(self) -> None: ...
+
+    def call_after_refresh(self, callback: Callable[[], object]) -> bool: ...
+
+    def export_screenshot(self) -> str: ...
+
+    def exit(self, result: object = None, return_code: int = 0, message: object = None) -> None: ...
+
+
 class Autoplay:
     """The walk's position and timing; `tick` is called by an app timer every `pace / TICKS_PER_PACE` s."""
 
-    def __init__(self, app: Any, pace: float, screenshots: Path | None, exit_at_end: bool,
+    def __init__(self, app: WalkedApp, pace: float, screenshots: Path | None, exit_at_end: bool,
                  writer: Writer | None = None) -> None:
         self.app = app
         self.pace = pace
