@@ -68,6 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--images", metavar="N[xWxH]",
                    help="add N images (default 1024x768 each) to the prompt, counted by --mmproj's projector")
     p.add_argument("--mmproj", metavar="F", help="the model's multimodal projector file (mmproj-*.gguf)")
+    p.add_argument("--diffusion-steps", type=int, metavar="N",
+                   help="also set the request beside a diffusion LM writing the same answer in N steps, each a "
+                   "pass over the whole prompt + answer (llama.cpp's diffusion example; docs/demos.md)")
     p.add_argument("--evidence", action="store_true",
                    help="list the measured runs nearest to this request behind each profile's fitted figures, "
                    "with their sources")
@@ -101,9 +104,13 @@ def run(args: argparse.Namespace) -> int:
         raise WalkthroughError(f"--users {args.users}: must be at least 1")
     results = [estimate(card, hw, context, prompt, output, args.kv_type, args.users) for hw in profiles]
     measured = _measure(args, card, prompt, output) if args.measure else None
+    diffusions = _diffusions(args.diffusion_steps, card, profiles, prompt, output, args.kv_type)
     splits = _splits(args, card, results, context, prompt)
     if args.json:
         records = [dict(as_json(path, card, e), images=images) for e in results]
+        for r, c in zip(records, diffusions):
+            r["diffusion"] = {"steps": c.steps, "canvas": c.canvas, "logits_bytes": c.logits_bytes,
+                              **{w.name: vars(w) for w in (c.autoregressive, c.diffusion)}}
         if splits:
             from walkthrough.commands.estimate_hosts import record
 
@@ -124,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
               f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
     print_tables(path, card, results, measured, evidence=args.evidence)
+    if diffusions:
+        from rich.console import Console
+
+        from walkthrough.render.diffusion_view import diffusion_view
+
+        for c, hw in zip(diffusions, profiles):
+            Console(markup=False, emoji=False, highlight=False).print(diffusion_view(c, card.architecture, hw.name))
     if splits:
         from rich.console import Console
 
@@ -139,6 +153,21 @@ def run(args: argparse.Namespace) -> int:
         for line in pass_lines(measured.split):
             print(line)
     return 0
+
+
+def _diffusions(steps: int | None, card: Any, profiles: list[Any], prompt: int, output: int,
+                kv_type: str) -> list[Any]:
+    """`costs.diffusion.compare` per profile for --diffusion-steps (none without it)."""
+    if steps is None:
+        return []
+    if steps < 1:
+        raise WalkthroughError(f"--diffusion-steps {steps}: must be at least 1 (a step fixes answer positions)")
+    from walkthrough.costs.diffusion import compare
+
+    try:
+        return [compare(card, hw, max(prompt, 1), max(output, 1), steps, cache_type=kv_type) for hw in profiles]
+    except ValueError as exc:
+        raise WalkthroughError(f"--diffusion-steps: {exc}") from None
 
 
 def evidence_runs(card: ModelCard, e: Estimate, k: int = 5) -> list[Run]:

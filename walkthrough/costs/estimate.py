@@ -111,7 +111,7 @@ def limit(intensity: float, hw: Profile) -> str:
     return "compute" if intensity >= balance_point(hw) else "memory bandwidth"
 
 
-def _attention_flops(card: ModelCard, positions: float, window_sum: bool = False) -> float:
+def attention_flops(card: ModelCard, positions: float, window_sum: bool = False) -> float:
     """Attention FLOPs of one token at `positions` visible positions (or, with window_sum, summed
     over the prompt's positions 1..positions): 2 x heads x (k + v dims) per position."""
     n = positions
@@ -133,7 +133,7 @@ def _attention_flops(card: ModelCard, positions: float, window_sum: bool = False
 
 def decode_flops(card: ModelCard, context: int) -> Figure:
     """FLOPs to decode one token at `context` cached positions."""
-    attention = _attention_flops(card, context)
+    attention = attention_flops(card, context)
     return derived(2 * card.n_params_active + attention, "FLOP",
                    "2 x active params + attention (2 x heads x (k + v dims) x context per KV layer)",
                    active_params=given(card.n_params_active, "params", "model card"),
@@ -154,12 +154,12 @@ def card_shape(card: ModelCard, cache_type: str = "f16") -> timing.Shape:
     float_bytes = sum(card.bytes_by_type.get(t, 0) for t in timing.FLOAT_QUANTS)
     return timing.Shape(
         weight_bytes=card.bytes_per_token,
-        batch_bytes=_batch_reads(card, MICRO_BATCH, Placement())[0],
+        batch_bytes=batch_reads(card, MICRO_BATCH, Placement())[0],
         layers=len(trunk),
         expert_calls=n_moe * ((card.n_experts_used or 0) + card.n_shared_experts),
         experts=n_moe * (card.n_experts + card.n_shared_experts),
         kv_bytes_per_position=card.kv_bytes(1, cache_type) or 0,
-        attn_flops_per_pair=_attention_flops(card, 1),
+        attn_flops_per_pair=attention_flops(card, 1),
         params_active=card.n_params_active,
         float_weights=float_bytes > sum(card.bytes_by_type.values()) / 2,
         recurrent_layers=len(card.linear_layers), width=card.n_embd or 0,
@@ -202,7 +202,7 @@ def measured_split(total: Figure, layers: int, hw: Profile) -> Figure:
                    per_layer=given(per_layer, "s", "calibrate's two sizes: fixed cost per layer per token"))
 
 
-def _seconds(fast: float, slow: float, hw: Profile, efficient: bool) -> tuple[float, float]:
+def read_seconds(fast: float, slow: float, hw: Profile, efficient: bool) -> tuple[float, float]:
     """(fast seconds, slow seconds) to move these bytes."""
     eff = hw.decode_efficiency if efficient else 1.0
     t_fast = fast / (hw.bandwidth * eff)
@@ -245,9 +245,9 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
     host_bw = given(host.bandwidth_gbs * 1e9, "B/s", f"host {host.id}: " + host.sources.get("bandwidth_gbs", ""))
     parts = {"fast_bytes": given(fast, "B", "device memory"), "slow_bytes": given(slow, "B", "system RAM"),
              "fast_bandwidth": bw, "slow_bandwidth": host_bw}
-    c_fast, c_slow = _seconds(fast, slow, hw, efficient=False)
+    c_fast, c_slow = read_seconds(fast, slow, hw, efficient=False)
     ceiling = derived(1 / (c_fast + c_slow), "tokens/s", "1 / (fast bytes / fast bw + slow bytes / slow bw)", **parts)
-    r_fast, r_slow = _seconds(fast, slow, hw, efficient=True)
+    r_fast, r_slow = read_seconds(fast, slow, hw, efficient=True)
     real = derived(1 / (r_fast + r_slow), "tokens/s",
                    "1 / (fast bytes / (fast bw x eff) + slow bytes / (slow bw x host eff))",
                    efficiency=eff, host_efficiency=given(host.decode_efficiency, "", f"host {host.id}"), **parts)
@@ -255,7 +255,7 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
     fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
     why = f"{OFFLOAD_NO_BAND} the roofline at the profile's decode efficiency"
     if fit is not None:  # the fitted speed in fast memory, slowed as much as the roofline slows with this offload
-        r_all, _ = _seconds(total.value, 0.0, hw, efficient=True)
+        r_all, _ = read_seconds(total.value, 0.0, hw, efficient=True)
         real = derived(fit[0] * r_all / (r_fast + r_slow), "tokens/s",
                        "fitted speed x (roofline time in fast memory / roofline time with this offload)",
                        roofline_with_offload=real)
@@ -276,7 +276,7 @@ class Prefill:
     no_band: str = ""  # why there is no band, when the reason is this figure's own (offload)
 
 
-def _batch_reads(card: ModelCard, tokens: int, placement: Placement) -> tuple[float, float]:
+def batch_reads(card: ModelCard, tokens: int, placement: Placement) -> tuple[float, float]:
     """Weights one pass over `tokens` tokens reads (all experts they route to), and the part in host RAM."""
     e = expert_bytes_per_layer(card)
     n_moe = sum(1 for layer in card.layers if layer.ffn == "moe" and not layer.mtp)
@@ -296,16 +296,16 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
     done = 0
     while done < prompt_tokens:
         n = min(micro_batch, prompt_tokens - done)
-        flops = 2 * card.n_params_active * n + (_attention_flops(card, done + n, window_sum=True)
-                                                - _attention_flops(card, done, window_sum=True))
-        weights, slow = _batch_reads(card, n, placement)
-        t_fast, t_slow = _seconds(weights - slow, slow, hw, efficient=True)
+        flops = 2 * card.n_params_active * n + (attention_flops(card, done + n, window_sum=True)
+                                                - attention_flops(card, done, window_sum=True))
+        weights, slow = batch_reads(card, n, placement)
+        t_fast, t_slow = read_seconds(weights - slow, slow, hw, efficient=True)
         t_compute = flops / hw.compute
         seconds += max(t_fast + t_slow, t_compute)
         compute_time += t_compute
         memory_time += t_fast + t_slow
         done += n
-    total_flops = 2 * card.n_params_active * prompt_tokens + _attention_flops(card, prompt_tokens, window_sum=True)
+    total_flops = 2 * card.n_params_active * prompt_tokens + attention_flops(card, prompt_tokens, window_sum=True)
     per_token = derived(total_flops / max(prompt_tokens, 1), "FLOP",
                         "2 x active params + attention over the prompt's positions, averaged",
                         active_params=given(card.n_params_active, "params", "model card"))
@@ -340,7 +340,7 @@ def prefill(card: ModelCard, hw: Profile, prompt_tokens: int, placement: Placeme
 
 def slow_any(card: ModelCard, placement: Placement) -> bool:
     """Whether anything of one micro-batch is read from host RAM (offload: the fitted model does not cover it)."""
-    return bool(_batch_reads(card, MICRO_BATCH, placement)[1])
+    return bool(batch_reads(card, MICRO_BATCH, placement)[1])
 
 
 # --- several users ---------------------------------------------------------------------------
@@ -360,10 +360,10 @@ def users_row(card: ModelCard, hw: Profile, users: int, context: int, cache_type
               placement: Placement | None = None, fit: int | None = None) -> UsersRow:
     """One decode step for `users` sequences at `context` positions each."""
     placement = placement or Placement()
-    weights, slow_weights = _batch_reads(card, users, placement)
+    weights, slow_weights = batch_reads(card, users, placement)
     kv = kv_cache_bytes(card, context, cache_type).value + 2 * (card.state_bytes or 0)
     slow = slow_weights + users * slow_cache_reads(card, placement, context, cache_type)
-    t_fast, t_slow = _seconds(weights + users * kv - slow, slow, hw, efficient=True)
+    t_fast, t_slow = read_seconds(weights + users * kv - slow, slow, hw, efficient=True)
     t_compute = users * decode_flops(card, context).value / hw.compute
     step = max(t_fast + t_slow, t_compute)
     limit = "compute" if t_compute > t_fast + t_slow else "bandwidth"

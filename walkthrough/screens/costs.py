@@ -10,7 +10,8 @@ replays the run's answer at each machine's speed (engine.race), at the rates the
 user types in the race's field (t) and at reading speed (costs.race_rates), x the request over
 several hosts (costs.several_hosts: + and - hosts, i the link), e bytes held against bytes read per
 token of this file and another one at the file's quantization and other ggml types (b,
-costs.held_read). Beside them, what this run
+costs.held_read), d the same request written by a diffusion LM beside autoregression
+(costs.diffusion: ] and [ double and halve its steps). Beside them, what this run
 measured on this machine (`engine.measured`, either engine): prefill and decode
 rates and the bandwidth achieved, next to the profile's ceiling and realistic
 figures, and the bytes the engine read for its last decoded token.
@@ -68,7 +69,10 @@ curve's points as text); m lists every machine side by side for this request, s 
 several hosts of this machine joined by a link (+ and - change the number of
 hosts, i the link): one token's time host by host with each link hop, the
 prompt in chunks, what each host keeps, beside one box and beside how many of
-each machine (SRAM chips, or hosts) hold it. w races this run's answer:
+each machine (SRAM chips, or hosts) hold it. d sets the same request as a
+diffusion language model would write it: every step a pass over the whole
+canvas (prompt + answer, attention both ways, no KV cache), steps instead of
+tokens (] and [ double and halve them), beside the token-by-token way. w races this run's answer:
 each machine writes it token by token at its predicted decode rate after its
 predicted time to first token (and this machine at its measured rate); t types
 your own rates (3 12 60 tokens/s), raced beside a reader's pace: adults read
@@ -97,6 +101,9 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         Binding("plus,equals_sign", "host_count(1)", "More hosts", show=False),
         Binding("minus", "host_count(-1)", "Fewer hosts", show=False),
         Binding("i", "next_link", "Link", show=False),
+        Binding("d", "diffusion", "Diffusion", id="costs.diffusion"),
+        Binding("right_square_bracket", "steps(2)", "Steps x 2", id="costs.steps_up"),
+        Binding("left_square_bracket", "steps(0.5)", "Steps / 2", id="costs.steps_down"),
         Binding("c", "knob('context', 2)", "Context", id="costs.context"),
         Binding("C", "knob('context', 0.5)", "Context / 2", show=False),
         Binding("l", "knob('prompt_tokens', 2)", "Prompt", id="costs.prompt"),
@@ -124,6 +131,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self._race_lanes: list = []  # engine.race.Lane, fastest first
         self.race_rates: list[float] = []  # the rates typed in the race's field (t), tokens/s
         self.quant_index = 0  # the held-vs-read view's quantization: 0 as stored, then costs.held_read.TYPES
+        self.diffusion_steps: int | None = None  # the diffusion view's steps; None: one per answer token
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
@@ -142,6 +150,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             yield Static(id="costs-hosts")
         with VerticalScroll(id="costs-held-box"):
             yield Static(id="costs-held")
+        with VerticalScroll(id="costs-diffusion-box"):
+            yield Static(id="costs-diffusion")
 
     def refresh_view(self) -> None:
         state = self.state
@@ -187,6 +197,18 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return
         if self.view == "held":
             self._draw_held(profile)
+            return
+        if self.view == "diffusion":
+            from walkthrough.costs.diffusion import compare
+            from walkthrough.render.diffusion_view import diffusion_view
+
+            steps = self.diffusion_steps or size.output_tokens
+            c = compare(state.card, profile, size.prompt_tokens, size.output_tokens, steps, cache_type=size.cache_type)
+            self.diffusion_steps = c.steps
+            keys = Text("] / [ double / halve the steps, l and o the prompt and answer, d back to the table.",
+                        style="dim")
+            self.query_one("#costs-diffusion", Static).update(
+                Group(diffusion_view(c, state.card.architecture, profile.name), keys))
             return
         if self.view == "machines":
             listed = sort_rows(machine_rows(state.card, profiles, size), self.sort_key)
@@ -247,6 +269,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-race-box").display = self.view == "race"
         self.query_one("#costs-hosts-box").display = self.view == "hosts"
         self.query_one("#costs-held-box").display = self.view == "held"
+        self.query_one("#costs-diffusion-box").display = self.view == "diffusion"
 
     def _draw_held(self, profile) -> None:
         """This file and the one beside it (--beside, or the tiny model): held and read at the view's type."""
@@ -311,6 +334,8 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             return True if self.view == "hosts" else None
         if action == "bits":
             return True if self.view == "held" else None
+        if action == "steps":
+            return True if self.view == "diffusion" else None
         return super().check_action(action, parameters)
 
     def action_next_view(self) -> None:
@@ -336,6 +361,16 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
 
     def action_bits(self, delta: int) -> None:
         self.quant_index += delta
+        self._changed()
+
+    def action_diffusion(self) -> None:
+        self._stop_race()
+        self.view = "table" if self.view == "diffusion" else "diffusion"
+        self._changed()
+
+    def action_steps(self, factor: float) -> None:
+        if self.diffusion_steps is not None:
+            self.diffusion_steps = max(1, round(self.diffusion_steps * factor))
         self._changed()
 
     def action_host_count(self, delta: int) -> None:
