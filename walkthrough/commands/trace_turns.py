@@ -1,7 +1,7 @@
 """`walkthrough trace` over several requests in one session: turns, the four calls, reuse, cold and warm starts.
 
 Every figure printed here is a field of the engine's records (`engine.turns.Turn`, `Summary`,
-`coldstart.StartTimes`); this module only runs the requests in order and words the lines.
+`coldstart.StartTimes`, `lifecycle.Lifecycle`); this module only runs the requests in order and words the lines.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from walkthrough.engine.engines import new_session
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.sampler import SamplerSettings
 from walkthrough.engine.serving.coldstart import cold_start, kept_start, warm_start
+from walkthrough.engine.serving.lifecycle import StartCost, lifecycle
 from walkthrough.engine.serving.turns import Conversation, FourCalls, summarize
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.template import load_messages
+from walkthrough.render.lifecycle_view import lifecycle_lines
 from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.textsafe import visible
 from walkthrough.words import count
@@ -70,6 +72,8 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
         record = {"start": {"prompt_tokens": len(first), "cold": cold.to_json(), "warm": warm.to_json(),
                             "warm_cache_kept": kept.to_json()}}
         _emit(record if as_json else None, start_lines(len(first), cold, warm, kept), as_json)
+        life = lifecycle(StartCost.measured(cold, warm, kept), held_bytes=f.data_bytes)
+        _emit({"lifecycle": life.to_json()} if as_json else None, lifecycle_lines(life, f.file_size), as_json)
     return 0
 
 

@@ -6,7 +6,9 @@ measure the cold and warm starts on `c` (`app_calls.py`: jobs of the run
 service); it shows what they posted, which the app keeps in `state.calls`.
 `c` is greyed until the four calls are done (pressed during the play it would
 replace it). Closing the screen, `r` and `c` cancel the job running (it stops
-within a layer, or its cold start's process is killed).
+within a layer, or its cold start's process is killed). Once the starts are
+measured, the model's lifecycle in a server follows them (`render.lifecycle_view`);
+`k` changes its keep-alive window.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from walkthrough.engine.serving.lifecycle import KEEP_ALIVES
+from walkthrough.render.lifecycle_view import starts_lifecycle_lines
 from walkthrough.render.reuse_text import start_lines, summary_lines, turn_lines
 from walkthrough.request.calls import CallsInput
 from walkthrough.request.state import Calls
@@ -43,6 +47,7 @@ class FourCallsScreen(ModalScreen):
         Binding("escape,q", "dismiss", "Close", id="calls.close"),
         Binding("r", "replay", "Play again", id="calls.replay"),
         Binding("c", "starts", "Cold and warm", id="calls.starts"),
+        Binding("k", "keep_alive", "Keep-alive", id="calls.keep_alive"),
     ]
 
     def __init__(self, calls: CallsInput) -> None:
@@ -50,6 +55,7 @@ class FourCallsScreen(ModalScreen):
         self.calls = calls
         self.shown = ""  # the plain text on screen
         self._done: bool | None = None  # whether the footer last showed the calls as done
+        self.keep_index = 0  # the lifecycle's keep-alive, in engine.serving.lifecycle.KEEP_ALIVES
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="calls-box"):
@@ -79,11 +85,18 @@ class FourCallsScreen(ModalScreen):
         if action == "starts":
             done = self.played.summary is not None and self.played.model is not None
             return True if done else None
+        if action == "keep_alive":
+            return True if self.played.starts is not None else None
         return True
 
     def action_starts(self) -> None:
         # one at a time: a second `c` does not start another process
         self.app.measure_starts(self.calls)
+
+    def action_keep_alive(self) -> None:
+        """The lifecycle with the next keep-alive window."""
+        self.keep_index += 1
+        self._redraw()
 
     def _changed(self, fields: frozenset[str]) -> None:
         if "calls" in fields and self.is_attached:
@@ -108,6 +121,12 @@ class FourCallsScreen(ModalScreen):
         if calls.starts is not None:
             lines = start_lines(calls.prompt_tokens, *calls.starts)
             parts.extend(safe_text(line) for line in lines)
+            f = self.calls.file
+            keep = KEEP_ALIVES[self.keep_index % len(KEEP_ALIVES)]
+            width = max((self.size.width or 80) - 12, 20)
+            parts.append(Text(""))
+            parts.extend(safe_text(line) for line in
+                         starts_lifecycle_lines(calls.starts, keep, f.file_size, f.data_bytes, width))
         if calls.status:
             parts.append(Text(f"\n{calls.status}", style="italic"))
         self.shown = "\n".join(part.plain for part in parts)
