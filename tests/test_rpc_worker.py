@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -99,3 +100,46 @@ def test_a_missing_extra_says_how_to_install_with_rpc(monkeypatch):
     monkeypatch.setattr(rpc, "_libs", {})
     with pytest.raises(rpc.RpcUnavailable, match=r"needs llama-cpp-python.*with RPC: install with `CMAKE_ARGS"):
         rpc.libraries()
+
+
+def _hello_as(endpoint: rpc.Endpoint, request_size: int, command: int = rpc.HELLO) -> bytes:
+    """Send one first command as another protocol's client would (a HELLO of another size, or no HELLO) to a
+    real worker; what it answers before closing the connection (closed with bytes unread: reset)."""
+    reply = b""
+    with socket.create_connection((endpoint.host, endpoint.port), timeout=10) as s:
+        try:
+            s.sendall(struct.pack("<BQ", command, request_size) + bytes(request_size))
+            while chunk := s.recv(4096):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+    return reply
+
+
+@needs_rpc
+def test_a_real_worker_refuses_clients_of_other_protocols_and_keeps_serving():
+    """A real `walkthrough worker` (ggml's server): a client of another protocol version (its HELLO request
+    of another size, or a first command that is not HELLO, as clients before the handshake sent) is answered
+    with nothing and the connection closed; the worker still answers this llama.cpp's HELLO after each."""
+    with workers(1) as started:
+        endpoint, proc = started[0]
+        assert _hello_as(endpoint, 0) == b""  # an older protocol's HELLO: no capabilities in its request
+        assert _hello_as(endpoint, rpc.CAPS_SIZE + 8) == b""  # a newer one's, longer
+        assert _hello_as(endpoint, 0, command=0) == b""  # ALLOC_BUFFER before any HELLO
+        assert rpc.probe(endpoint)[0] == rpc.PROTOCOL_MAJOR
+        assert proc.poll() is None
+
+
+@needs_rpc
+def test_a_real_worker_of_another_major_version_is_one_line(monkeypatch):
+    """This side expecting another major version than the real worker answers (as after upgrading
+    llama-cpp-python on one host only): probe reads the worker's real version and refuses in one line."""
+    with workers(1) as started:
+        endpoint, _ = started[0]
+        major, minor, patch = rpc.probe(endpoint)
+        monkeypatch.setattr(rpc, "PROTOCOL_MAJOR", major + 1)
+        with pytest.raises(WalkthroughError) as caught:
+            rpc.probe(endpoint)
+    text = str(caught.value)
+    assert text == (f"worker {endpoint} speaks RPC protocol {major}.{minor}.{patch}, this llama.cpp {major + 1}.x: "
+                    "install the same llama-cpp-python on both hosts")
