@@ -384,19 +384,21 @@ QWEN36 = {
 QWEN36_VOCAB = 248_320
 
 
-def qwen36_tensors() -> list[Tensor]:
-    """The tensor table llama.cpp's src/models/qwen35moe.cpp loads for those shapes (weights Q8_0)."""
-    hp, w = QWEN36, QWEN36["embedding_length"]
+def qwen36_tensors(hp: dict = QWEN36, vocab: int = QWEN36_VOCAB) -> list[Tensor]:
+    """The tensor table llama.cpp's src/models/qwen35moe.cpp loads for those shapes (weights Q8_0); `hp` may
+    give other widths (tests/bench/qwen36_shaped.py --scaled), the last block being the MTP block."""
+    w = hp["embedding_length"]
+    trunk = hp["block_count"] - hp["nextn_predict_layers"]
     heads, kv, hd = hp["attention.head_count"], hp["attention.head_count_kv"], hp["attention.key_length"]
     qk, v = hp["ssm.group_count"] * hp["ssm.state_size"], hp["ssm.inner_size"]
     experts, ff = hp["expert_count"], hp["expert_feed_forward_length"]
     m = Q.Q8_0
-    tensors = [Tensor("token_embd.weight", (w, QWEN36_VOCAB), m), Tensor("output_norm.weight", (w,)),
-               Tensor("output.weight", (w, QWEN36_VOCAB), m)]
+    tensors = [Tensor("token_embd.weight", (w, vocab), m), Tensor("output_norm.weight", (w,)),
+               Tensor("output.weight", (w, vocab), m)]
     for i in range(hp["block_count"]):
         b = f"blk.{i}."
         tensors += [Tensor(b + "attn_norm.weight", (w,)), Tensor(b + "post_attention_norm.weight", (w,))]
-        if i < 40 and (i + 1) % hp["full_attention_interval"]:
+        if i < trunk and (i + 1) % hp["full_attention_interval"]:
             tensors += [
                 Tensor(b + "attn_qkv.weight", (w, 2 * qk + v), m), Tensor(b + "attn_gate.weight", (w, v), m),
                 Tensor(b + "ssm_conv1d.weight", (hp["ssm.conv_kernel"], 2 * qk + v)),
@@ -419,7 +421,7 @@ def qwen36_tensors() -> list[Tensor]:
             Tensor(b + "ffn_gate_shexp.weight", (w, ff), m), Tensor(b + "ffn_up_shexp.weight", (w, ff), m),
             Tensor(b + "ffn_down_shexp.weight", (ff, w), m),
         ]
-        if i == 40:
+        if i == trunk:
             tensors += [Tensor(b + "nextn.eh_proj.weight", (2 * w, w), m), Tensor(b + "nextn.enorm.weight", (w,)),
                         Tensor(b + "nextn.hnorm.weight", (w,)), Tensor(b + "nextn.shared_head_norm.weight", (w,))]
     return tensors

@@ -2,21 +2,29 @@
 the pipeline model's prediction for a localhost link measured in the same run.
 
 Workers (`walkthrough worker`) start on free ports, each in its own process group, and are always killed at
-the end. For each MODEL (default: the bundled tiny model, and SmolLM2 when SMOLLM2_GGUF names it):
+the end. MODELs by default: the tiny model, Qwen3.6-35B-A3B's structure at narrow widths (`qwen36_shaped.py
+--scaled`, written first if missing: the 21 GB file itself would go over loopback to every worker at each
+load), and SmolLM2 when SMOLLM2_GGUF names it. Each request runs --rounds times; the median run is shown.
+For each:
 
 - local: the llama.cpp engine on this host (`costs.measured.time_request`: the same spread prompt ids,
   greedy, `--tokens` decoded);
 - split over N workers (N = 2, 3): every layer on the workers, evenly, this host embedding the tokens (as
   llama.cpp's default split does); per decoded token, the time, the bytes each boundary carries (computed,
   n_embd x 4) and the bytes on each worker's connection (measured, TCP counters);
-- predicted: `costs.pipeline.model` with one box = the local run's own time per token and prompt time,
-  N + 1 hosts (N boundaries and the logits home) over a `localhost` link whose bandwidth and latency are
-  measured here first (a 64 MiB transfer and 2,000 one-byte round trips over loopback TCP).
+- modelled: `costs.pipeline.model` with one box = the local run's own time per token and prompt time,
+  N + 1 hosts (the bench's split: none here, the rest even) over a `localhost` link whose bandwidth and
+  latency are measured here first (a 64 MiB transfer and 2,000 one-byte round trips over loopback TCP),
+  with the graph llama.cpp sends each worker every pass (`costs.rpc_graph`); each worker's sent bytes
+  modelled beside measured.
 
-The ratio is measured / predicted: above 1, the split costs more than activations over the link explain
-(ggml sends the graph every pass, and each graph split synchronises). Figures are from this run only.
+The ratio is measured / modelled: above 1, the split costs more than the activations and graphs over the
+link explain (ggml's RPC commands' round trips, each worker building the graph it receives). The runs ask
+llama.cpp for nothing but the hosts' boundaries (no expert reads: each would split the graph again and
+ggml would resend its ancestors). Figures are from this run only.
 
-    python tests/bench/bench_rpc.py [MODEL ...] [--prompt 32] [--tokens 16]
+    python tests/bench/bench_rpc.py [MODEL ...] [--prompt 32] [--tokens 16] [--rounds 3]
+    python tests/bench/bench_rpc.py --derive MODEL ...    # rpc_graph.json's figures for MODEL's architecture
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import qwen36_shaped
 from rpc_support import free_llama_objects, workers
 
 from walkthrough.costs.measured import Measured, time_request
@@ -170,9 +180,11 @@ def derive(path: Path, args: argparse.Namespace) -> None:
                       f"{' + head' if i == len(split) - 1 else ''}) sent {m['sent']:,} B")
             del split_model
             gc.collect()
-    fit, residual, *_ = np.linalg.lstsq(np.array(rows), np.array(sent, dtype=float), rcond=None)
+    a, b = np.array(rows), np.array(sent, dtype=float)
+    fit = np.linalg.lstsq(a, b, rcond=None)[0]
+    worst = float(np.max(np.abs(a @ np.round(fit) / b - 1)))
     print(f"{card.architecture} ({path.name}): fixed {fit[0]:,.0f} B, per layer {fit[1]:,.0f} B, head {fit[2]:,.0f} B"
-          f" (activations n_embd x 4 = {card.n_embd * 4} B taken out first); residual {residual}")
+          f" (activations n_embd x 4 = {card.n_embd * 4} B taken out first); worst error {worst:.2%}")
 
 
 def _profile():
@@ -190,8 +202,10 @@ def main() -> int:
     parser.add_argument("--derive", action="store_true",
                         help="fit the graph's bytes per layer (rpc_graph.json) on MODEL's decode passes")
     args = parser.parse_args()
-    models = args.models or [BUNDLED_MODEL, *([Path(os.environ["SMOLLM2_GGUF"])]
-                                              if os.environ.get("SMOLLM2_GGUF") else [])]
+    models = args.models or [BUNDLED_MODEL, qwen36_shaped.SCALED_PATH,
+                             *([Path(os.environ["SMOLLM2_GGUF"])] if os.environ.get("SMOLLM2_GGUF") else [])]
+    if qwen36_shaped.SCALED_PATH in models and not qwen36_shaped.SCALED_PATH.exists():
+        qwen36_shaped.write(qwen36_shaped.SCALED_PATH, scaled=True)
     if args.derive:
         for path in models:
             derive(path, args)

@@ -6,8 +6,8 @@ tensor it reads. Per pass a worker is sent
 
     fixed + n_tokens x n_embd x 4 (the activations) + per_layer x its layers (+ head if it holds the head)
 
-with `per_layer` measured for one architecture of each FFN kind (`rpc_graph.json`
-says on which file, which splits and by what command). A card of an architecture
+with the three figures fitted on one file of each architecture measured (`rpc_graph.json`
+says on which file, which splits, by what command, and the fit's worst miss). A card of an architecture
 measured takes its own figure; any other the figure of the measured one with the
 same kind of FFN (MoE or dense), and `GraphBytes.basis` says so.
 
@@ -31,7 +31,7 @@ class GraphBytes:
     """The resend figures that apply to one model."""
 
     fixed: int  # per pass per worker: the command, inputs and the nodes every graph has
-    head: int  # more on the worker holding the output head
+    head: int  # more on the worker holding the output head (fitted: qwen35moe's is negative)
     per_layer: int  # per layer on the worker
     basis: str  # which measurement the per-layer figure is, and whether it is this architecture's own
 
@@ -57,4 +57,4 @@ def for_card(card: ModelCard, path: Path | None = None) -> GraphBytes:
     row = own or next(r for r in rows if r["ffn"] == kind)
     basis = (f"measured on {row['architecture']}" if own else
              f"{card.architecture} not measured: {row['architecture']}'s ({kind} FFN)")
-    return GraphBytes(raw["fixed_bytes"], raw["head_bytes"], row["bytes"], basis)
+    return GraphBytes(row["fixed"], row["head"], row["bytes"], basis)
