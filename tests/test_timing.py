@@ -86,10 +86,16 @@ def test_errors_come_from_machines_left_out() -> None:
 
 
 def test_a_phase_without_enough_runs_has_no_band() -> None:
+    c = corpus.bundled()
+    # the CPU prompt runs less one machine's: a fit, but fewer runs or machines than a band needs
+    fewer = corpus.Corpus(c.machines, c.models, [r for r in c.runs if r.machine.id != "strix-halo-cpu"])
+    cpu = timing.fit_family(fewer, "CPU").prefill
+    assert 0 < cpu.runs and (cpu.runs < timing.MIN_RUNS or cpu.machines < timing.MIN_MACHINES)
+    assert cpu.band is None and any(c > 0 for c in cpu.coefficients)
     fits = timing.calibrate()
-    cpu = fits["CPU"].prefill  # published CPU prompt runs: a fit, but fewer than a band needs
-    assert 0 < cpu.runs < timing.MIN_RUNS and cpu.band is None and any(c > 0 for c in cpu.coefficients)
     assert fits["CUDA"].decode.band is not None and fits["CUDA"].decode.band > 0
+    full = fits["CPU"].prefill  # 8 published CPU prompt runs on 3 machines: enough for a band
+    assert full.runs >= timing.MIN_RUNS and full.machines >= timing.MIN_MACHINES and full.band is not None
     for fit in fits.values():
         assert all(c >= 0 for c in fit.decode.coefficients + fit.prefill.coefficients)
 
