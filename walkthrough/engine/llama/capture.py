@@ -15,7 +15,8 @@ src/llama-graph.cpp and src/models/ARCH.cpp), "NAME-LAYER" in the graph:
 - `kq_soft_max-N`: attention weights [n_kv, n_tokens, n_head], materialised
   only without flash attention; the last token's row is kept (every row when asked).
 - `l_out-N`: layer N's output, asked for only to report progress (layer N+1 of M done), and, on a
-  split over RPC workers, at each host's last layer to time the hosts (`marks`).
+  split over RPC workers, at each host's last layer before the last host's to time the hosts (`marks`);
+  there progress is told at those layers only.
 - any other names a session asks for (`named`, the op-by-op differ's points: `attn_norm-N`,
   `Qcur-N`, `kq-N`, ..., `result_output`): every node so named is read, in graph order, into
   `tensors[name]` (a name can label several nodes: `Qcur-N` is the projection, its reshape,
@@ -65,6 +66,10 @@ class Capture:
         self.want = ({TOPK, *WEIGHTS} if experts else set()) | ({ATTENTION} if attention else set()) | self.named
         self.progress: Progress | None = None
         self.marks: frozenset[int] = frozenset()  # layers whose output time to note (the split's host boundaries)
+        # on a run split over RPC workers, progress is told at the marks only: each layer output asked for
+        # splits the graph, and ggml's RPC client then resends every earlier node on that host (6x the bytes a
+        # decode pass on SmolLM2 with 15 layers a worker)
+        self.split = False
         self.mark_times: dict[int, float] = {}  # layer -> perf_counter() when its output was computed
         self.stop = threading.Event()  # set when the pass must end early (read by llama.cpp's abort callback)
         self.cell_bytes: dict[int, dict[str, int]] = {}  # layer -> {"k"|"v"|"r"|"s": bytes of one cell}
@@ -123,7 +128,7 @@ class Capture:
         if wanted is None:
             stem, layer = split_name(name)
             wanted = self._asked[name] = stem in self.want or (
-                stem == LAYER_OUT and (self.progress is not None or layer in self.marks))
+                stem == LAYER_OUT and (layer in self.marks or (self.progress is not None and not self.split)))
         return wanted
 
     def _keep(self, t, stem: bytes, layer: int) -> None:

@@ -110,6 +110,7 @@ class LlamaSession(Session):
             # host's time runs to the pass's end: a mark there would split its graph once more, and ggml's RPC
             # client would send that host's layers again with the head's part)
             self.capture.marks = frozenset(last for _, last in placement.segments()[:-1])
+            self.capture.split = True
         self._abort = lib.ggml_abort_callback(lambda _data: self.capture.stop.is_set())
         params = lib.llama_context_default_params()
         params.n_ctx = self.n_ctx
