@@ -85,3 +85,25 @@ async def test_race_at_typed_rates_and_reading_speed(fixtures_dir, size):
         assert rate is not None, text  # this answer has words
         assert f"= {rate:.3g} tokens/s" in " ".join(_race_text(screen).split())
         assert "doi.org/10.1016/j.jml.2019.104047" in _race_text(screen)
+
+
+def test_trace_says_how_long_its_answer_takes_at_each_rate(capsys):
+    import json
+
+    from walkthrough.cli import main
+    from walkthrough.costs.race import Lane, finish_time
+    from walkthrough.inspect.locate import BUNDLED_MODEL
+
+    args = ["trace", str(BUNDLED_MODEL), "--prompt", "Any interaction with warfarin?", "--steps", "12"]
+    assert main([*args, "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    answer = "".join(r["chosen_piece"] for r in records if r["chosen_piece"] is not None)
+    n = sum(r["chosen_piece"] is not None for r in records)
+    assert main([*args, "--rates", "3,12,60"]) == 0
+    out = capsys.readouterr().out
+    assert f"the answer ({n} tokens, {words_in(answer)} words) written at:" in out
+    for rate in (3.0, 12.0, 60.0):
+        assert f"  {rate:.3g} tokens/s (you {rate:g}/s): {finish_time(Lane('', 0.0, rate), n):.1f} s" in out
+    reading = reading_rate(answer, n)
+    assert f"= {reading:.3g} tokens/s" in out and f"{finish_time(Lane('', 0.0, reading), n):.1f} s" in out
+    assert main([*args, "--rates", "3,fast"]) == 2

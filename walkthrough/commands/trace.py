@@ -113,6 +113,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--draft-max", type=int, default=DEFAULT_DRAFT_MAX, metavar="K",
                    help=f"tokens drafted per round (default {DEFAULT_DRAFT_MAX}, llama.cpp's)")
     p.add_argument("--draft", metavar="MODEL", help="a smaller GGUF with the same vocabulary (implies --speculate draft)")
+    p.add_argument("--rates", metavar="3,12,60",
+                   help="also say how long the answer takes at these decode rates (tokens/s) and at reading speed")
     p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
     p.add_argument("--logits", action="store_true",
                    help="add each pass's logits, one row per position (implies --json)")
@@ -133,10 +135,12 @@ def add_request_arguments(p: argparse.ArgumentParser, *, required: bool, default
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the model, build the prompt ids, run the request, print each pass as it ends."""
+    from walkthrough.costs.race_rates import parse_rates
     from walkthrough.engine.context_fit import check_fits
     from walkthrough.engine.engines import load_model, new_session
     from walkthrough.engine.sampler import Sampler, SamplerSettings
     from walkthrough.errors import WalkthroughError
+    from walkthrough.render.race_view import rate_lines
 
     if args.steps < 1:
         raise WalkthroughError(f"--steps {args.steps}: give at least 1 token to generate")
@@ -158,11 +162,28 @@ def run(args: argparse.Namespace) -> int:
     piece = token_pieces(f, tok)
     source = None if args.ids is not None else request_template(f, args)
 
+    rates = parse_rates(args.rates) if args.rates is not None else None
+
     def printer_for(ids: list[int]):
         """`_print`, its table headed by what the engine will hold for this request (a warning on stderr
-        when that will not fit the free memory)."""
+        when that will not fit the free memory), then with --rates the answer's time at each rate."""
         memory = memory_report(model, len(ids) + args.steps, args.chunk)
-        return partial(_print, memory=None if as_json else memory)
+        if rates is None or as_json:
+            return partial(_print, memory=None if as_json else memory)
+
+        def printer(passes, model, piece, **options) -> None:
+            answer: list[int] = []
+
+            def kept():
+                for step in passes:
+                    answer.extend(step.generated)
+                    yield step
+
+            _print(kept(), model, piece, memory=memory, **options)
+            for line in rate_lines(rates, "".join(piece(t) for t in answer), len(answer)):
+                print(line)
+
+        return printer
     if speculate:
         if args.four_calls:
             raise WalkthroughError("--four-calls plays turns; speculative decoding (--speculate) runs one request")

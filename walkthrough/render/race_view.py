@@ -1,10 +1,18 @@
-"""The line under the speed race that says how the reading lane's rate was found (costs.race_rates)."""
+"""The line under the speed race that says how the reading lane's rate was found, and the race's finish
+times as plain lines for `walkthrough trace --rates` (costs.race_rates)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from walkthrough.costs.race_rates import READING_SOURCE, READING_WPM, reading_rate, words_in
+from walkthrough.costs.race import finish_time
+from walkthrough.costs.race_rates import (
+    READING_SOURCE,
+    READING_WPM,
+    reading_rate,
+    typed_lanes,
+    words_in,
+)
 from walkthrough.words import count
 
 
@@ -20,3 +28,13 @@ def reading_line(answer: str, n_tokens: int) -> Text:
         (f" (adults reading silently: {READING_SOURCE})", "dim"),
         no_wrap=False,
     )
+
+
+def rate_lines(rates: list[float], answer: str, n_tokens: int) -> list[str]:
+    """How long this answer takes at each rate and at reading speed, from its first token to its last."""
+    lanes = typed_lanes(rates, answer, n_tokens)
+    lines = [f"the answer ({count(n_tokens, 'token')}, {count(words_in(answer), 'word')}) written at:"]
+    for lane in lanes:
+        lines.append(f"  {lane.tokens_per_s:.3g} tokens/s ({lane.label}): {finish_time(lane, n_tokens):.1f} s")
+    lines.append(" ".join(reading_line(answer, n_tokens).plain.split()))
+    return lines
