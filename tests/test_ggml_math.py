@@ -93,3 +93,15 @@ def test_rms_scale_sums_squares_in_order_in_double():
     x = np.float32([[3.0, 4.0, 1e-4]])
     mean = F32((9.0 + 16.0 + float(F32(1e-4) * F32(1e-4))) / 3)
     assert gm.rms_scale(x, 1e-5)[0, 0] == F32(1) / np.sqrt(mean + F32(1e-5))
+
+
+def test_the_gelu_table_is_built_without_a_numpy_warning(monkeypatch):
+    """Building the table covers F16's infinities and NaNs on purpose; that must not print 'RuntimeWarning:
+    invalid value encountered in multiply' under a user's `walkthrough trace` on a GELU model (Gemma 3 did)."""
+    import warnings
+
+    monkeypatch.setattr(gm, "_GELU_TABLE", [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = gm.gelu_table()
+    assert table.shape == (1 << 16,) and np.isnan(table).any() and table[0] == 0

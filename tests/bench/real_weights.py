@@ -71,22 +71,11 @@ def llama_reference(path: Path, prompt: list[int], kv_type: str, flash_attn: boo
     """Run llama.cpp (one thread): GREEDY greedy tokens after the prompt, then teacher-forced logits over
     prompt + CONTINUATION."""
     import llama_cpp
-    import llama_cpp.llama_cpp as llama_c
+    from llama_support import load_llama
 
-    default_params = llama_c.llama_model_default_params
-
-    def params():
-        p = default_params()
-        p.use_extra_bufts = False  # ggml's AMX repacking dies in this sandbox
-        return p
-
-    llama_c.llama_model_default_params = params
-    try:
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True,
-                              flash_attn=flash_attn, type_k=KV_TYPES[kv_type], type_v=KV_TYPES[kv_type],
-                              n_threads=1, n_threads_batch=1, verbose=False)
-    finally:
-        llama_c.llama_model_default_params = default_params
+    llm = load_llama(path, n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True, flash_attn=flash_attn,
+                     type_k=KV_TYPES[kv_type], type_v=KV_TYPES[kv_type], n_threads=1, n_threads_batch=1,
+                     verbose=False)
     llm.eval(prompt)
     greedy = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
     while len(greedy) < GREEDY:

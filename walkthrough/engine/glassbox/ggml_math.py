@@ -232,8 +232,8 @@ def gelu_table() -> np.ndarray:
     """
     if not _GELU_TABLE:
         x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(F32)
-        inner = fma32(F32(0.044715) * x, x, F32(1))
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # the table holds F16's infinities and NaNs too
+            inner = fma32(F32(0.044715) * x, x, F32(1))
             y = F32(0.5) * x * (F32(1) + libm.tanhf(F32(0.79788456080286535587989211986876) * x * inner))
             _GELU_TABLE.append(y.astype(np.float16).astype(F32))
     return _GELU_TABLE[0]
