@@ -101,6 +101,10 @@ def rows_bytes(config: Config, positions: int) -> int:
     """
     attention = [i for i, kind in enumerate(config.mixers) if kind != "linear"]
     rows = len(attention) * config.n_head * positions * positions * 4
-    # with the rows, the numpy engine keeps each position's queries and keys (`engine.query_key`)
-    vectors = sum((config.n_head + config.n_head_kv[i]) * config.head_k(i) for i in attention) * positions * 4
+    # with the rows, the numpy engine keeps each position's queries and keys (`engine.query_key`); llama.cpp's
+    # layout has no head sizes because that engine keeps none
+    head_k = getattr(config, "head_k", None)
+    if head_k is None:
+        return rows
+    vectors = sum((config.n_head + config.n_head_kv[i]) * head_k(i) for i in attention) * positions * 4
     return rows + vectors
