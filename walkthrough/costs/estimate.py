@@ -64,6 +64,7 @@ SRAM_FITTED = "pipeline of chips fitted on published single-user speeds: a x byt
 USERS_SCALED = "roofline per-user speed x (fitted single-user speed / roofline single-user speed)"
 OFFLOAD_NO_BAND = "no band: no measured run reads weights from system RAM; this is"
 FITTED = "timing model fitted on measured runs: "
+HELD = "; held to the ceiling (its terms, fitted on real machines, undercount this profile's reads)"
 
 
 def fitted_formula(phase: str, moe: bool) -> str:
@@ -233,7 +234,9 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
             return Decode(total, ceiling, real, given(0.0, "", "no offload"), band)
         fit = fitted.decode_rate(card_shape(card, cache_type), hw, context)
         if fit is not None:
-            real = derived(fit[0], "tokens/s", fitted_formula("decode", card.is_moe), ceiling=ceiling)
+            held = fit[0] > ceiling.value
+            real = derived(min(fit[0], ceiling.value), "tokens/s",
+                           fitted_formula("decode", card.is_moe) + (HELD if held else ""), ceiling=ceiling)
             return Decode(total, ceiling, real, given(0.0, "", "no offload"), fit[1])
         if hw.decode_split is not None:
             real = measured_split(total, card_shape(card, cache_type).layers, hw)
@@ -256,9 +259,10 @@ def decode(card: ModelCard, hw: Profile, context: int, cache_type: str = "f16",
     why = f"{OFFLOAD_NO_BAND} the roofline at the profile's decode efficiency"
     if fit is not None:  # the fitted speed in fast memory, slowed as much as the roofline slows with this offload
         r_all, _ = read_seconds(total.value, 0.0, hw, efficient=True)
-        real = derived(fit[0] * r_all / (r_fast + r_slow), "tokens/s",
-                       "fitted speed x (roofline time in fast memory / roofline time with this offload)",
-                       roofline_with_offload=real)
+        slowed = fit[0] * r_all / (r_fast + r_slow)
+        real = derived(min(slowed, ceiling.value), "tokens/s",
+                       "fitted speed x (roofline time in fast memory / roofline time with this offload)"
+                       + (HELD if slowed > ceiling.value else ""), roofline_with_offload=real, ceiling=ceiling)
         why = f"{OFFLOAD_NO_BAND} the fitted speed in fast memory ({fit[1].describe()}), slowed as the roofline slows"
     return Decode(total, ceiling, real, share, no_band=why)
 

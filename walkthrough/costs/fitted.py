@@ -1,10 +1,10 @@
 """Decode and prefill predictions for a hardware profile from the fitted timing model, with their error band.
 
 A profile takes part when it names its backend family (`backend` in hardware.json);
-if it also names a machine of the corpus (`machine`), the machine's sourced spec
-figures are used and its own factor (from its measured runs) scales the family's
-fit. Otherwise the profile's bandwidth is used, and its compute only when it is a
-spec-sheet peak (the kind the model was fitted with). A profile without a backend,
+if it also names a machine of the corpus (`machine`), that machine's own factor
+(from its measured runs) scales the family's fit, and its sourced peak compute is
+used unless the profile's compute is a spec-sheet peak itself (the kind the model
+was fitted with). The bandwidth is always the profile's, the one its ceiling uses. A profile without a backend,
 an SRAM profile or a phase its family has no runs for gets None: the caller falls
 back to the roofline and says the figure has no band.
 
@@ -51,11 +51,14 @@ def family(hw: Profile) -> str | None:
 
 
 def hardware(hw: Profile) -> timing.Hardware:
-    """Spec figures to divide by: the corpus machine's if the profile names one, else the profile's."""
+    """Spec figures to divide by: the profile's bandwidth (the one its ceiling divides by too), and compute at
+    the spec-sheet peak the fit was made with: the profile's when it is a peak, else that of the corpus machine
+    the profile names (None without one: no prefill prediction). A user profile that names a corpus machine
+    but gives another bandwidth is that machine with another memory, not a decode faster than its ceiling."""
     machine = bundled().machines.get(hw.machine) if hw.machine else None
-    if machine is not None:
-        return timing.Hardware(machine.bandwidth, machine.compute)
-    return timing.Hardware(hw.bandwidth, hw.compute if hw.compute_basis == "peak" else None)
+    if hw.compute_basis == "peak":
+        return timing.Hardware(hw.bandwidth, hw.compute)
+    return timing.Hardware(hw.bandwidth, machine.compute if machine is not None else None)
 
 
 def _phase(fit: timing.FamilyFit, phase: str) -> timing.Phase:

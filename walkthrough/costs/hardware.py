@@ -179,6 +179,8 @@ def _check_entry(entry: Any, where: str, *, bundled: bool) -> None:
         value = entry.get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             fail(name, "must be a number")
+        if not math.isfinite(value):
+            fail(name, "must be finite (JSON as Python reads it takes Infinity and 1e999)")
     for name in ("memory_gib", "bandwidth_gbs", "compute_tflops"):
         if entry[name] <= 0:
             fail(name, "must be greater than 0")
