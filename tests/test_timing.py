@@ -130,3 +130,24 @@ def test_the_readme_gives_the_calibration_bench_figures_of_this_corpus() -> None
         assert shown[phase] == f"{np.median(errs) * 100:.1f}", phase
     p90 = re.search(r"decode median [\d.]+%, p90 (\d+\.\d)%", text)
     assert p90 and p90.group(1) == f"{np.percentile(errors['decode'], 90) * 100:.1f}"
+
+
+def test_a_candidate_prefill_term_is_fitted_beside_the_others() -> None:
+    # the calibration bench tries terms the model lacks: prompt times made with a known extra cost per
+    # linear-attention layer and token are fitted back to it, and the other coefficients with it
+    truth, extra_cost = np.array([1.5, 0.0, 3.0, 0.0, 8.0, 0.0]), 2e-4
+
+    def extra(r: corpus.Run) -> float:
+        return r.model.recurrent_layers * r.n
+
+    c = corpus.load()
+    runs = []
+    for r in c.runs:
+        if r.test == "pp" and r.machine.compute is not None:
+            x = timing.prefill_terms(timing.run_shape(r), timing.run_hardware(r), r.n, r.depth, r.ubatch)
+            r = dataclasses.replace(r, tokens_per_s=r.n / (x @ truth + extra_cost * extra(r)))
+        runs.append(r)
+    fit = timing.fit_family(corpus.Corpus(c.machines, c.models, runs), "ROCm/Vulkan", extra_prefill=extra)
+    assert fit.prefill.coefficients == pytest.approx((*truth, extra_cost), rel=1e-6, abs=1e-9)
+    without = timing.fit_family(corpus.Corpus(c.machines, c.models, runs), "ROCm/Vulkan")
+    assert len(without.prefill.coefficients) == len(timing.PREFILL_TERMS)

@@ -7,7 +7,9 @@ measured - 1| for decode (tokens/s of tg runs), prefill (tokens/s of pp runs) an
 time to first token (seconds of pp runs of 1,024 tokens or more), per family and
 over all; the ten runs predicted worst; the same figures with the decode model's first
 four terms only (weights, per layer, per expert call, KV bytes: the model before the
-attention-compute and linear-attention terms), fitted in the same run; then the source
+attention-compute and linear-attention terms), fitted in the same run; prefill with each
+candidate term the model does not have (a cost per expert tile, per Gated DeltaNet
+sub-chunk, ...), fitted and held out the same way, with the laptop's prompts; then the source
 article's laptop figures (issue 27), held out the same way, and last with the laptop's
 own runs in the fit, as `estimate` predicts for its profile.
 
@@ -17,14 +19,17 @@ Goals (issue 27): decode median <= 15%, p90 <= 35%; prefill median <= 25%; lapto
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from walkthrough.costs.corpus import Run, bundled
+from walkthrough.costs.corpus import FAMILIES, Run, bundled
 from walkthrough.costs.timing import (
     DECODE_TERMS,
     PREFILL_TERMS,
     calibrate,
     decode_rate,
+    fit_family,
     prefill_seconds,
     run_hardware,
     run_shape,
@@ -66,6 +71,34 @@ def before_after() -> None:
     for name, terms in (("four terms (before)", DECODE_TERMS[:4]), ("all terms (now)", DECODE_TERMS)):
         errs = [e for e, _ in _errors(calibrate(bundled(), terms))["decode"]]
         print(f"  {name:20s} {_stats(errs)}")
+
+
+def _sub_chunks(run: Run) -> int:
+    """64-token sub-chunks llama.cpp's chunked Gated DeltaNet walks one after another, over all micro-batches."""
+    return sum(math.ceil(min(run.ubatch, run.n - i) / 64) for i in range(0, run.n, run.ubatch))
+
+
+# Prefill terms tried and left out: seconds-like columns of one run (before their fitted coefficient).
+CANDIDATES = {
+    "expert tile per micro-batch / compute": lambda r: (
+        math.ceil(r.n / r.ubatch) * 2 * (r.model.params - r.model.params_active) / r.machine.compute),
+    "linear-attention layers x 64-token sub-chunks": lambda r: r.model.recurrent_layers * _sub_chunks(r),
+    "linear-attention layers x tokens": lambda r: r.model.recurrent_layers * r.n,
+    "linear-attention layers x width x tokens / compute": lambda r: (
+        r.model.recurrent_layers * r.model.n_embd * r.n / r.machine.compute),
+    "linear-attention layers x micro-batches": lambda r: r.model.recurrent_layers * math.ceil(r.n / r.ubatch),
+}
+
+
+def prefill_candidates() -> None:
+    """Held-out prefill with each candidate term added, every family refitted here: over all families and the
+    article's laptop's two prompts."""
+    print("\nprefill, held out, with one more term (fitted in this run; none is in the model):")
+    for name, extra in {"(none)": None, **CANDIDATES}.items():
+        fits = {f: fit_family(bundled(), f, extra_prefill=extra) for f in FAMILIES}
+        errs = _errors(fits)["prefill"]
+        laptop = ", ".join(f"{e:+.0%}" for e, r in errs if r.machine.id == "laptop-860m")
+        print(f"  {name:52s} {_stats([e for e, _ in errs])}; laptop {laptop}")
 
 
 def main() -> None:
@@ -130,4 +163,5 @@ if __name__ == "__main__":
     main()
     worst(calibrate())
     before_after()
+    prefill_candidates()
     in_sample(calibrate())

@@ -225,15 +225,22 @@ def _phase(runs: list[Run], row: Callable[[Run], tuple[np.ndarray, float, str]],
     return Phase(tuple(float(v) for v in coef), len(runs), len(machines), tuple(errors), factors)
 
 
-def fit_family(corpus: Corpus, family: str, terms: Sequence[str] = DECODE_TERMS) -> FamilyFit:
+def fit_family(corpus: Corpus, family: str, terms: Sequence[str] = DECODE_TERMS,
+               extra_prefill: Callable[[Run], float] | None = None) -> FamilyFit:
     """One family's fit, with leave-one-machine-out errors; decode with only the terms named (of
-    DECODE_TERMS; the rest held at 0)."""
+    DECODE_TERMS; the rest held at 0); prefill with one more term, seconds-like, if `extra_prefill` gives it
+    (the calibration bench tries candidates that way)."""
     runs = corpus.family_runs(family)
     held: dict[str, list[tuple[Run, float]]] = {}
     use = [DECODE_TERMS.index(t) for t in terms]
     dec = _phase([r for r in runs if r.test == "tg"], _decode_row, len(DECODE_TERMS), held, True, use)
-    pre = _phase([r for r in runs if r.test == "pp" and r.machine.compute is not None], _prefill_row,
-                 len(PREFILL_TERMS), held, False)
+    row, k = _prefill_row, len(PREFILL_TERMS)
+    if extra_prefill is not None:
+        def row(run: Run) -> tuple[np.ndarray, float, str]:
+            x, t, m = _prefill_row(run)
+            return np.append(x, extra_prefill(run)), t, m
+        k += 1
+    pre = _phase([r for r in runs if r.test == "pp" and r.machine.compute is not None], row, k, held, False)
     return FamilyFit(family, dec, pre, held)
 
 
