@@ -172,3 +172,22 @@ async def test_merges_view_steps_from_the_tokens_stage(size: str) -> None:
         assert "A BPE trained on one paragraph" in shown_text(app)
         await pilot.press("escape")
         assert app.screen.__class__.__name__ == "TokensScreen"
+
+
+@pytest.mark.app
+async def test_merges_view_home_and_end_jump_when_the_prompt_overflows_the_box() -> None:
+    # A prompt longer than the box: the scrolling box took home / end for itself (they scrolled)
+    words = " ".join(f"patient {n} takes warfarin daily" for n in range(60))
+    app = reference_app([{"role": "user", "content": words}])
+    async with app.run_test(size=SIZES["small"]) as pilot:
+        await settle(pilot)
+        await press_stage(pilot, "tokens", "m")
+        await settle(pilot)
+        r = app.screen.replay
+        assert r is not None and app.screen.query_one("#help-box").max_scroll_y > 0
+        await pilot.press("right", "end")
+        assert f"merge {len(r.steps)} of {len(r.steps)}" in shown_text(app)
+        await pilot.press("home")
+        assert "start: every word as single characters" in shown_text(app)
+        await pilot.press("end")
+        assert f"merge {len(r.steps)} of {len(r.steps)}" in shown_text(app)

@@ -38,8 +38,9 @@ class MergesScreen(OverlayScreen):
         Binding("escape,q,m", "dismiss", "Close", id="merges.close"),
         Binding("right,l,space", "move(1)", "Next merge", id="merges.next"),
         Binding("left,h", "move(-1)", "Previous merge", id="merges.previous"),
-        Binding("home", "jump(0)", "Start", id="merges.start", show=False),
-        Binding("end", "jump(-1)", "Last merge", id="merges.end"),
+        # priority: the scrolling box would take home / end for itself once a long prompt overflows it
+        Binding("home", "jump(0)", "Start", id="merges.start", show=False, priority=True),
+        Binding("end", "jump(-1)", "Last merge", id="merges.end", priority=True),
         Binding("t", "trained", "Train on a paragraph", id="merges.trained"),
     ]
 
