@@ -77,7 +77,8 @@ its number key; r on a stepping stage restarts the request.
         sampling = self._sampling()
         if sampling:
             table.add_row(row("sampling"), sampling)
-        table.add_row(row("speculate"), self._speculation())
+        if "speculate" in stages.ids():  # a build without the stage has no row for it
+            table.add_row(row("speculate"), self._speculation())
         costs = self._costs()
         if costs is not None:
             table.add_row(row("costs"), costs)
