@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from app_support import posted, settle, spy_posts, widget_text
+import pytest
+from app_support import posted, press_stage, settle, spy_posts, widget_text
+from llama_support import needs_llama
 
 from walkthrough.app import make_app
 from walkthrough.engine.sampler import SamplerSettings
@@ -192,3 +194,31 @@ async def test_c_during_the_play_waits_for_the_four_calls_and_does_not_cancel_th
         await pilot.pause()
         assert app.state.calls.summary is not None and app.state.calls.summary.turns == 4
         assert screen.check_action("starts", ()) is True
+
+
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("llama.cpp", marks=needs_llama)])
+async def test_the_calls_and_their_cold_start_hold_the_memory_budget(engine):
+    """--max-memory bounds every numpy model the calls use: the request's own (numpy engine), the one they
+    build beside llama.cpp (they built it with the 4 GiB default), and the fresh process of the cold start
+    (it held up to that default too). A quarter of the tiny model's dequantized weights, so the bound bites."""
+    from walkthrough.costs.memory import dequantized_bytes
+
+    budget = dequantized_bytes(open_gguf(BUNDLED_MODEL)) // 4
+    seen: list = []
+    app = make_app(None, _calls().messages, engine=engine, max_memory=budget, max_tokens=3)
+    async with app.run_test(size=(80, 24), message_hook=seen.append) as pilot:
+        await settle(pilot)
+        state = app.state
+        await press_stage(pilot, "template", "c")  # the Chat stage's four calls, from the app's own request
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, FourCallsScreen)
+        model = state.calls.model
+        assert state.calls.summary is not None and state.calls.summary.turns == 4
+        assert model.engine == "numpy" and (model is state.model) == (engine == "numpy")
+        assert model.weights.max_cache_bytes == budget and 0 < model.weights.cached_bytes <= budget
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        cold = posted(seen, events.StartsMeasured)[0].starts[0]
+        assert cold.budget == budget and 0 < cold.held <= budget

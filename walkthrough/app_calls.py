@@ -72,7 +72,7 @@ class PlaysTheCalls(App):
     @work(thread=True, exclusive=True, group="four-calls", name="play the four calls")
     def _play_calls(self, c: CallsInput, model: Engine | None) -> None:
         worker = get_current_worker()
-        jobs.play_calls(self.runs, c, jobs.calls_model(model, c.file), lambda: worker.is_cancelled)
+        jobs.play_calls(self.runs, c, jobs.calls_model(model, c.file, c.max_memory), lambda: worker.is_cancelled)
 
     @work(thread=True, exclusive=True, group="four-calls", name=MEASURING)
     def _measure_starts(self, c: CallsInput, model: Engine, first: list[int]) -> None:

@@ -50,19 +50,22 @@ class CallsInput:
     settings: SamplerSettings
     chunk: int
     max_tokens: int
+    max_memory: int | None = None  # --max-memory: the numpy engine's weight budget (None: the default)
 
 
-def calls_model(model: Engine | None, file: GGUFFile) -> Model:
+def calls_model(model: Engine | None, file: GGUFFile, max_memory: int | None = None) -> Model:
     """The numpy model the calls run on: the request's own `model` when it is one, so the file's
     weights are held once.
 
     The calls need the numpy engine (their sessions go back to checkpoints and say why reuse
     stopped, which llama.cpp's do not), so when the request runs on llama.cpp, or its model is not
-    built yet, they build a numpy model of the file for themselves.
+    built yet, they build a numpy model of the file for themselves, within the same budget
+    (`max_memory`, --max-memory; None: the engine's default, a share of the free memory).
     """
+    from walkthrough.engine.engines import load_model
     from walkthrough.engine.glassbox.model import Model
 
-    return model if isinstance(model, Model) else Model(file)
+    return model if isinstance(model, Model) else load_model("numpy", file, max_memory=max_memory)
 
 
 def play_calls(runs: RunService, c: CallsInput, model: Model,
@@ -94,7 +97,7 @@ def measure_starts(runs: RunService, c: CallsInput, model: Engine, first: list[i
     from walkthrough.engine.serving.coldstart import StartTimes, cold_start, kept_start, warm_start
 
     def measure() -> tuple[StartTimes, StartTimes, StartTimes]:
-        cold = cold_start(c.path, first, chunk=c.chunk, cancelled=cancelled)
+        cold = cold_start(c.path, first, chunk=c.chunk, max_memory=c.max_memory, cancelled=cancelled)
         return (cold, warm_start(model, first, chunk=c.chunk, cancelled=cancelled),
                 kept_start(model, first, chunk=c.chunk, cancelled=cancelled))
 

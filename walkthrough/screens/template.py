@@ -309,7 +309,7 @@ own text dimmed. v switches between the three views.
     def action_four_calls(self) -> None:
         state = self.state
         calls = CallsInput(state.path, state.file, state.tokenizer, state.template_source, list(state.messages),
-                           state.settings, state.chunk, state.max_new_tokens)
+                           state.settings, state.chunk, state.max_new_tokens, state.max_memory)
         self.app.push_screen(FourCallsScreen(calls))
 
     def _changed(self, messages: list[dict[str, str]]) -> None:

@@ -44,6 +44,8 @@ class StartTimes:
     imports: float = 0.0  # importing the engine (cold only)
     open: float = 0.0  # header, mmap, model (cold only)
     passes: float = 0.0  # the prompt's passes and the first draw (dequantizing weights on a cold start)
+    held: int = 0  # bytes of dequantized weights the fresh process held at its first token (cold only)
+    budget: int = 0  # its budget for them (--max-memory; cold only)
 
     def to_json(self) -> dict[str, float]:
         return {k: round(v, 4) for k, v in self.__dict__.items()}
@@ -89,10 +91,12 @@ def kept_start(model, ids: list[int], *, chunk: int | None = None, kv_type: str 
 
 
 def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv_type: str = "f16",
-               cancelled: Callable[[], bool] = lambda: False) -> StartTimes:
+               max_memory: int | None = None, cancelled: Callable[[], bool] = lambda: False) -> StartTimes:
     """First token of `ids` in a fresh process that opens `path`.
 
     Args:
+        max_memory: the fresh process's budget for dequantized weights (the app's --max-memory; None: the
+            engine's default there, a share of the free memory).
         cancelled: checked every `CHECK_EVERY` seconds; when it says so, the child is killed (an app that
             quits does not wait for a cold start to finish).
 
@@ -103,6 +107,8 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
     argv = [sys.executable, "-m", "walkthrough.engine.serving.coldstart", str(path), "--kv-type", kv_type]
     if chunk:
         argv += ["--chunk", str(chunk)]
+    if max_memory:
+        argv += ["--max-memory", str(max_memory)]
     began = time.perf_counter()
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as child:
@@ -133,7 +139,8 @@ def cold_start(path: str | Path, ids: list[int], *, chunk: int | None = None, kv
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise WalkthroughError(f"the cold-start process failed: {last}")
     times = json.loads(lines[-1])
-    return StartTimes(first_token=wall, imports=times["imports"], open=times["open"], passes=times["passes"])
+    return StartTimes(first_token=wall, imports=times["imports"], open=times["open"], passes=times["passes"],
+                      held=times["held"], budget=times["budget"])
 
 
 def child_parser() -> argparse.ArgumentParser:
@@ -142,23 +149,25 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("model")
     parser.add_argument("--chunk", type=int, default=None)
     parser.add_argument("--kv-type", default="f16")
+    parser.add_argument("--max-memory", type=int, default=None)  # bytes
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """The child: open the file, run the prompt read from stdin, print the timings."""
     began = time.perf_counter()
-    from walkthrough.engine.glassbox.model import Model
+    from walkthrough.engine.engines import load_model
     from walkthrough.inspect.gguf import open_gguf
 
     imported = time.perf_counter()
     args = child_parser().parse_args(argv)
     ids = [int(i) for i in json.loads(sys.stdin.read())]
     opened_at = time.perf_counter()
-    model = Model(open_gguf(args.model))
+    model = load_model("numpy", open_gguf(args.model), max_memory=args.max_memory)
     opened = time.perf_counter() - opened_at
     passes = _first_token(model, ids, chunk=args.chunk, kv_type=args.kv_type)
-    print(json.dumps({"imports": imported - began, "open": opened, "passes": passes}))
+    print(json.dumps({"imports": imported - began, "open": opened, "passes": passes,
+                      "held": model.weights.cached_bytes, "budget": model.weights.max_cache_bytes}))
     return 0
 
 
