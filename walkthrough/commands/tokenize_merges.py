@@ -14,12 +14,12 @@ are `walkthrough.render.bpe_view`'s.
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
-
-from walkthrough.inspect.chat import ChatTokens
 from walkthrough.textsafe import json_visible
+
+if TYPE_CHECKING:  # the parser loads this module: Rich and the tokenizer load when the command runs
+    from walkthrough.inspect.chat import ChatTokens
 
 
 def add_arguments(p) -> None:
@@ -44,6 +44,8 @@ def run(args, tokenizer, result: ChatTokens, out: TextIO) -> int:
     if args.learn_merges is not None and not 1 <= args.learn_merges <= 10_000:
         raise WalkthroughError(f"--learn-merges {args.learn_merges}: give a count from 1 to 10000")
     doc: dict[str, Any] = {}
+    from rich.console import Console
+
     console = Console(file=out, markup=False, highlight=False, emoji=False)
     if args.merges:
         r = replay(tokenizer, result)
