@@ -107,7 +107,7 @@ def test_human_output_shows_the_card_numbers(name: str, capsys, fixtures_dir: Pa
         f"{card.bits_per_weight:.2f}",
         human_bytes(card.bytes_per_token),
         human_bytes(card.kv_bytes_per_token["f16"]),
-        f"{card.context_length} tokens",
+        f"{card.context_length:,} tokens",
         *card.bytes_by_type,
     ):
         assert expected in out
@@ -252,3 +252,14 @@ def test_metadata_never_splits_a_number_at_80_columns(tmp_path: Path, capsys, mo
     assert "9.999999974752427e-07" in numbers and "-1234.5677490234375" in numbers
     assert "a name long enough" in table and "a name long enough to wrap in a narrow value column, twice over" \
         not in table  # the text did wrap
+
+
+def test_the_card_writes_counts_one_way(capsys) -> None:
+    """Issue 28, item 11: the card wrote 'context 32768 tokens', 'vocabulary 262144 tokens' and 'RoPE base 1e+06'
+    beside '103.5 MiB at F16 for 32,768 tokens'; every count now has its thousands separators and no exponent."""
+    path = Path(__file__).parent / "fixtures" / "arch" / "ref-gemma3-f32.gguf"
+    code, out, _ = inspect(capsys, path)
+    with open_gguf(path) as f:
+        card = build_card(f)
+    assert code == 0 and card.rope_base == 1e6 and card.vocab_size == 268
+    assert "base 1,000,000," in out and "e+0" not in out and f"{card.context_length:,} tokens" in out

@@ -35,11 +35,19 @@ def head_name(head: int, n_head: int) -> str:
 
 
 def show(value: object) -> str:
-    """A hyperparameter or None as text: None becomes "?"."""
+    """A hyperparameter or None as text, written as every count is: whole numbers with thousands separators,
+    never in scientific notation; None becomes "?".
+
+    Example: show(32768) -> "32,768", show(1e6) -> "1,000,000", show(0.5) -> "0.5", show(1e-6) -> "1e-06"
+    """
     if value is None:
         return "?"
     if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e18:
+            return f"{int(value):,}"
         return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     return str(value)
 
 
