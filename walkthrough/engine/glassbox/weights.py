@@ -1,7 +1,9 @@
 """Tensors of an opened GGUF as float32 numpy arrays, dequantized lazily and cached.
 
-Nothing is read when a model opens: a tensor's bytes are dequantized (with
-`gguf.quants.dequantize`) the first time the forward pass asks for it and kept
+Nothing is read when a model opens: a tensor's bytes are dequantized (Q4_0, Q4_1,
+Q8_0 and the k-quants by `dequant` in whole-array numpy operations, any other type
+by `gguf.quants.dequantize`, the same values bit for bit) the first time the
+forward pass asks for it and kept
 in a cache bounded by `max_cache_bytes`, so the same weight is never
 dequantized twice per token while it fits (a full cache keeps what it holds, see
 `_remember`; a matrix larger than a share of it is multiplied a block of rows at
