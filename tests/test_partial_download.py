@@ -25,6 +25,7 @@ from test_cli_errors import (
 from walkthrough.inspect.card import build_card
 from walkthrough.inspect.gguf import GGUFError, open_gguf
 from walkthrough.inspect.tokenizer import GGUFTokenizer
+from walkthrough.units import exact_bytes
 
 REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
 RUNS = {"trace", "compare", "bench", "calibrate"}  # commands that run the model: refused in one line
@@ -55,6 +56,7 @@ def test_the_record_says_how_much_and_which(cut):
     warning = f.missing.warning()
     assert f"{len(names) - first} of {len(names)} tensors: {names[first]}" in warning
     assert "fetch the file again" in warning
+    assert f"{exact_bytes(f.missing.missing_bytes)} of the" in warning  # the count a download is checked by
     for name in names[:first]:  # the tensors wholly in the file read as before
         assert (f.tensor_bytes(name) == whole.tensor_bytes(name)).all()
     for name in names[first:]:

@@ -11,16 +11,16 @@ reading a missing tensor's bytes raises `GGUFError`, and the engines refuse the
 file before a pass with `refusal`.
 
 Example: a 7.6 GB file whose first 199 MB arrived ->
-    warning(): "partial download: 4.2 GiB of the 4.4 GiB of tensor data (95%) are missing, 331 of 339
-    tensors: blk.1.ffn_down.weight (cut), blk.1.ffn_norm.weight, ... ; the header, vocabulary, template
-    and estimate work; running the model needs the whole file: fetch it again"
+    warning(): "partial download: 4.2 GiB (4,483,843,808 bytes) of the 4.4 GiB of tensor data (95%) are
+    missing, 331 of 339 tensors: blk.1.ffn_down.weight (cut), blk.1.ffn_norm.weight, ... ; the header,
+    vocabulary, template and estimate work; running the model needs the whole file: fetch it again"
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from walkthrough.units import binary_bytes
+from walkthrough.units import binary_bytes, exact_bytes
 
 NAMED = 3  # a warning names this many missing tensors and counts the rest
 FETCH = "fetch the file again (or resume the download)"
@@ -54,7 +54,7 @@ class MissingData:
 
     def summary(self) -> str:
         """How much is missing and which tensors, in one clause."""
-        return (f"{binary_bytes(self.missing_bytes)} of the {binary_bytes(self.data_bytes)} of tensor data "
+        return (f"{exact_bytes(self.missing_bytes)} of the {binary_bytes(self.data_bytes)} of tensor data "
                 f"({self.share:.0%}) are missing, {len(self.tensors):,} of {self.n_tensors:,} tensors: "
                 f"{self.names()}")
 
