@@ -121,6 +121,12 @@ def test_the_child_runs_every_option_as_parsed():
         "127.0.0.1:50052,127.0.0.1:50053",
         "--split",
         "1,1,2",
+        "--beside",
+        "b.gguf",
+        "--mmproj",
+        "mmproj-x.gguf",
+        "--images",
+        "v16x640x360",
     ]
     parser = app_parser()
     args = parser.parse_args(given[1:] + ["--", given[0]])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive, var
@@ -42,6 +42,9 @@ from walkthrough.safewrite import Writer, run_inputs
 from walkthrough.screens.messages import Posted
 from walkthrough.screens.registry import stage_screens
 from walkthrough.screens.stepping import SteppingScreen
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.projector import Media
 
 
 class WrongThread(RuntimeError):
@@ -186,6 +189,13 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         return True
 
 
+def _one_image() -> Media:
+    """The media a --mmproj run starts with: one image of the default size."""
+    from walkthrough.inspect.projector import parse_media
+
+    return parse_media("1")
+
+
 def make_app(
     model: str | None = None,
     messages: str | Path | list[dict[str, str]] | None = None,
@@ -206,6 +216,8 @@ def make_app(
     picture_format: str = "svg",
     max_memory: int | None = None,
     beside: str | None = None,
+    mmproj: str | Path | None = None,
+    media: Media | None = None,
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
@@ -221,9 +233,11 @@ def make_app(
                          hardware=hardware, max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
                          template_file=Path(template) if template is not None else None,
-                         engine=engine, max_memory=max_memory, beside=beside)
+                         engine=engine, max_memory=max_memory, beside=beside,
+                         mmproj=Path(mmproj) if mmproj is not None else None,
+                         media=media if media is not None or mmproj is None else _one_image())
     messages_file = messages if not isinstance(messages, list) else None
-    writer = Writer(run_inputs(model, draft, messages_file, template), overwrite=overwrite)
+    writer = Writer(run_inputs(model, draft, messages_file, template, mmproj), overwrite=overwrite)
     if screenshots is not None:
         suffixes = ("svg", "png") if picture_format == "png" else ("svg",)
         check_picture_folder(Path(screenshots), suffixes, writer)

@@ -171,6 +171,7 @@ def run_inputs(
     draft: str | os.PathLike | None,
     messages: str | os.PathLike | None,
     template: str | os.PathLike | None,
+    mmproj: str | os.PathLike | None = None,
 ) -> list[tuple[str, Path]]:
     """The files a run reads, as `Writer(inputs=...)` takes them: ("the model", path), ...
 
@@ -190,7 +191,8 @@ def run_inputs(
             continue
     named += [
         (name, Path(spec))
-        for name, spec in (("the --messages file", messages), ("the --template file", template))
+        for name, spec in (("the --messages file", messages), ("the --template file", template),
+                           ("the --mmproj file", mmproj))
         if spec is not None
     ]
     return named

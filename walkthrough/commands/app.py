@@ -22,6 +22,7 @@ from walkthrough.commands.options import PACE, SEED, TEMPERATURE, whole
 from walkthrough.engine.knobs import MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
+    from walkthrough.inspect.projector import Media
     from walkthrough.safewrite import Writer
 
 EXIT_LOAD_FAILED = 2
@@ -55,10 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a second GGUF for the Costs stage's held-vs-read view, key e (default: the bundled tiny model)")
     from walkthrough.commands.common import (
         add_engine_argument,
+        add_media_arguments,
         add_memory_argument,
         add_rpc_arguments,
     )
 
+    add_media_arguments(parser, "the File stage counts the tokens --images become (i there changes them), "
+                        "and Costs adds them to the prompt")
     add_engine_argument(parser)
     add_rpc_arguments(parser)
     add_memory_argument(parser)
@@ -128,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         draft=draft,
         beside=args.beside,
+        mmproj=args.mmproj,
+        media=media_of(args),
         template=args.template,
         template_name=plain_or(args.template_name, args.raw),
         autoplay=args.autoplay,
@@ -221,6 +227,13 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
     draft = model_path(args.draft) if args.draft is not None else None
     if args.beside is not None:
         model_path(args.beside)  # the held-vs-read view's second file: missing is a one-line error now
+    media = media_of(args)
+    if args.mmproj is not None:
+        from walkthrough.inspect.projector import media_tokens, open_projector
+
+        media_tokens(open_projector(args.mmproj), media)  # a type this cannot count: one line now, not later
+    elif args.images is not None:
+        raise WalkthroughError("--images needs the model's projector: add --mmproj mmproj-....gguf")
     if args.raw and (args.template is not None or args.template_name is not None):
         raise WalkthroughError("--raw uses no template; drop --template / --template-name")
     if args.template is not None:
@@ -248,11 +261,18 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
     return draft
 
 
+def media_of(args: argparse.Namespace) -> Media:
+    """--images as `inspect.projector.Media` (one 1024x768 image when not given)."""
+    from walkthrough.inspect.projector import parse_media
+
+    return parse_media(args.images if args.images is not None else "1")
+
+
 def writer(args: argparse.Namespace) -> Writer:
     """What writes the app's files (`--record`, `--screenshots`): never over an input or another's file."""
     from walkthrough.safewrite import Writer, run_inputs
 
-    return Writer(run_inputs(args.model, args.draft, args.messages, args.template), overwrite=args.overwrite)
+    return Writer(run_inputs(args.model, args.draft, args.messages, args.template, args.mmproj), overwrite=args.overwrite)
 
 
 def child_argv(args: argparse.Namespace) -> list[str]:

@@ -24,6 +24,15 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
 
 
+def add_media_arguments(parser: argparse.ArgumentParser, counted: str) -> None:
+    """`--mmproj F` and `--images SPEC` (`args.mmproj`, `args.images`); `counted` says where the tokens show."""
+    parser.add_argument("--mmproj", metavar="F",
+                        help=f"the model's multimodal projector (mmproj-*.gguf): {counted}")
+    parser.add_argument("--images", metavar="SPEC",
+                        help="with --mmproj: N or NxWxH images, vF or vFxWxH a video of F frames (default one "
+                        "1024x768 image)")
+
+
 def add_engine_argument(parser: argparse.ArgumentParser) -> None:
     """`--engine numpy|llama.cpp` (`args.engine`, numpy by default)."""
     from walkthrough.engine.engines import ENGINES

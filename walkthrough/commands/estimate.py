@@ -66,7 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per profile")
     p.add_argument("--hardware-file", metavar="F", help="extra hardware profiles (JSON, same format)")
     p.add_argument("--images", metavar="N[xWxH]",
-                   help="add N images (default 1024x768 each) to the prompt, counted by --mmproj's projector")
+                   help="add N images (default 1024x768 each), or vF a video of F frames (vFxWxH), to the prompt, "
+                   "counted by --mmproj's projector")
     p.add_argument("--mmproj", metavar="F", help="the model's multimodal projector file (mmproj-*.gguf)")
     p.add_argument("--diffusion-steps", type=int, metavar="N",
                    help="also set the request beside a diffusion LM writing the same answer in N steps, each a "
@@ -128,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if images is not None:
-        print(f"images: {images['count']} x {images['width']}x{images['height']} -> {images['count']} x "
-              f"{images['per_image']:,} = {images['tokens']:,} prompt tokens ({images['formula']})")
+        print(f"{'video' if images['kind'] == 'video' else 'images'}: {images['explain']} prompt tokens "
+              f"({images['formula']})")
     print_tables(path, card, results, measured, evidence=args.evidence)
     if diffusions:
         from rich.console import Console
@@ -213,18 +214,10 @@ def image_prompt(spec: str | None, mmproj: str | None) -> dict[str, Any] | None:
         return None
     if mmproj is None:
         raise WalkthroughError("--images needs the model's projector: add --mmproj mmproj-....gguf")
-    from walkthrough.inspect.projector import image_tokens, parse_images, read_projector
+    from walkthrough.inspect.projector import media_tokens, open_projector, parse_media
 
-    count, width, height = parse_images(spec)
-    with open_model(mmproj) as f:
-        projector = read_projector(f)
-    if projector is None:
-        raise WalkthroughError(f"{Path(mmproj).name} is not a multimodal projector (no clip.projector_type); "
-                               "name the mmproj-*.gguf file that comes with the model")
-    one = image_tokens(projector, width, height)
-    return {"count": count, "width": width, "height": height, "per_image": one.tokens,
-            "tokens": count * one.tokens, "resized": list(one.resized), "projector": projector.projector_type,
-            "formula": one.formula + (f" + {one.markers} markers" if one.markers else "")}
+    projector = open_projector(mmproj)
+    return media_tokens(projector, parse_media(spec)).to_json(projector)
 
 
 def _splits(args: argparse.Namespace, card: ModelCard, results: list[Estimate], context: int,

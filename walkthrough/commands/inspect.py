@@ -18,9 +18,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from walkthrough.commands.common import add_model_argument, open_model
+from walkthrough.commands.common import add_media_arguments, add_model_argument, open_model
+from walkthrough.errors import WalkthroughError
+
+if TYPE_CHECKING:
+    from walkthrough.inspect.projector import MediaTokens, Projector
 
 
 def add_parser(subparsers) -> None:
@@ -36,6 +40,7 @@ def add_parser(subparsers) -> None:
                    help="print one JSON object (fields listed in docs/inspect.md)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor, grouped by layer")
     p.add_argument("--metadata", action="store_true", help="also list every metadata key and the chat template")
+    add_media_arguments(p, "how many prompt tokens --images become")
     p.add_argument("--block", metavar="TENSOR[:INDEX]",
                    help="show one stored block of a tensor (default the first): bytes, fields, values, "
                    "and the same values rounded to other types")
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     """Open the file, build its card, print it; user errors propagate to the CLI as one line."""
     from walkthrough.inspect.card import build_card
 
+    media = _media(args.mmproj, args.images)
     with open_model(args.model) as f:
         if args.block is not None:
             from walkthrough.commands.inspect_block import run_block
@@ -85,12 +91,34 @@ def run(args: argparse.Namespace) -> int:
         if args.held_read is not None:
             return _held_read(f, card, args.held_read, as_json=args.json)
         if args.json:
-            write_json(inspect_json(f, card), sys.stdout)
+            document = inspect_json(f, card)
+            if media is not None:
+                projector, tokens = media
+                document["mmproj"] = {"file": args.mmproj, "type": projector.projector_type,
+                                      "image_size": projector.image_size, "patch_size": projector.patch_size,
+                                      "merge": projector.merge, "media": tokens.to_json(projector)}
+            write_json(document, sys.stdout)
             return 0
         from walkthrough.commands.inspect_view import render
 
-        render(f, card, tensors=args.tensors, metadata=args.metadata, out=sys.stdout)
+        render(f, card, tensors=args.tensors, metadata=args.metadata, out=sys.stdout, media=media)
     return 0
+
+
+def _media(mmproj: str | None, images: str | None) -> tuple[Projector, MediaTokens] | None:
+    """--mmproj's projector and what --images become with it; None without --mmproj.
+
+    Raises:
+        WalkthroughError: --images without --mmproj, an unusable projector or spec, one line.
+    """
+    if mmproj is None:
+        if images is not None:
+            raise WalkthroughError("--images needs the model's projector: add --mmproj mmproj-....gguf")
+        return None
+    from walkthrough.inspect.projector import media_tokens, open_projector, parse_media
+
+    projector = open_projector(mmproj)
+    return projector, media_tokens(projector, parse_media(images if images is not None else "1"))
 
 
 def inspect_json(f, card) -> dict[str, Any]:
@@ -211,7 +239,10 @@ def projector_json(f) -> dict[str, Any] | None:
         read_projector,
     )
 
-    projector = read_projector(f)
+    try:
+        projector = read_projector(f)
+    except ProjectorError as exc:  # the card still prints; the projector's keys are what is wrong
+        return {"error": str(exc)}
     if projector is None:
         return None
     out: dict[str, Any] = {"type": projector.projector_type, "image_size": projector.image_size,

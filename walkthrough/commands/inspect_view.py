@@ -10,7 +10,7 @@ those visible characters.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gguf.constants import GGUFValueType
 from rich import box
@@ -27,12 +27,17 @@ from walkthrough.render.name_view import name_lines
 from walkthrough.textsafe import safe_text
 from walkthrough.words import count
 
+if TYPE_CHECKING:
+    from walkthrough.inspect.projector import MediaTokens, Projector
+
 MAX_VALUE_CHARS = 120  # metadata values are cut to this in the table (chat templates are printed whole)
 MAX_KEY_WIDTH = 36  # metadata keys and tensor names up to this long stay on one line
 
 
-def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: TextIO) -> None:
-    """Print the card of an opened file, plus the tensor table and the metadata when asked."""
+def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: TextIO,
+           media: tuple[Projector, MediaTokens] | None = None) -> None:
+    """Print the card of an opened file, plus the tensor table and the metadata when asked, and what --mmproj's
+    projector makes of --images."""
     console = Console(file=out, markup=False, emoji=False, highlight=False)
     console.print(summary_table(f, card))
     console.print(_heading("The name decoded (what it claims, what the file holds)"))
@@ -41,6 +46,11 @@ def render(f: GGUFFile, card: ModelCard, *, tensors: bool, metadata: bool, out: 
     if projector is not None:
         console.print(_heading("Image tokens (multimodal projector)"))
         console.print(projector)
+    if media is not None:
+        from walkthrough.render.media_view import media_lines
+
+        console.print(_heading("Images and video (--mmproj)"))
+        console.print(media_lines(*media))
     console.print(_heading("Quant mix (bytes per stored type)"))
     console.print(quant_mix_table(card))
     console.print(_heading("Parameters and bytes by tensor group"))
@@ -157,7 +167,10 @@ def projector_lines(f: GGUFFile) -> Text | None:
         read_projector,
     )
 
-    projector = read_projector(f)
+    try:
+        projector = read_projector(f)
+    except ProjectorError as exc:  # the card still prints; the projector's keys are what is wrong
+        return safe_text(str(exc))
     if projector is None:
         return None
     lines = Text()

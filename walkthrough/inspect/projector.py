@@ -21,15 +21,27 @@ Modelled types:
 Not modelled (an error names the type): tiled types (idefics3, internvl, llama4,
 minicpmv, llava with grid pinpoints), pixtral, audio encoders, and the rest.
 The vision encoder's own compute is not counted here, only the tokens it adds.
+
+Video (`media_tokens` with `Media("video", frames, w, h)`): mtmd reads no video file;
+frames go in as images, so F frames are F images, except where the projector merges
+frames in time (`clip_model_n_temporal_merge`: 2 for the Qwen-VL mergers, which pair
+consecutive same-size frames into one image's tokens): ceil(F / 2) x one frame's tokens.
+Example: 16 frames of 640x360 with Qwen2.5-VL: 644x364 -> 23 x 13 = 299 + 2 markers,
+x 8 pairs = 2,408 tokens.
+
+The file is read as hostile: sizes must be pixel counts up to 65,536, the patch no larger
+than the image, the merge at most `MAX_MERGE`, the type's text at most `MAX_TYPE_CHARS`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from walkthrough.errors import WalkthroughError
-from walkthrough.inspect.gguf import GGUFFile
+from walkthrough.inspect.gguf import GGUFFile, open_gguf
 
 FIXED = {"mlp": 1, "mlp_norm": 1, "ldp": 2, "ldpv2": 2, "gemma3": 4}  # type -> default merge per side
 DYNAMIC = ("qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger")
@@ -37,6 +49,10 @@ MARKERS = {"gemma3": 2, "qwen2vl_merger": 2, "qwen2.5vl_merger": 2, "qwen3vl_mer
 DYNAMIC_MIN_TOKENS, DYNAMIC_MAX_TOKENS = 8, 4096  # set_limit_image_tokens(8, 4096) for the Qwen-VL family
 DEFAULT_IMAGE = (1024, 768)
 MAX_SIDE = 1 << 16  # pixels: a bound on what a user may ask for
+MAX_MERGE = 64  # patches merged per side: real projectors merge 2 to 4
+MAX_TYPE_CHARS = 64  # a projector type longer than this is not one llama.cpp knows
+MAX_MEDIA = 100_000  # images or frames one request may ask for
+TEMPORAL_MERGE = {"qwen2vl_merger": 2, "qwen2.5vl_merger": 2, "qwen3vl_merger": 2}  # frames per video chunk
 
 
 class ProjectorError(WalkthroughError):
@@ -83,13 +99,41 @@ def read_projector(f: GGUFFile) -> Projector | None:
         kind = f.get("clip.vision.projector_type")
     if not isinstance(kind, str):
         return None
+    if len(kind) > MAX_TYPE_CHARS:
+        raise ProjectorError(f"clip.projector_type is {len(kind):,} characters long in this projector file; "
+                             f"llama.cpp's types are short names like gemma3 or qwen2.5vl_merger")
     if kind in FIXED:
         merge = _positive(f, "clip.vision.projector.scale_factor", FIXED[kind]) if kind == "gemma3" else FIXED[kind]
     elif kind in DYNAMIC:
         merge = _positive(f, "clip.vision.spatial_merge_size", 2)
     else:
         merge = 1
-    return Projector(kind, _positive(f, "clip.vision.image_size"), _positive(f, "clip.vision.patch_size"), merge)
+    image, patch = _positive(f, "clip.vision.image_size"), _positive(f, "clip.vision.patch_size")
+    if patch > image:
+        raise ProjectorError(f"clip.vision.patch_size {patch} is larger than clip.vision.image_size {image} in this "
+                             "projector file; a patch is a piece of the image")
+    if merge > MAX_MERGE:
+        raise ProjectorError(f"this projector file merges {merge} patches a side; at most {MAX_MERGE} is modelled "
+                             "(real projectors merge 2 to 4)")
+    return Projector(kind, image, patch, merge)
+
+
+def open_projector(path: str | os.PathLike, option: str = "--mmproj") -> Projector:
+    """The projector of the file at `path` (read once, header only).
+
+    Raises:
+        WalkthroughError: the file cannot be read, is not a GGUF, is not a projector, or its keys are unusable;
+            one line naming `option`.
+    """
+    try:
+        with open_gguf(path) as f:
+            projector = read_projector(f)
+    except OSError as exc:
+        raise ProjectorError(f"{option} {path}: cannot be read ({exc.strerror or exc}); check the path") from None
+    if projector is None:
+        raise ProjectorError(f"{option} {Path(path).name}: not a multimodal projector (no clip.projector_type); "
+                             "name the mmproj-*.gguf file that comes with the model")
+    return projector
 
 
 def _smart_resize(width: int, height: int, align: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -146,3 +190,78 @@ def parse_images(spec: str) -> tuple[int, int, int]:
         raise ProjectorError(f"--images {spec!r}: write N or NxWxH, e.g. 2 or 2x1024x768")
     count, width, height = numbers if len(numbers) == 3 else (numbers[0], *DEFAULT_IMAGE)
     return count, width, height
+
+
+@dataclass(frozen=True)
+class Media:
+    """What the user adds to the prompt: `count` images, or a video of `count` frames, each width x height."""
+
+    kind: str  # "image" or "video"
+    count: int
+    width: int
+    height: int
+
+    def describe(self) -> str:
+        """ "2 images of 1024x768", "a 16-frame video of 640x360"."""
+        if self.kind == "video":
+            return f"a {self.count:,}-frame video of {self.width}x{self.height}"
+        return f"{self.count:,} image{'' if self.count == 1 else 's'} of {self.width}x{self.height}"
+
+
+@dataclass(frozen=True)
+class MediaTokens:
+    """The prompt tokens some media become with one projector."""
+
+    media: Media
+    per_chunk: ImageTokens  # one image, or one chunk of a video (a frame, or a merged pair of frames)
+    chunks: int  # images, or video chunks after the temporal merge
+    merge: int  # frames per video chunk (1 for images)
+
+    @property
+    def tokens(self) -> int:
+        return self.chunks * self.per_chunk.tokens
+
+    def to_json(self, projector: Projector) -> dict[str, object]:
+        """The count as `estimate --json`'s `images` and `inspect --json`'s `mmproj.media` give it."""
+        one = self.per_chunk
+        return {"kind": self.media.kind, "count": self.media.count, "width": one.width, "height": one.height,
+                "chunks": self.chunks, "per_image": one.tokens, "tokens": self.tokens, "resized": list(one.resized),
+                "projector": projector.projector_type, "explain": self.explain(),
+                "formula": one.formula + (f" + {one.markers} markers" if one.markers else "")}
+
+    def explain(self) -> str:
+        """ "8 chunks (16 frames, 2 merged in time) x 301 tokens = 2,408"."""
+        if self.media.kind == "video" and self.merge > 1:
+            what = f"{self.chunks:,} chunks ({self.media.count:,} frames, {self.merge} merged in time)"
+        elif self.media.kind == "video":
+            what = f"{self.chunks:,} frames (each one image)"
+        else:
+            what = f"{self.chunks:,} image{'' if self.chunks == 1 else 's'}"
+        return f"{what} x {self.per_chunk.tokens:,} tokens = {self.tokens:,}"
+
+
+def parse_media(spec: str) -> Media:
+    """`N`, `NxWxH` (images) or `vF`, `vFxWxH` (a video of F frames) -> Media; the default size is 1024x768.
+
+    Example: "2x640x480" -> 2 images of 640x480; "v16x640x360" -> a 16-frame video of 640x360; "0" -> none.
+    """
+    text = spec.strip().lower()
+    kind = "video" if text.startswith("v") else "image"
+    try:
+        count, width, height = parse_images(text[1:] if kind == "video" else text)
+    except ProjectorError:
+        raise ProjectorError(f"{spec[:40]!r}: write N or NxWxH for images, vF or vFxWxH for a video of F "
+                             "frames, e.g. 2x1024x768 or v16x640x360") from None
+    if count > MAX_MEDIA or (kind == "video" and count < 1):
+        raise ProjectorError(f"{spec[:40]!r}: {'frames' if kind == 'video' else 'images'} must be "
+                             f"{1 if kind == 'video' else 0} to {MAX_MEDIA:,}")
+    if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):
+        raise ProjectorError(f"{spec[:40]!r}: each side must be 1 to {MAX_SIDE} pixels")
+    return Media(kind, count, width, height)
+
+
+def media_tokens(p: Projector, media: Media) -> MediaTokens:
+    """The prompt tokens `media` becomes with this projector (see the module docstring for video)."""
+    one = image_tokens(p, media.width, media.height)
+    merge = TEMPORAL_MERGE.get(p.projector_type, 1) if media.kind == "video" else 1
+    return MediaTokens(media, one, -(-media.count // merge), merge)

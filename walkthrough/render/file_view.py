@@ -132,8 +132,9 @@ def quant_mix_table(card) -> Table:
     return table
 
 
-def overview(f, card, engine_note: Text) -> Group:
-    """The File stage's overview: file, layout, architecture, parameters, quant mix, engine support."""
+def overview(f, card, engine_note: Text, media: Text | None = None) -> Group:
+    """The File stage's overview: file, layout, architecture, parameters, quant mix, engine support, and the
+    images or video the projector (--mmproj) turns into prompt tokens, when there is one."""
     head = Text()
     head.append_text(safe_text(f.path.name, "bold"))
     shards = f" in {len(f.paths)} shards" if len(f.paths) > 1 else ""
@@ -164,4 +165,5 @@ def overview(f, card, engine_note: Text) -> Group:
         params_table(card),
         _section("Quant mix"),
         quant_mix_table(card),
+        *((_section("Images and video (--mmproj)"), media) if media is not None else ()),
     )

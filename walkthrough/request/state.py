@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from walkthrough.engine.knobs import DEFAULT_DRAFT_MAX, MAX_NEW_TOKENS
+from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.locate import DEFAULT_REQUEST
 from walkthrough.request.parts import RUN_NEEDS, OpenedFile, Part, Rendered
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from walkthrough.inspect.card import ModelCard
     from walkthrough.inspect.chat import ChatTokens
     from walkthrough.inspect.gguf import GGUFFile
+    from walkthrough.inspect.projector import Media, MediaTokens, Projector
     from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 PREFILL_CHUNK = 64  # prompt tokens per prefill pass
@@ -127,6 +129,8 @@ class RequestState:
     max_new_tokens: int = MAX_NEW_TOKENS
     draft: Path | None = None  # --draft: a draft model for the Speculate stage
     beside: str | None = None  # --beside: a second file for the Costs stage's held-vs-read view (None: the tiny model)
+    mmproj: Path | None = None  # --mmproj: the model's multimodal projector, whose image tokens join the prompt
+    media: Media | None = None  # the images or video the user adds (File stage, i; --images)
     template_file: Path | None = None  # --template: a Jinja file used instead of the model's templates
     template_name: str | None = None  # which of the file's chat templates (None: the default one)
     _before_plain: str | None = None  # the template chosen before plain text was (`toggle_plain`)
@@ -158,6 +162,7 @@ class RequestState:
     profile_index: int = 0
     _profiles: list[Profile] | None = None
     _beside_card: tuple[str, ModelCard, list] | None = None
+    _projector: Projector | None = None
     _listener: Callable[[str], None] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -372,8 +377,43 @@ class RequestState:
         """
         from walkthrough.costs.estimate import estimate
 
-        prompt = max(len(self.prompt_ids), 1)
+        prompt = self.prompt_with_media()
         return estimate(self.card, self.profile, prompt + self.max_new_tokens, prompt, self.max_new_tokens)
+
+    def projector(self) -> Projector | None:
+        """The --mmproj file's projector (read once), None without one.
+
+        Raises:
+            WalkthroughError: the file cannot be opened, is not a projector, or its `clip.*` keys are unusable.
+        """
+        if self.mmproj is None:
+            return None
+        if self._projector is None:
+            from walkthrough.inspect.projector import open_projector
+
+            self._projector = open_projector(self.mmproj)
+        return self._projector
+
+    def media_tokens(self) -> MediaTokens | None:
+        """The prompt tokens the user's images or video become with the projector; None without either.
+
+        Raises:
+            WalkthroughError: as `projector`, or the projector's type is not modelled.
+        """
+        projector = self.projector()
+        if projector is None or self.media is None or self.media.count == 0:
+            return None
+        from walkthrough.inspect.projector import media_tokens
+
+        return media_tokens(projector, self.media)
+
+    def prompt_with_media(self) -> int:
+        """The prompt's tokens plus the media's (at least 1); the media count 0 when they cannot be counted."""
+        try:
+            media = self.media_tokens()
+        except WalkthroughError:
+            media = None
+        return max(len(self.prompt_ids), 1) + (media.tokens if media is not None else 0)
 
     def attention_rows_blocker(self) -> str | None:
         """Why this run does not record every attention row (too many bytes for the request's length), or None."""

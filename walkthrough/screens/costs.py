@@ -179,7 +179,7 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
             Text(f"{fmt(profile.memory_bytes, 'B')} {profile.memory_kind}, {fmt(profile.bandwidth, 'B/s')}, "
                  f"{profile.compute_tflops:g} TFLOPS useful compute"),
             Text.assemble(("request: " if self.size_knobs is None else "knobs (r resets): ", "bold"),
-                          size.describe(), (" (1 GB = 1e9 bytes)", "dim")),
+                          size.describe(), self._media_note(), (" (1 GB = 1e9 bytes)", "dim")),
         ))
         self._show_view()
         if self.view == "race":
@@ -235,13 +235,23 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
         self.query_one("#costs-table", Static).update(table)
         self.query_one("#costs-curves", Static).update(Group(*(curve_table(c) for c in curves.values())))
 
+    def _media_note(self) -> str:
+        """What the prompt's images or video add (--mmproj), for the request line; "" without them."""
+        if self.size_knobs is not None:
+            return ""
+        try:
+            media = self.state.media_tokens()
+        except WalkthroughError:
+            return ""
+        return "" if media is None else f"; the prompt holds {media.tokens:,} tokens of {media.media.describe()}"
+
     def request_size(self):
         """The knobs' request, or the request on screen (its prompt and answer budget)."""
         if self.size_knobs is not None:
             return self.size_knobs
         from walkthrough.costs.request_size import RequestSize
 
-        return RequestSize(None, max(len(self.state.prompt_ids), 1), self.state.max_new_tokens)
+        return RequestSize(None, self.state.prompt_with_media(), self.state.max_new_tokens)
 
     def _curves_for(self, card, hw, size) -> dict:
         """The three curves for this file, machine and request size (kept until one of them changes)."""

@@ -17,12 +17,13 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from walkthrough.engine import closeness
-from walkthrough.request import stages
-from walkthrough.screens import table_pages
+from walkthrough.errors import WalkthroughError
 from walkthrough.render import tensor_pages
-from walkthrough.screens.base import StageScreen
 from walkthrough.render.file_view import overview
 from walkthrough.render.format import human_bytes, human_count
+from walkthrough.request import stages
+from walkthrough.screens import table_pages
+from walkthrough.screens.base import StageScreen
 from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.screens.typeahead import when_shown
 from walkthrough.textsafe import safe_text
@@ -68,6 +69,11 @@ decoded fields (scale, min, sub-block scales), every value with its code, the
 bits-per-weight arithmetic of its type, and the same values rounded to other
 types with their errors and the size the tensor and the file would have.
 
+With --mmproj (the model's projector), the overview ends with the images or
+video the request adds: i types them (2 or 2x1024x768 images, v16x640x360 a
+16-frame video), the projector's rules turn each into tokens, and the Costs
+stage adds them to the prompt.
+
 Metadata: every key with its type and value, shown literally. A long value is
 cut with …: enter on its row opens the whole value (a template, every item of
 an array), scrollable, escape to close. The table shows 1,000 keys at a time:
@@ -79,6 +85,7 @@ with more, ] and [ turn the pages.
         Binding("slash", "filter", "Filter", id="file.filter"),
         Binding("escape", "leave_filter", "Leave filter", show=False, priority=True),  # in order (typeahead.py)
         Binding("b", "block", "Block", id="file.block"),
+        Binding("i", "media", "Images", id="file.media"),
         Binding("left_square_bracket", "page(-1)", "Previous page", id="file.prev_page",
                 group=Binding.Group("Page", compact=True)),
         Binding("right_square_bracket", "page(1)", "Next page", id="file.next_page",
@@ -95,8 +102,11 @@ with more, ] and [ turn the pages.
 
     def compose_body(self) -> ComposeResult:
         with TabbedContent(id="file-views"):
-            with TabPane("Overview", id="overview"), VerticalScroll(id="overview-box"):
-                yield Static(Text("Opening the file…"), id="overview-text")
+            with TabPane("Overview", id="overview"):
+                yield Input(placeholder="images: 2 or 2x1024x768; a video: v16 or v16x640x360 (enter)",
+                            id="media-input")
+                with VerticalScroll(id="overview-box"):
+                    yield Static(Text("Opening the file…"), id="overview-text")
             with TabPane("Tensors", id="tensors"):
                 yield Input(placeholder="filter: name, group or type (press / )", id="tensor-filter")
                 yield Static("", id="tensor-page")
@@ -110,13 +120,25 @@ with more, ] and [ turn the pages.
         f, card = self.state.file, self.state.card
         if f is None or card is None:
             return
-        self.query_one("#overview-text", Static).update(overview(f, card, self._engine_note()))
+        self.query_one("#overview-text", Static).update(overview(f, card, self._engine_note(), self._media()))
         if self._shown is not f:
             self._shown = f
             self._filter = tensor_pages.TensorFilter(tensor_pages.ordered_rows(f))
             self._fill_tensors("", new_file=True)
             self._pages["metadata"].start(list(f.fields))
             self._show_page("metadata")
+
+    def _media(self) -> Text | None:
+        """The projector's count of the user's images or video (--mmproj), or why it cannot count them."""
+        from walkthrough.render.media_view import media_lines
+
+        if self.state.mmproj is None:
+            return None
+        try:
+            projector, tokens = self.state.projector(), self.state.media_tokens()
+        except WalkthroughError as exc:
+            return Text.assemble(("Cannot count image tokens: ", "bold"), safe_text(str(exc)))
+        return media_lines(projector, tokens, self.state.prompt_with_media())
 
     def _engine_note(self) -> Text:
         reason = self.state.unavailable.get("engine")
@@ -186,7 +208,7 @@ with more, ] and [ turn the pages.
             self._show_page(view)
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        if self.state.file is None:
+        if self.state.file is None or event.input.id != "tensor-filter":
             return
         if self._typing is not None:
             self._typing.stop()
@@ -201,8 +223,30 @@ with more, ] and [ turn the pages.
 
     @when_shown
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "media-input":
+            self._media_typed(event.value)
+            return
         self._filter_typed()
         self.query_one("#tensor-table").focus()
+
+    def action_media(self) -> None:
+        """Type the images or video to count (the field over the overview)."""
+        self.query_one(TabbedContent).active = "overview"
+        field = self.query_one("#media-input", Input)
+        field.display = True
+        field.focus()
+
+    def _media_typed(self, spec: str) -> None:
+        """The typed images or video become the request's (a bad spec is a notice; the text stays)."""
+        from walkthrough.inspect.projector import parse_media
+
+        try:
+            self.state.media = parse_media(spec)
+        except WalkthroughError as exc:
+            self.notify(str(exc), title="Images", severity="error", markup=False)
+            return
+        self.query_one("#overview-box").focus()
+        self.refresh_view()
 
     def on_mount(self) -> None:  # (Textual runs StageScreen.on_mount after this one)
         self._focus_view()
@@ -233,6 +277,8 @@ with more, ] and [ turn the pages.
             tabs.active = "tensors"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "media":  # with a projector to count them
+            return True if self.state.mmproj is not None else None
         if action == "block":  # a tensor row must be in view
             return None if self.query_one(TabbedContent).active != "tensors" else True
         if action == "page":  # only for a table longer than one page, in its view
@@ -259,6 +305,9 @@ with more, ] and [ turn the pages.
             self.app.push_screen(MetadataValueScreen(self.state.file, event.row_key.value))
 
     def action_leave_filter(self) -> None:
+        if self.focused is not None and self.focused.id == "media-input":
+            self.query_one("#overview-box").focus()
+            return
         if self.query_one(TabbedContent).active == "tensors":
             self._filter_typed()
             self.query_one("#tensor-table").focus()
