@@ -130,7 +130,7 @@ class AttentionScreen(OverlayScreen):
         title = Text.assemble(("query ", "bold cyan"), f"{self.cursor} ", self._piece(tokens, self.cursor),
                               ("  key ", "bold magenta"), f"{key} ", self._piece(tokens, key),
                               (f"  (weighted #{self.key_rank + 1} of {len(ranked)}; left/right: another)", "dim"))
-        caption = Text("projection on the first two principal directions of this head's keys (u1 across, u2 up)",
+        caption = Text("projection on this head's keys' first two principal directions (u1 across, u2 up)",
                        style="dim")
         canvas = arrows_canvas(pair, min(width - 2, 61), max(5, height - RESERVED_LINES - 1))
         return Group(title, caption, canvas, pair_lines(pair, weight))
