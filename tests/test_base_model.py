@@ -267,6 +267,7 @@ async def test_the_app_continues_plain_text_with_llama_cpps_greedy_tokens(tmp_pa
 
 
 @needs_llama
+@pytest.mark.app  # slow: a real 268M-parameter model through the numpy engine (about a minute)
 def test_gemma3_270m_continues_plain_text_with_llama_cpps_greedy_tokens(capsys):
     """Issue 28's own file: trace (plain text by default, as with --raw) writes llama.cpp's 12 greedy tokens
     (measured: ' the capital of the country of France. It is the largest')."""

@@ -55,7 +55,16 @@ def requantize(src: Path, dst: Path) -> None:
     params.ftype = llama_c.LLAMA_FTYPE_MOSTLY_Q4_K_M
     params.allow_requantize = True
     params.nthread = 1
-    if llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as quiet:  # llama.cpp logs every tensor (and each fallback type) on fd 2
+        os.dup2(quiet.fileno(), 2)
+        try:
+            failed = llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    if failed:
         raise SystemExit(f"llama.cpp could not quantize {src} to Q4_K_M")
 
 
