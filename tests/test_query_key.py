@@ -75,3 +75,25 @@ def test_the_pair_and_its_plane():
     assert pair.projected_score == pytest.approx((pair.q2[0] * pair.k2[0] + pair.q2[1] * pair.k2[1]) * pair.scale)
     with pytest.raises(ValueError, match="must satisfy"):
         qk.pair(layer, head, 2, 5)
+
+
+def test_trace_arrows_prints_the_runs_score(capsys):
+    from walkthrough.cli import main
+    from walkthrough.engine.attention_map import AttentionMap
+
+    ids = PROMPT[:6]
+    assert main(["trace", str(TINY), "--ids", ",".join(map(str, ids)), "--steps", "3", "--arrows", "1:2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    model = Model.open(TINY)  # the same request, run here: the CLI's figures are this run's
+    steps = list(Session(model, attention_rows=True).generate(ids, Sampler.greedy(), 3, chunk=512))
+    qk, amap = QueryKeys.from_steps(steps), AttentionMap.from_steps(steps, model.config)
+    row = qk.length - 1
+    key, weight = amap.top(1, 2, row, 1)[0]
+    pair = qk.pair(1, 2, row, key)
+    assert f"the query of position {row} and the key it weighted most, position {key}" in out
+    assert f"= {pair.score:.4g} (the run's" in out and f"weight {weight:.1%}" in out
+    assert f"= {pair.projected_score:.4g}: the plane alone, an approximation" in out
+    for bad, needle in ((["--arrows", "1"], "write LAYER:HEAD"), (["--arrows", "7:0"], "layers 0..3"),
+                        (["--arrows", "0:0", "--json"], "leave out")):
+        assert main(["trace", str(TINY), "--ids", "5,17", "--steps", "1", *bad]) == 2
+        assert needle in capsys.readouterr().err

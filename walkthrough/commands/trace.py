@@ -17,6 +17,9 @@ compute every position's logits for it), by the token it chose
 (`chosen_surprisal`), and the `loss` so far: loss and perplexity of the
 request and of the answer (`walkthrough.engine.surprisal.run_summary`).
 
+`--arrows LAYER:HEAD` ends with the last token's query and the key it weighted most in that layer and head
+as two arrows with their score (`trace_arrows`, the attention view's `v`).
+
 `--speculate lookup|mtp|draft` decodes by speculative decoding instead
 (`walkthrough.engine.serving.speculative`): each row after the prompt is one
 verification pass over the pending token and up to `--draft-max` drafts
@@ -115,6 +118,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--draft", metavar="MODEL", help="a smaller GGUF with the same vocabulary (implies --speculate draft)")
     p.add_argument("--rates", metavar="3,12,60",
                    help="also say how long the answer takes at these decode rates (tokens/s) and at reading speed")
+    p.add_argument("--arrows", metavar="LAYER:HEAD",
+                   help="after the run, the last token's query and the key it weighted most in that layer and "
+                   "head, as two arrows with their score (numpy engine)")
     p.add_argument("--json", action="store_true", help="JSON Lines: one record per pass")
     p.add_argument("--logits", action="store_true",
                    help="add each pass's logits, one row per position (implies --json)")
@@ -154,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "numpy" and (args.measure or speculate):
         raise WalkthroughError(f"--{'measure' if args.measure else 'speculate'} runs on the numpy engine only; "
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
+    if args.arrows is not None and (args.engine != "numpy" or speculate or args.four_calls or args.json
+                                    or args.logits):
+        raise WalkthroughError("--arrows draws one plain numpy run as text: leave out --engine, --speculate, "
+                               "--four-calls, --json and --logits")
     f = open_model(args.model, runs="trace")
     tok = tokenizer(f, required=args.ids is None)
     model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split)
@@ -163,8 +173,26 @@ def run(args: argparse.Namespace) -> int:
     source = None if args.ids is not None else request_template(f, args)
 
     rates = parse_rates(args.rates) if args.rates is not None else None
+    arrows, kept_steps = None, []  # --arrows: (layer, head), and the passes kept to draw them from
+    if args.arrows is not None:
+        from walkthrough.commands.trace_arrows import parse_arrows
+
+        arrows = parse_arrows(args.arrows, model.config.n_layers, model.config.n_head, model.config.mixers)
+
+    def end_with_arrows(code: int) -> int:
+        if arrows is not None and code == 0:
+            from walkthrough.commands.trace_arrows import print_arrows
+
+            print_arrows(kept_steps, model.config, *arrows, sys.stdout)
+        return code
 
     def printer_for(ids: list[int]):
+        if arrows is None:
+            return _printer_for(ids)
+        base = _printer_for(ids)
+        return lambda passes, *a, **k: base((kept_steps.append(s) or s for s in passes), *a, **k)
+
+    def _printer_for(ids: list[int]):
         """`_print`, its table headed by what the engine will hold for this request (a warning on stderr
         when that will not fit the free memory), then with --rates the answer's time at each rate."""
         memory = memory_report(model, len(ids) + args.steps, args.chunk)
@@ -202,17 +230,18 @@ def run(args: argparse.Namespace) -> int:
         model.check_ids(ids)
         check_fits(model.card.context_length, len(ids), args.steps, "--steps")
         session = new_session(model, kv_type=args.kv_type, auto_checkpoints=False, n_ctx=len(ids) + args.steps,
-                              measure_surprisal=as_json)
+                              measure_surprisal=as_json, attention_rows=arrows is not None)
 
         sampler = Sampler(settings)
 
         passes = session.generate(ids, sampler, args.steps, chunk=args.chunk, all_logits=args.logits)
         printer_for(ids)(passes, model, piece, as_json=as_json, logits=args.logits)
-        return 0
+        return end_with_arrows(0)
     from walkthrough.commands.trace_turns import play
 
     printer = printer_for(prompt_ids(f, tok, args, source))  # sized by the first request
-    return play(f, model, tok, settings, args, source, as_json=as_json, printer=printer, piece=piece)
+    return end_with_arrows(play(f, model, tok, settings, args, source, as_json=as_json, printer=printer,
+                                piece=piece))
 
 
 def _speculative_passes(model, ids: list[int], sampler, args: argparse.Namespace, kind: str):

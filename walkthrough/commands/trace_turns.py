@@ -34,7 +34,10 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
     request's passes then its reuse."""
     messages = load_messages(args.messages) if args.messages else [{"role": "user", "content": args.prompt}]
     several = args.four_calls or sum(m.get("role") == "user" for m in messages) > 1
-    session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several, measure_surprisal=as_json)
+    if several and args.arrows is not None:
+        raise WalkthroughError("--arrows draws one request's attention; these messages make several turns")
+    session = new_session(model, kv_type=args.kv_type, auto_checkpoints=several, measure_surprisal=as_json,
+                          attention_rows=args.arrows is not None)
     talk = Conversation(session, tok, source, settings=settings, max_tokens=args.steps, chunk=args.chunk,
                         origin=f"chat template of {f.path.name}", measure_fresh=args.measure)
     if args.four_calls:
