@@ -178,3 +178,39 @@ async def test_an_overlay_on_the_stage_lets_the_round_finish(fixtures_dir, monke
         await settle(pilot)
         assert len(_run(screen).rounds) == 2 and not _run(screen).busy and len(posted) == 3
         assert _shown(screen) == _reference(app.state, _run(screen).k, 2)
+
+
+async def test_the_prompt_s_prefill_says_its_progress(monkeypatch):
+    # The first round prefills the whole prompt: the stage said "Press space" and the stage bar
+    # nothing until it was done (tens of seconds on SmolLM2's default request)
+    import re
+
+    from app_support import LayerGate
+
+    import walkthrough.request.run
+    from walkthrough.screens.base import StageBar
+
+    monkeypatch.setattr(walkthrough.request.run, "PROGRESS_AFTER", 0.0)  # report every layer
+    monkeypatch.setattr(walkthrough.request.run, "PROGRESS_EVERY", 0.0)
+    gate = LayerGate(monkeypatch, hold=lambda worker: worker.name == "speculative round", at=2)
+    app = reference_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await _press(pilot, STAGE_KEY)
+        await pilot.press("space")
+        await gate.wait_held(pilot)
+        await pilot.pause(0.2)
+        total = app.state.model.config.n_layers
+        bar = str(app.screen.query_one(StageBar).content)
+        assert re.search(rf"round pass: layer \d of {total}", bar), bar
+        text = shown_text(app)
+        assert f"Prefilling the prompt ({len(app.state.prompt_ids)} tokens)" in text
+        assert "Press space" not in text
+        await gate.wait_returned(pilot)
+        for _ in range(500):
+            if not app.state.speculation.busy:
+                break
+            await pilot.pause(0.02)
+        assert app.state.speculation.prefill is not None
+        assert "round pass" not in str(app.screen.query_one(StageBar).content)
+        assert "Prefilling" not in shown_text(app)

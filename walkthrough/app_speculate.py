@@ -22,6 +22,7 @@ from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
+from walkthrough.app_run import pass_status
 from walkthrough.request import events
 from walkthrough.request.run import RoundPlan
 from walkthrough.request.state import Speculation
@@ -81,14 +82,28 @@ class SpeculatesRounds(App):
         s = self.state.speculation
         if s.busy or s.playing:
             self.state.speculation = replace(s, busy=False, playing=False)
+        self._round_status_off()
 
     @work(thread=True, group="speculate", name="speculative round")
     def _round(self, run_id: int, shown: int) -> None:
         worker = get_current_worker()
         self.runs.run_round(run_id, shown, lambda: worker.is_cancelled)
 
+    def apply_round_progress(self, message: events.RoundProgress) -> None:
+        s = self.state.speculation
+        if message.run_id == s.run_id and s.busy:
+            self.pass_status = "round " + pass_status(message.done, message.total)
+
+    def _round_status_off(self) -> None:
+        """No round in flight: its progress leaves the stage bar (a pass of the stage's run says its
+        own)."""
+        if self.pass_status.startswith("round "):
+            self.pass_status = ""
+
     def apply_round_done(self, message: events.RoundDone) -> None:
         s = self.state.speculation
+        if message.run_id == s.run_id:
+            self._round_status_off()
         if message.run_id != s.run_id:
             # a round of a run replaced since (`busy` was cleared then); a stopped round's record
             # was dropped before this, as its worker was cancelled

@@ -141,6 +141,18 @@ class RoundDone(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class RoundProgress(Event):
+    """The round of speculative run `run_id` in flight (the prompt's prefill, chunk by chunk, or a
+    verification pass) has run `done` of `total` layers of its pass."""
+
+    merges: ClassVar[bool] = True
+    follows_worker: ClassVar[bool] = False
+    run_id: int
+    done: int
+    total: int
+
+
 # ---- the four calls ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CallPassed(Event):
@@ -182,5 +194,5 @@ class CallsFailed(Event):
 
 
 EVENTS: tuple[type[Event], ...] = (Progress, PartReady, PartFailed, LoadFailed, PassProgress,
-                                   StepDone, PassCancelled, RunFailed, RoundDone, CallPassed,
+                                   StepDone, PassCancelled, RunFailed, RoundDone, RoundProgress, CallPassed,
                                    CallPlayed, CallsFinished, StartsMeasured, CallsFailed)

@@ -327,7 +327,8 @@ class RunService:
         self._replace("_rounds", None)
 
     def next_round(self, run_id: int, shown: int,
-                   cancelled: Callable[[], bool] = lambda: False) -> Step | None:
+                   cancelled: Callable[[], bool] = lambda: False,
+                   progress: Progress | None = None) -> Step | None:
         """The Step of speculative run `run_id` after the `shown` first ones (the prefill's last
         pass first), None when the answer is done.
 
@@ -335,6 +336,7 @@ class RunService:
             shown: Steps of this run the caller holds.
             cancelled: the caller's own stop request (its worker was cancelled), checked at every
             layer.
+            progress: called with (layers done, layers in all) during each of the round's passes.
 
         Raises:
             Cancelled: the run was replaced (before or during the round), or `cancelled()`; the run
@@ -346,7 +348,14 @@ class RunService:
             run = self._rounds
             if run is None or run.plan.run_id != run_id or run.cancel.is_set():
                 raise Cancelled()
-            run.report = stop_when(lambda: run.cancel.is_set() or cancelled())
+            stop = stop_when(lambda: run.cancel.is_set() or cancelled())
+
+            def report(done: int, total: int) -> None:
+                stop(done, total)
+                if progress is not None:
+                    progress(done, total)
+
+            run.report = report
             try:
                 # a round was cut off, or its step not kept
                 if run.steps is None or run.made != shown:
@@ -365,9 +374,18 @@ class RunService:
                   cancelled: Callable[[], bool] = lambda: False) -> None:
         """Run the round of speculative run `run_id` after the `shown` first Steps (`next_round`)
         and post it in a `RoundDone` (with the error, if the engine refused it); a cancelled round
-        posts nothing."""
+        posts nothing; a long round posts `RoundProgress` as `run_pass` posts a pass's."""
+        began = time.monotonic()
+        reported = [began]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - began >= PROGRESS_AFTER and now - reported[0] >= PROGRESS_EVERY:
+                reported[0] = now
+                self.post(events.RoundProgress(run_id, done, total))
+
         try:
-            step = self.next_round(run_id, shown, cancelled)
+            step = self.next_round(run_id, shown, cancelled, progress)
         except Cancelled:
             return
         except WalkthroughError as exc:

@@ -175,6 +175,9 @@ space runs a round, enter plays, r restarts, + and - change k, d the drafter.
         if s.error:
             line.append("\n")
             line.append_text(safe_text(s.error, "bold"))
+        elif s.prefill is None and s.busy:
+            line.append(f"\nPrefilling the prompt ({count(len(state.prompt_ids), 'token')}): the "
+                        "stage bar says the layer.")
         elif s.prefill is None:
             line.append("\nPress space: the prompt is prefilled, then each press runs one round.")
         head.update(line)
