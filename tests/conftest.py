@@ -10,6 +10,7 @@ out unless `-m` names them, whatever else `-m` selects (`-m quality` runs them).
 """
 
 import inspect
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,17 @@ APP_SUITES = frozenset({
     "test_real_weights.py",  # a real 135M model against llama.cpp: minutes of CPU
     "test_rpc_split.py", "test_rpc_worker.py",  # llama.cpp RPC workers started as processes
 })
+
+
+@cache
+def fixture_tokenizer(path: Path):
+    """The tokenizer of a fixture file, built once per session and shared read-only by every suite that
+    tokenizes with it (a 150k-token vocabulary takes about a second to build)."""
+    from walkthrough.inspect.gguf import open_gguf
+    from walkthrough.inspect.tokenizer import GGUFTokenizer
+
+    with open_gguf(path) as f:
+        return GGUFTokenizer.from_gguf(f)
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,12 @@ files with a merges list), our tokenizer on the same text (the Tokens stage's id
 from __future__ import annotations
 
 from collections import Counter
-from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from app_support import SIZES, press_stage, reference_app, settle, shown_text
+from conftest import fixture_tokenizer
 from llama_support import needs_llama
 from real_weights_support import find_smollm2
 from test_tokenizer import _load_case
@@ -33,11 +33,11 @@ BPE_VOCABS = ("ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-
 TEXT = "The patient presents with a fever and a dry cough for three days.\n\n  Dose: 12.5 mg, twice daily!"
 
 
-@cache
 def _tokenizer(path: Path) -> GGUFTokenizer:
-    return GGUFTokenizer.from_gguf(open_gguf(path))
+    return fixture_tokenizer(path)
 
 
+@pytest.mark.app  # slow: every BPE fixture vocabulary's tests, merge by merge
 @pytest.mark.parametrize("name", BPE_VOCABS)
 def test_replay_ends_at_llama_cpp_ids_on_its_vocabulary_tests(fixtures_dir, name: str) -> None:
     tok = _tokenizer(fixtures_dir / "vocab" / name)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES_DIR
+from conftest import FIXTURES_DIR, fixture_tokenizer
 
 from walkthrough.inspect.chat import chat_tokens, raw_tokens
-from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.template import load_template_file
-from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 TEMPLATES = sorted(
     p.name.removesuffix(".jinja") for p in (FIXTURES_DIR / "templates").glob("*.jinja")
@@ -30,8 +28,7 @@ VOCABS = {
 
 
 def _build(fixtures_dir, name):
-    with open_gguf(fixtures_dir / VOCABS[name]) as f:
-        return GGUFTokenizer.from_gguf(f)
+    return fixture_tokenizer(fixtures_dir / VOCABS[name])
 
 
 @pytest.fixture(scope="module")

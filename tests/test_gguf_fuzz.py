@@ -116,6 +116,7 @@ def _exercise(path: Path) -> None:
     f.close()
 
 
+@pytest.mark.app  # slow: every fixture, damaged many ways
 def test_damaged_fixtures_open_or_raise_gguf_error(seeds, scratch):
     @settings(
         max_examples=300,

@@ -76,6 +76,7 @@ def test_trace_refuses_an_answer_that_would_outgrow_the_context(capsys):
     )
 
 
+@pytest.mark.app  # slow: a whole conversation through trace, call after call
 def test_trace_refuses_a_turn_grown_past_the_context(tmp_path, capsys):
     messages = tmp_path / "turns.json"
     messages.write_text(

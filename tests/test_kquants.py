@@ -79,22 +79,44 @@ def test_block_view_rounds_to_the_k_quants():
     assert rounds[Q.Q8_0].rms < rounds[Q.Q6_K].rms < rounds[Q.Q4_K].rms
 
 
-@pytest.mark.parametrize("qtype", list(K_FAST), ids=lambda t: t.name)
-def test_engine_decodes_llama_cpps_blocks_as_gguf_quants(qtype):
-    """The engine's k-quant dequantizer (engine/glassbox/dequant_k.py) on blocks ggml_quantize_chunk wrote from
-    real rows and from random rows with zero, quiet and outlier sub-blocks: gguf.quants' float32 values, bit for
-    bit (random bytes, NaN scales included, are in test_memory_budget)."""
-    paths = [TINY] + [Path(p) for p in [os.environ.get("SMOLLM2_GGUF", "")] if p and Path(p).exists()]
-    rows = [_random_row()]
-    for path in paths:
-        with open_gguf(path) as f:
-            largest = max(f.tensors, key=lambda n: f.tensors[n].n_elements)
-            for name in ("blk.0.attn_q.weight", largest):
-                t = f.tensors[name]
-                values = np.array(quants.dequantize(np.array(f.tensor_bytes(name)), t.ggml_type)).reshape(-1)
-                rows.append(values[: values.size // 256 * 256].astype(np.float32))
+def _real_rows(path: Path) -> list[np.ndarray]:
+    """The first layer's attn_q and the file's largest tensor, dequantized, cut to whole 256-value blocks."""
+    rows = []
+    with open_gguf(path) as f:
+        largest = max(f.tensors, key=lambda n: f.tensors[n].n_elements)
+        for name in ("blk.0.attn_q.weight", largest):
+            t = f.tensors[name]
+            values = np.array(quants.dequantize(np.array(f.tensor_bytes(name)), t.ggml_type)).reshape(-1)
+            rows.append(values[: values.size // 256 * 256].astype(np.float32))
+    return rows
+
+
+def _decodes_as_gguf_quants(qtype: Q, rows: list[np.ndarray]) -> None:
     for x in rows:
         raw = np.frombuffer(_ggml_quantize(qtype, x), np.uint8)
         expected = np.asarray(quants.dequantize(raw, qtype), np.float32).reshape(-1)
         got = dequantize_rows(raw.copy(), qtype, 256, "t").reshape(-1)
         assert got.view(np.uint32).tolist() == expected.view(np.uint32).tolist()
+
+
+@pytest.fixture(scope="module")
+def smollm2_rows() -> list[np.ndarray]:
+    path = Path(os.environ.get("SMOLLM2_GGUF", ""))
+    if not path.is_file():
+        pytest.skip("SMOLLM2_GGUF names no file")
+    return _real_rows(path)
+
+
+@pytest.mark.parametrize("qtype", list(K_FAST), ids=lambda t: t.name)
+def test_engine_decodes_llama_cpps_blocks_as_gguf_quants(qtype):
+    """The engine's k-quant dequantizer (engine/glassbox/dequant_k.py) on blocks ggml_quantize_chunk wrote from
+    real rows and from random rows with zero, quiet and outlier sub-blocks: gguf.quants' float32 values, bit for
+    bit (random bytes, NaN scales included, are in test_memory_budget)."""
+    _decodes_as_gguf_quants(qtype, [_random_row(), *_real_rows(TINY)])
+
+
+@pytest.mark.app  # slow: a real trained model's largest tensor (SmolLM2's 28M-value embedding) per type
+@pytest.mark.parametrize("qtype", list(K_FAST), ids=lambda t: t.name)
+def test_engine_decodes_llama_cpps_blocks_of_a_trained_model_as_gguf_quants(qtype, smollm2_rows):
+    """As above, on SmolLM2's attn_q and embedding rows (SMOLLM2_GGUF)."""
+    _decodes_as_gguf_quants(qtype, smollm2_rows)

@@ -98,6 +98,7 @@ def _ours(qtype: Q, x: np.ndarray) -> np.ndarray:
     return np.frombuffer(raw, np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
 
 
+@pytest.mark.app  # slow: llama.cpp quantizes a model to every type
 @pytest.mark.parametrize("type_name", FTYPES)
 def test_every_block_is_llama_cpps(type_name, f32_model, tmp_path):
     src, matrices = f32_model

@@ -110,6 +110,7 @@ def test_inspect_block_of_a_missing_tensor_is_one_line(cut, capsys):
     assert err.splitlines()[-1].startswith("walkthrough: error: ") and "partial download" in err
 
 
+@pytest.mark.app  # slow: a real trained model's file, cut and opened
 def test_smollm2_cut_after_its_header(tmp_path, capsys):
     """The real file's first megabytes: its card, vocabulary, template and estimate."""
     source = find_smollm2()

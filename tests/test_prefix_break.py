@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from conftest import fixture_tokenizer
 
 from walkthrough.engine.checkpoints import common_prefix
 from walkthrough.engine.prefix_break import Held, explain
@@ -25,8 +26,7 @@ THOUGHT = "<think>\nThe user greets me.\n</think>\n\nHello there."
 
 @pytest.fixture(scope="module")
 def tok(fixtures_dir) -> GGUFTokenizer:
-    with open_gguf(fixtures_dir / "vocab" / "ggml-vocab-qwen35.gguf") as f:
-        return GGUFTokenizer.from_gguf(f)
+    return fixture_tokenizer(fixtures_dir / "vocab" / "ggml-vocab-qwen35.gguf")
 
 
 def _template(fixtures_dir, name: str) -> str:

@@ -49,6 +49,7 @@ def test_recorded_queries_and_keys_give_the_runs_weights():
     _check_scores_are_the_runs(model, steps)
 
 
+@pytest.mark.app  # slow: a real trained model (SmolLM2) run and its scores rebuilt
 @pytest.mark.skipif(not os.environ.get("SMOLLM2_GGUF"), reason="SMOLLM2_GGUF not set")
 def test_recorded_queries_and_keys_give_the_runs_weights_on_smollm2():
     model, steps = _run(Path(os.environ["SMOLLM2_GGUF"]), chunk=None, decode=1, prompt=PROMPT[:6])

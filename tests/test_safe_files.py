@@ -237,6 +237,7 @@ def test_record_refuses_the_messages_file_even_with_overwrite(model, tmp_path, c
     assert messages.read_bytes() == before
 
 
+@pytest.mark.app  # slow: a recorded app run, written as a cast
 def test_record_with_overwrite_replaces_the_file_with_a_cast(model, tmp_path):
     cast = tmp_path / "w.cast"
     cast.write_text("old")

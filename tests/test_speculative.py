@@ -69,6 +69,7 @@ def test_prompt_lookup_gives_the_plain_tokens(models, name: str, settings: Sampl
     _check_lookup(model, ids, settings, REFERENCE / f"{name}.logits.json")
 
 
+@pytest.mark.app  # slow: every newer architecture, with both samplers
 @pytest.mark.parametrize("settings", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 @pytest.mark.parametrize("path", ARCH, ids=[p.stem for p in ARCH])
 def test_prompt_lookup_gives_the_plain_tokens_on_the_newer_architectures(path, settings: SamplerSettings):
@@ -98,6 +99,7 @@ def _check_lookup(model: Model, ids: list[int], settings: SamplerSettings, refer
         assert r.kv_len == r.start + d.accepted + 1
 
 
+@pytest.mark.app  # slow: a draft model's passes beside each target's, with both samplers
 @pytest.mark.parametrize("settings", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 @pytest.mark.parametrize("name", ["ref-qwen3moe-q8_0", "ref-qwen35moe-f32", "ref-llama-q4_0"])
 def test_a_draft_model_gives_the_plain_tokens(models, name: str, settings: SamplerSettings):
@@ -199,6 +201,7 @@ def mtp_model(tmp_path_factory) -> Model:
     return Model.open(write_qwen35moe(tmp_path_factory.mktemp("mtp") / "mtp.gguf", Shape(mtp=1), seed=5))
 
 
+@pytest.mark.app  # slow: an MTP model's rounds beside its plain passes, with both samplers
 @pytest.mark.parametrize("settings", [GREEDY, SEEDED], ids=["greedy", "seeded"])
 def test_mtp_drafting_gives_the_plain_tokens(mtp_model: Model, settings: SamplerSettings):
     plain, _ = _plain(mtp_model, HYBRID_PROMPT, settings, 4, 20)

@@ -224,6 +224,7 @@ def test_a_single_huge_range_is_refused():
         render("{% for i in range(10**10) %}{% endfor %}", HI)
 
 
+@pytest.mark.app  # slow: a render process started, then killed
 def test_cancel_stops_a_running_render():
     cancel = threading.Event()
     source = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"

@@ -40,6 +40,7 @@ def test_default_request_file_is_the_generated_one() -> None:
     assert shipped == corpus.default_request().messages
 
 
+@pytest.mark.app  # slow: the tiny model's whole default request
 def test_default_answer_names_and_cites_the_interacting_drug(default_run) -> None:
     text, _ = default_run
     print(text)
@@ -53,6 +54,7 @@ def test_default_answer_names_and_cites_the_interacting_drug(default_run) -> Non
     assert corpus.drugs_named(text, corpus.load_facts()) <= corpus.drugs_named(user, corpus.load_facts())
 
 
+@pytest.mark.app  # slow: the tiny model's whole default request
 def test_every_layer_uses_half_its_experts_on_the_default_request(runner, default_run) -> None:
     _, steps = default_run
     n_expert = runner.model.config.n_experts

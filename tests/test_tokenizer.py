@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import FIXTURES_DIR
+from conftest import FIXTURES_DIR, fixture_tokenizer
 from gguf.constants import GGUFValueType as V
 from gguf.constants import TokenType
 
@@ -48,7 +48,7 @@ def tokenizer_for(fixtures_dir):
     def get(name: str) -> GGUFTokenizer:
         if name not in _TOKENIZERS:
             folder = "reference" if name.startswith("ref-") else "vocab"
-            _TOKENIZERS[name] = GGUFTokenizer.from_gguf(open_gguf(fixtures_dir / folder / name))
+            _TOKENIZERS[name] = fixture_tokenizer(fixtures_dir / folder / name)
         return _TOKENIZERS[name]
 
     return get

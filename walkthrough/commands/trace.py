@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
         raise WalkthroughError("--arrows draws one plain numpy run as text: leave out --engine, --speculate, "
                                "--four-calls, --json and --logits")
     f = open_model(args.model, runs="trace")
-    tok = tokenizer(f, required=args.ids is None)
+    # the model first: a file the engine cannot run is refused before its vocabulary is built (a second
+    # for 128k tokens)
     model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split)
+    tok = tokenizer(f, required=args.ids is None)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits
     piece = token_pieces(f, tok)
