@@ -275,3 +275,24 @@ async def test_summary_lists_speculate_and_writes_flop_as_costs_does(size):
                 and f"alpha = {stats.accepted}/{stats.drafted} drafts" in table)
         assert f"{fmt(totals(app.state.prefill_steps).flops, 'FLOP')} computed" in table
         assert "FLOPs" not in table
+
+
+async def test_summary_rows_follow_the_stage_numbers():
+    """The Speculate row (stage 6) came after the Sampling row (stage 7)."""
+    import re
+
+    from textual.widgets import Static
+
+    from walkthrough.request import stages
+
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=SIZES["small"]) as pilot:
+        await settle(pilot)
+        await press_stage(pilot, "prefill", "space")
+        await settle(pilot)
+        await press_stage(pilot, "summary")
+        await settle(pilot)
+        table = widget_text(app.screen.query_one("#summary-table", Static))
+        numbers = [int(m.group(1)) for line in table.splitlines() if (m := re.match(r"\s*(\d+) [A-Z]", line))]
+        assert stages.number("sampling") in numbers and stages.number("speculate") in numbers
+        assert numbers == sorted(numbers), table

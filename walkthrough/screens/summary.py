@@ -74,11 +74,11 @@ its number key; r on a stepping stage restarts the request.
         once = first_use_line([*prefill, *decode])
         if once is not None:  # one-time work, apart from the prefill and decode times above
             table.add_row("first use", once.removeprefix("first use: "))
+        if "speculate" in stages.ids():  # a build without the stage has no row for it
+            table.add_row(row("speculate"), self._speculation())
         sampling = self._sampling()
         if sampling:
             table.add_row(row("sampling"), sampling)
-        if "speculate" in stages.ids():  # a build without the stage has no row for it
-            table.add_row(row("speculate"), self._speculation())
         costs = self._costs()
         if costs is not None:
             table.add_row(row("costs"), costs)
