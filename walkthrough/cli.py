@@ -25,8 +25,8 @@ from walkthrough.commands.argv import Parser
 from walkthrough.errors import WalkthroughError
 from walkthrough.textsafe import visible
 
-SUBCOMMANDS = ("inspect", "tokenize", "template", "trace", "estimate", "bench", "calibrate", "compare", "serve",
-               "worker")
+SUBCOMMANDS = ("inspect", "tokenize", "template", "trace", "estimate", "bench", "calibrate", "compare", "abliterate",
+               "serve", "worker")
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 1  # what Rich's Console exits with when its reader leaves
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C

@@ -16,10 +16,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from walkthrough.render.format import bar, human_bytes
-from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.render.experts_view import ExpertsGrid
+from walkthrough.render.format import bar, human_bytes
 from walkthrough.render.views import activations_line, balance_line, flops_line, token_strip
+from walkthrough.screens.stepping import SteppingScreen
 from walkthrough.textsafe import token_label
 from walkthrough.words import count
 
@@ -57,11 +57,26 @@ c changes the chunk size and restarts the request (asking first when passes
 would be lost): bigger chunks read each
 weight once for more tokens, so their intensity rises; the results do not
 change with the chunk size.
+
+x opens abliteration: the residual stream at the end of two sets of prompts
+that differ in one behaviour (answer in French, or in English), the direction
+between their means, each prompt's projection on it; w there writes a copy of
+the file with that direction projected out of every matrix that writes into
+the stream, and shows how the answers change.
 """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "chunk", "Chunk size", id="prefill.chunk"),
+        Binding("x", "abliterate", "Abliterate", id="prefill.abliterate"),
     ]
+
+    def action_abliterate(self) -> None:
+        """Open the abliteration view on the opened file (the numpy engine runs it)."""
+        if self.state.file is None:
+            return
+        from walkthrough.screens.abliterate import AbliterationScreen
+
+        self.app.push_screen(AbliterationScreen(self.state.file))
 
     def compose_main(self) -> ComposeResult:
         yield Static(id="prefill-figures")
