@@ -140,3 +140,32 @@ async def test_race_replays_the_answer_at_each_machines_speed(fixtures_dir, size
         await pilot.press("w")
         await pilot.pause()
         assert screen.view == "table" and screen._race_timer is None
+
+
+async def test_race_heading_fits_80_columns_and_rates_have_no_exponent(fixtures_dir):
+    # The heading ran past 80 columns ('... (w again: leave); ±?:…') and fast lanes read '2.26e+04/s'
+    from walkthrough.costs.race import lanes
+    from walkthrough.screens.cost_views import rate_text
+
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
+    app.state.max_new_tokens = 3
+    async with app.run_test(size=SIZES["small"]) as pilot:
+        await settle(pilot)
+        await play_the_answer(pilot)
+        await pilot.press(COSTS)
+        await pilot.pause()
+        screen = app.screen
+        screen.race_clock = lambda: 0.0
+        await pilot.press("w")
+        await pilot.pause()
+        box = screen.query_one("#costs-race", Static)
+        shown = widget_text(box, box.size.width)
+        assert "…" not in "\n".join(shown.splitlines()[:2]) and "says why" in shown, shown
+        state = app.state
+        rows = sort_rows(machine_rows(state.card, list(load_profiles().values()), screen.request_size()), "decode")
+        want = lanes(rows, state.measured())
+        assert any(lane.tokens_per_s >= 1e4 for lane in want)
+        assert "e+" not in shown
+        for lane in want:
+            line = next(line for line in shown.splitlines() if line.startswith(lane.label[:14]))
+            assert f"{rate_text(lane.tokens_per_s)}/s" in line

@@ -68,7 +68,7 @@ def test_curves_name_their_band(profiles):
 def test_race_marks_a_modelled_lane_without_band():
     text = race_lines([Lane("a", 0.1, 50.0, 0.2, modelled=True), Lane("b", 0.1, 40.0, None, modelled=True),
                        Lane("you 3/s", 0.0, 3.0)], ["x"] * 4, 0.5, 80).plain.splitlines()
-    assert "±20%" in text[1] and "±?" in text[2] and "±" not in text[3]
+    assert "±20%" in text[2] and "±?" in text[3] and "±" not in text[4]
 
 
 def test_a_profile_without_a_peak_compute_says_so(profiles):

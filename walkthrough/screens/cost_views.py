@@ -133,7 +133,8 @@ def machines_table(rows: list[MachineRow], sort_key: str) -> Table:
 def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Text:
     """One line per lane: name, rate, and the tail of the answer it has written by `t` seconds."""
     out = Text(no_wrap=True, overflow="ellipsis")
-    out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave); "
+    # two lines: one was cut at 80 columns
+    out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave)\n"
                "±?: no band (the machines table, m, says why)\n", style="bold")
     for lane in lanes:
         n = tokens_shown(lane, t, len(pieces))
@@ -141,7 +142,7 @@ def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Te
         end = f" done {fmt(finish_time(lane, len(pieces)), 's')}" if n == len(pieces) else ""
         room = max(width - RACE_LABEL - len(end) - 3, 8)
         band = f"±{lane.band * 100:.0f}%" if lane.band is not None else ("±?" if lane.modelled else "")
-        out.append(f"{lane.label[:14]:<14} {lane.tokens_per_s:>9.3g}/s {band:>5} ", style="bold" if n else "dim")
+        out.append(f"{lane.label[:14]:<14} {rate_text(lane.tokens_per_s):>9}/s {band:>5} ", style="bold" if n else "dim")
         out.append_text(safe_text(written[-room:]))
         out.append(end + "\n", style="dim")
     return out
