@@ -55,7 +55,7 @@ class Meter:
         self.group_of = group_of
         self.match_llama_cpp = match_llama_cpp
         self.exact_products = match_llama_cpp and exact_products
-        self._rounded: tuple[np.ndarray, str, np.ndarray] | None = None  # last input rounded: (x, format, result)
+        self._rounded: tuple | None = None  # last input rounded: (x, (format, offset), `_input`'s result)
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0
         self.written = 0  # bytes of the activation arrays the pass's operations produced (`wrote`)
@@ -108,14 +108,22 @@ class Meter:
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
-        fmt = vec_dot_format(self.weights.info(name).ggml_type) if self.match_llama_cpp else "f32"
-        if fmt == "f32":
-            return x
+        return self._input(name, x)[0]
+
+    def _input(self, name: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(`rounded_input`, and for Q4_1/Q5_1 weights Q8_1's block-sum error `quantdot.rounded_q8_1`, else None).
+
+        Both come from one rounding, kept for the next product with the same input (q, k and v share one;
+        so do the FFN's gate and up).
+        """
+        qtype = self.weights.info(name).ggml_type
+        fmt = vec_dot_format(qtype) if self.match_llama_cpp else "f32"
+        offset = self.match_llama_cpp and qtype in quantdot.WITH_OFFSET
         last = self._rounded
-        if last is not None and last[0] is x and last[1] == fmt:  # q, k and v share one rounded input
+        if last is not None and last[0] is x and last[1] == (fmt, offset):
             return last[2]
-        out = round_activations(x, fmt)
-        self._rounded = (x, fmt, out)
+        out = quantdot.rounded_q8_1(x) if offset else (round_activations(x, fmt), None)
+        self._rounded = (x, (fmt, offset), out)
         return out
 
     def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None) -> np.ndarray:
@@ -139,23 +147,24 @@ class Meter:
     def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
         """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time (each
         output value is the same sum over the whole input row: the result does not depend on the blocks)."""
-        xr = self.rounded_input(name, x)
+        xr, err = self._input(name, x)
         info = self.weights.info(name)
         y = np.empty((x.shape[0], info.shape[1]), np.float32)  # [n, d_out]
         for r0, r1, block in self.weights.row_blocks(name, dtype):
             y[:, r0:r1] = ops.linear(xr, block)
         if b is not None:
             y = y + b
-        if self.match_llama_cpp and info.ggml_type in quantdot.WITH_OFFSET:  # as `_rounded_product` adds them
-            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, None))
+        if err is not None:  # as `_rounded_product` adds them
+            y = y + ops.linear(err, self.weights.block_offsets(name, None))
         return y
 
     def _rounded_product(self, name: str, e: int | None, x: np.ndarray, w: np.ndarray,
                          b: np.ndarray | None = None) -> np.ndarray:
         """x @ w.T with x rounded as llama.cpp rounds it, plus Q8_1's half-precision block sums for Q4_1/Q5_1."""
-        y = ops.linear(self.rounded_input(name, x), w, b)
-        if self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET:
-            y = y + ops.linear(quantdot.offset_error(x), self.weights.block_offsets(name, e))
+        xr, err = self._input(name, x)
+        y = ops.linear(xr, w, b)
+        if err is not None:
+            y = y + ops.linear(err, self.weights.block_offsets(name, e))
         return y
 
     def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:

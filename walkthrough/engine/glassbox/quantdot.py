@@ -187,14 +187,17 @@ def quantize_q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return codes, d.astype(np.float16).astype(np.float32), s
 
 
-def offset_error(x: np.ndarray) -> np.ndarray:
-    """[n, k] -> [n, k/32]: Q8_1's stored block sum s minus the sum of the rounded values.
+def rounded_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[n, k] float32 -> (x through Q8_1 [n, k], the error of its stored block sums [n, k/32]).
 
+    The rounded values are `activations.round_activations(x, "q8_0")` (the same codes and scale).
     Q4_1/Q5_1 weights add m_w * s to each block's product, with s = fp16(d * sum of codes)
-    rounded to half precision: a float product with the rounded input is off by m_w times this.
+    rounded to half precision: a float product with the rounded input is off by m_w times
+    the error s - d * sum of codes, so the engine adds that error's product with the offsets.
     """
     codes, d, s = quantize_q8(x)
-    return s - d * codes.sum(axis=-1, dtype=np.float32)
+    rounded = (codes * d[..., None]).reshape(x.shape)
+    return rounded, s - d * codes.sum(axis=-1, dtype=np.float32)
 
 
 def quantize_q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
