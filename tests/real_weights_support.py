@@ -157,16 +157,16 @@ def compare(ref: Reference, ours: np.ndarray, greedy: list[int]) -> Figures:
     )
 
 
-def teacher_forced(model: Model, ids: list[int], chunk: int, kv_type: str = "f16") -> np.ndarray:
+def teacher_forced(model: Model, ids: list[int], chunk: int, kv_type: str = "f16", flash: bool = False) -> np.ndarray:
     """The engine's logits at every position of `ids` [len(ids), n_vocab], prefilled in passes of `chunk`."""
-    session = Session(model, kv_type=kv_type)
+    session = Session(model, kv_type=kv_type, flash_attention=flash)
     steps = list(session.prefill(ids, chunk=chunk, all_logits=True))
     return np.concatenate([s.all_logits for s in steps])
 
 
-def greedy_ids(model: Model, prompt: list[int], n: int, kv_type: str = "f16") -> list[int]:
+def greedy_ids(model: Model, prompt: list[int], n: int, kv_type: str = "f16", flash: bool = False) -> list[int]:
     """n greedy tokens after the prompt, end-of-turn tokens included (the run does not stop at them)."""
-    session = Session(model, kv_type=kv_type)
+    session = Session(model, kv_type=kv_type, flash_attention=flash)
     out = [int(np.argmax(list(session.prefill(prompt))[-1].logits))]
     while len(out) < n:
         out.append(int(np.argmax(session.feed([out[-1]], phase="decode").logits)))

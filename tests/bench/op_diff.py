@@ -1,12 +1,12 @@
 """Op-by-op differ: one prompt through llama.cpp and the numpy engine, the first op of each layer that differs.
 
-    python tests/bench/op_diff.py [MODEL.gguf] [--tokens N] [--all] [--exact-products]
+    python tests/bench/op_diff.py [MODEL.gguf] [--tokens N] [--all] [--exact-products] [--kv f16]
 
 With no MODEL, SmolLM2-135M-Instruct Q4_1 (SMOLLM2_GGUF, as tests/bench/real_weights.py).
 The prompt is the default request rendered with the file's template (its first N tokens with
 --tokens), run as one pass by both engines: llama.cpp (llama-cpp-python) on one thread with an
-F32 KV cache and flash attention off, its intermediates read through the eval callback; the
-numpy engine with an F32 cache, its intermediates shown to a probe (`Meter.look`). Printed per
+F32 KV cache (F16 with --kv f16) and flash attention off, its intermediates read through the eval
+callback; the numpy engine with the same cache type, its intermediates shown to a probe (`Meter.look`). Printed per
 layer: the first op whose output is not bitwise llama.cpp's, with the count of differing values,
 the largest difference and the largest distance in float32 steps (ulps); "(inputs identical)"
 when everything before it agreed, i.e. that op itself computes differently. --all prints every
@@ -34,13 +34,13 @@ from walkthrough.engine.llama.session import MICRO_BATCH  # noqa: E402
 from walkthrough.inspect.gguf import open_gguf  # noqa: E402
 
 
-def llama_tensors(path: Path, ids: list[int]) -> tuple[op_diff.Tensors, float]:
-    """llama.cpp's named intermediates of one pass over ids (1 thread, F32 KV, no flash attention), and its seconds."""
+def llama_tensors(path: Path, ids: list[int], kv_type: str = "f32") -> tuple[op_diff.Tensors, float]:
+    """llama.cpp's named intermediates of one pass over ids (1 thread, no flash attention), and its seconds."""
     from walkthrough.engine.llama.model import LlamaModel
     from walkthrough.engine.llama.session import LlamaSession
 
     model = LlamaModel.open(path, n_threads=1)
-    session = LlamaSession(model, kv_type="f32", flash_attention=False, named=op_diff.NAMES,
+    session = LlamaSession(model, kv_type=kv_type, flash_attention=False, named=op_diff.NAMES,
                            n_ctx=max(256, len(ids)))
     step = session.feed(ids, phase="prefill", all_logits=True)
     tensors = session.capture.tensors
@@ -49,12 +49,12 @@ def llama_tensors(path: Path, ids: list[int]) -> tuple[op_diff.Tensors, float]:
     return tensors, step.seconds
 
 
-def numpy_tensors(path: Path, ids: list[int], exact: bool) -> tuple[op_diff.Tensors, float]:
-    """The numpy engine's intermediates of the same pass (F32 cache), and its seconds."""
+def numpy_tensors(path: Path, ids: list[int], exact: bool, kv_type: str = "f32") -> tuple[op_diff.Tensors, float]:
+    """The numpy engine's intermediates of the same pass (the same cache type), and its seconds."""
     model = Model(open_gguf(path), exact_products=exact)
     seen: op_diff.Tensors = {}
     model.probe = lambda name, a: seen.setdefault(name, []).append(np.array(a, np.float32))
-    step = Session(model, kv_type="f32").feed(ids, phase="prefill", all_logits=True)
+    step = Session(model, kv_type=kv_type).feed(ids, phase="prefill", all_logits=True)
     return seen, step.seconds
 
 
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"use only the prompt's first N tokens (at most {MICRO_BATCH}: one llama.cpp micro-batch)")
     ap.add_argument("--all", action="store_true", help="print every op of every layer")
     ap.add_argument("--exact-products", action="store_true", help="the engine's exact quantized products (quantdot)")
+    ap.add_argument("--kv", choices=("f32", "f16"), default="f32", help="KV cache type of both engines")
     args = ap.parse_args(argv)
     path = args.model or find_smollm2()
     if path is None or not path.is_file():
@@ -102,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ids = request_ids(open_gguf(path))[: min(args.tokens or MICRO_BATCH, MICRO_BATCH)]
     t0 = time.perf_counter()
-    theirs, their_s = llama_tensors(path, ids)
-    ours, our_s = numpy_tensors(path, ids, args.exact_products)
+    theirs, their_s = llama_tensors(path, ids, args.kv)
+    ours, our_s = numpy_tensors(path, ids, args.exact_products, args.kv)
     n_layers = 1 + max(int(k.rpartition("-")[2]) for k in ours if k.rpartition("-")[2].isdigit())
-    print(f"{path.name}: one pass of {len(ids)} tokens, F32 KV cache, no flash attention, 1 thread "
+    print(f"{path.name}: one pass of {len(ids)} tokens, {args.kv.upper()} KV cache, no flash attention, 1 thread "
           f"(llama.cpp {their_s:.2f} s, numpy {our_s:.2f} s; products: "
           f"{'exact (quantdot)' if args.exact_products else 'rounded input'})")
     parted = report(ours, theirs, n_layers, len(ids), args.all)

@@ -9,8 +9,8 @@ For each file: the default request rendered with the file's template; for each
 llama.cpp setting (F32 or F16 KV cache, flash attention off or on; one thread,
 repacking off), llama.cpp (llama-cpp-python, imported here) writes 64 greedy
 tokens, and its logits over the prompt plus the first 32 of them are taken
-teacher-forced in one batch. The engine (with the same KV cache type; it has
-no flash attention of its own) is fed the same ids.
+teacher-forced in one batch. The engine (with the same KV cache type, and with
+--exact-products the same flash attention: `ops.flash_attention`) is fed the same ids.
 Printed per setting: top-1 agreement, mean and max KL(llama.cpp || ours), the largest logit
 gap, how many of the 64 greedy tokens agree, and chunk-size invariance (the
 engine's logits prefilled in passes of 512 against passes of 7). Nothing is
@@ -103,8 +103,8 @@ def measure(path: Path, *, save: bool, record: bool, exact: bool, settings: tupl
     model = Model(f, exact_products=True) if exact else Model(f)
     types = ", ".join(f"{t} {b / 2**20:.0f} MiB" for t, b in model.card.bytes_by_type.items())
     print(f"{path.name}: weights {types}; products: {'exact (quantdot)' if exact else 'rounded input'}")
-    forced: dict[tuple[str, tuple[int, ...], int], np.ndarray] = {}  # (KV type, ids, chunk) -> our logits
-    greedy: dict[str, list[int]] = {}
+    forced: dict[tuple, np.ndarray] = {}  # (KV type, flash attention, ids, chunk) -> our logits
+    greedy: dict[tuple[str, bool], list[int]] = {}
     rows = []
     for kv_type, flash_attn in settings:
         name = setting_name(kv_type, flash_attn)
@@ -127,19 +127,20 @@ def measure(path: Path, *, save: bool, record: bool, exact: bool, settings: tupl
             print(f"    saved {out.relative_to(REPO)} ({out.stat().st_size:,} bytes)")
         assert ref.prompt_ids == prompt, "llama.cpp and the engine must see the same ids"
         ids = ref.prompt_ids + ref.written
+        flash = flash_attn and exact  # the engine follows flash attention only with exact products
         for chunk in chunks:
-            key = (kv_type, tuple(ids), chunk)
+            key = (kv_type, flash, tuple(ids), chunk)
             if key not in forced:
                 t0 = time.perf_counter()
-                forced[key] = teacher_forced(model, ids, chunk, kv_type)
+                forced[key] = teacher_forced(model, ids, chunk, kv_type, flash)
                 print(f"    engine prefill of {len(ids)} tokens in passes of {chunk}: {time.perf_counter() - t0:.1f} s")
-        if kv_type not in greedy:
+        if (kv_type, flash) not in greedy:
             t0 = time.perf_counter()
-            greedy[kv_type] = greedy_ids(model, prompt, GREEDY, kv_type)
+            greedy[(kv_type, flash)] = greedy_ids(model, prompt, GREEDY, kv_type, flash)
             print(f"    engine greedy {GREEDY} tokens: {time.perf_counter() - t0:.1f} s")
-        ours = forced[(kv_type, tuple(ids), CHUNKS[0])]
-        fig = compare(ref, ours, greedy[kv_type])
-        other = forced.get((kv_type, tuple(ids), chunks[-1]))
+        ours = forced[(kv_type, flash, tuple(ids), CHUNKS[0])]
+        fig = compare(ref, ours, greedy[(kv_type, flash)])
+        other = forced.get((kv_type, flash, tuple(ids), chunks[-1]))
         gap = chunk_figures(ours, other)[0] if len(chunks) > 1 else float("nan")
         rows.append((name, fig, gap))
         if record and not exact and (kv_type, flash_attn) == ("f16", False):

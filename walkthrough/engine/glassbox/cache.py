@@ -50,7 +50,11 @@ def _round_to_type(x: np.ndarray, cache_type: str) -> np.ndarray:
 class KVCache:
     """Keys and values per attention layer and position, plus fixed states of linear layers."""
 
-    def __init__(self, config: Config, cache_type: str = "f16", capacity: int = 256):
+    def __init__(self, config: Config, cache_type: str = "f16", capacity: int = 256, *,
+                 flash_attention: bool = False):
+        """`flash_attention`: attention reads the cache as llama.cpp's flash attention does (with exact
+        products only: `ops.flash_attention`)."""
+        self.flash_attention = flash_attention
         if cache_type not in CACHE_TYPES:
             raise WalkthroughError(f"KV cache type {cache_type!r} is not one of {', '.join(CACHE_TYPES)}")
         self.cache_type = cache_type

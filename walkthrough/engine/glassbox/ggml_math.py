@@ -165,16 +165,13 @@ def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:
     return F32(1) / np.sqrt(mean + F32(eps))
 
 
-def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """[..., k] . [..., k] -> [...] float32 as `ggml_vec_dot_f32` (vec.cpp, AVX2): the order of its sums.
+def _vec_dot_body(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32: `ggml_vec_dot_f32`'s sum of the first k - k % 32 products.
 
-    Four registers of 8 lanes take k in steps of 32, one fma per lane per step; then registers
-    0+2 and 1+3, those two added, its 8 lanes summed (`GGML_F32x8_REDUCE`); the k % 32 values left
-    over are added one by one, each product rounded first (`sumf += x[i]*y[i]`, not fused: measured
-    against llama.cpp with head size 16, op_diff).
+    Four registers of 8 lanes take them in steps of 32, one fma per lane per step; then registers
+    0+2 and 1+3, those two added, its 8 lanes summed (`GGML_F32x8_REDUCE`).
     """
-    k = x.shape[-1]
-    body = k - k % 32
+    body = x.shape[-1] - x.shape[-1] % 32
     shape = np.broadcast_shapes(x.shape[:-1], y.shape[:-1])
     acc = np.zeros((*shape, 4, 8), F32)
     for i in range(0, body, 32):
@@ -183,10 +180,34 @@ def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     pair = acc[..., :2, :] + acc[..., 2:, :]
     lanes = pair[..., 0, :] + pair[..., 1, :]  # [..., 8]
     half = lanes[..., :4] + lanes[..., 4:]
-    total = (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])  # two _mm_hadd_ps
-    for i in range(body, k):
+    return (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])  # two _mm_hadd_ps
+
+
+def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32 as `ggml_vec_dot_f32` (vec.cpp, AVX2): the order of its sums.
+
+    `_vec_dot_body`, then the k % 32 values left over added one by one, each product rounded first
+    (`sumf += x[i]*y[i]`, not fused: measured against llama.cpp with head size 16, op_diff).
+    """
+    k = x.shape[-1]
+    total = _vec_dot_body(x, y)
+    for i in range(k - k % 32, k):
         total = total + x[..., i] * y[..., i]
     return total
+
+
+def vec_dot_f16(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32 as `ggml_vec_dot_f16` (vec.cpp, AVX2 + F16C) of F16-valued rows.
+
+    The F16 values are widened to float32 (`_mm256_cvtph_ps`, exact) and summed as `_vec_dot_body`;
+    that sum goes to a double, the k % 32 products left over (exact in float32) are added to it in
+    double, and the double is rounded to float32 once.
+    """
+    k = x.shape[-1]
+    total = _vec_dot_body(x, y).astype(np.float64)
+    for i in range(k - k % 32, k):
+        total = total + (x[..., i] * y[..., i]).astype(np.float64)
+    return total.astype(F32)
 
 
 def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -121,7 +121,7 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     out, weights = ops.attention(
         q, keys, values, p.positions, 1.0 if c.spec.scale_q else c.attention_scale(layer), fmt, window=window,
         sinks=sinks, probe=probe,
-        exact=p.meter.exact_products,
+        exact=p.meter.exact_products, flash=p.cache.flash_attention,
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)

@@ -199,6 +199,7 @@ def attention(
     sinks: np.ndarray | None = None,
     probe: Callable[[str, np.ndarray], object] | None = None,
     exact: bool = False,
+    flash: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -215,8 +216,10 @@ def attention(
         sinks: [h] one extra logit per head that joins the softmax's denominator and reads no value
             (gpt-oss's attention sinks, `ggml_soft_max_add_sinks`).
         probe: if given, sees q.k before the scale ("kq", [h, n, L]) and the weights ("kq_soft_max").
-        exact: with an F32 cache, sum q.k and weights.v in the order llama.cpp's CPU backend does
-            (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
+        exact: with an F32 or F16 cache, sum q.k and weights.v in the order llama.cpp's CPU backend
+            does (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
+        flash: with `exact` (and no sinks), compute the output as llama.cpp's flash attention does
+            (`flash_attention`); the weights returned are still the plain softmax's, for display.
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -225,11 +228,11 @@ def attention(
     n, h, _ = q.shape
     big_l, h_kv, _ = k.shape
     group = h // h_kv
-    exact = exact and kv_format == "f32"
+    exact = exact and kv_format in ("f32", "f16")
     q = round_activations(q, kv_format)
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
     if exact:
-        scores = exact_scores(qg, k)
+        scores = exact_scores(qg, k, kv_format)
     else:  # products in float64 are (all but always) exact sums, rounded once: the same whatever n and L
         scores = (qg.astype(np.float64) @ k.transpose(1, 2, 0)[:, None]).astype(np.float32)  # [h_kv, group, n, L]
     if probe is not None:
@@ -249,8 +252,11 @@ def attention(
         weights = e * (1.0 / total).astype(np.float32)
     if probe is not None:
         probe("kq_soft_max", weights.reshape(h, n, big_l))
-    if exact:
-        out = exact_values(weights, v)
+    if exact and flash and sinks is None:  # llama.cpp casts an F32 cache to F16 for flash attention
+        f16 = [round_activations(a, "f16") for a in (qg, k, v)]
+        out = flash_attention(*f16, ~masked, np.float32(scale))  # [h_kv, group, n, hd_v]
+    elif exact:
+        out = exact_values(round_activations(weights, kv_format), v, kv_format)
     else:
         vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
         out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
@@ -261,33 +267,93 @@ def attention(
 EXACT_ROWS = 16  # query rows per step of the exact attention products (bounds their memory)
 
 
-def exact_scores(qg: np.ndarray, k: np.ndarray) -> np.ndarray:
+def _kernel(kv_format: str, n: int, depth: int, rows: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The dot product ggml's `mul_mat` takes for a product with the cache: n query rows, sums of `depth`
+    products, `rows` rows of the cache operand.
+
+    llamafile's tinyBLAS (`ggml_math.tinyblas_dot`) when the second operand is contiguous and of the
+    cache's type, the pass has 2+ rows and tinyBLAS takes the shape (depth a multiple of 8, rows of 4);
+    else `ggml_vec_dot_f32` / `ggml_vec_dot_f16` row by row.
+    """
+    if n >= 2 and depth % 8 == 0 and rows % 4 == 0:
+        return ggml_math.tinyblas_dot
+    return ggml_math.vec_dot_f16 if kv_format == "f16" else ggml_math.vec_dot_f32
+
+
+def exact_scores(qg: np.ndarray, k: np.ndarray, kv_format: str = "f32") -> np.ndarray:
     """[h_kv, group, n, hd] queries . [L, h_kv, hd] keys -> [h_kv, group, n, L], as ggml's `mul_mat(k, q)`.
 
     Against an F32 cache the queries (a permuted view) reach `ggml_vec_dot_f32` one key at a time,
-    whatever the number of tokens (`ggml_math.vec_dot_f32`).
+    whatever the number of tokens. Against an F16 cache they are first converted to F16 (the caller
+    rounds them) into a contiguous buffer, which tinyBLAS takes for 2+ tokens (`_kernel`).
     """
+    # llama.cpp's cache holds a multiple of 256 cells: tinyBLAS takes it whenever the head size suits
+    dot = _kernel(kv_format, qg.shape[2], qg.shape[3], 256) if kv_format == "f16" else ggml_math.vec_dot_f32
     kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
-    rows = [ggml_math.vec_dot_f32(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
-            for i in range(0, qg.shape[2], EXACT_ROWS)]
+    rows = [dot(kk, qg[:, :, i : i + EXACT_ROWS, None, :]) for i in range(0, qg.shape[2], EXACT_ROWS)]
     return np.concatenate(rows, axis=2)
 
 
-def exact_values(weights: np.ndarray, v: np.ndarray) -> np.ndarray:
+def exact_values(weights: np.ndarray, v: np.ndarray, kv_format: str = "f32") -> np.ndarray:
     """[h_kv, group, n, L] weights . [L, h_kv, hd_v] values -> [h_kv, group, n, hd_v], as ggml's `mul_mat(v, kq)`.
 
-    The weights are contiguous, so a pass of 2 tokens or more goes to llamafile's tinyBLAS
-    (`ggml_math.tinyblas_dot`, over the cache padded to 8 cells) and a single token to
-    `ggml_vec_dot_f32` (padded to 32 cells: llama.cpp's cache holds 256 or more, zeros beyond
-    the positions written, each weighted 0).
+    The weights are contiguous (F16-rounded by the caller against an F16 cache), so a pass of 2 tokens
+    or more goes to llamafile's tinyBLAS (over the cache padded to 8 cells) and a single token to
+    `ggml_vec_dot_f32` / `ggml_vec_dot_f16` (padded to 32 cells: llama.cpp's cache holds 256 or more,
+    zeros beyond the positions written, each weighted 0).
     """
     n, big_l = weights.shape[2], weights.shape[3]
-    dot, width = (ggml_math.vec_dot_f32, 32) if n == 1 else (ggml_math.tinyblas_dot, 8)
-    pad = -big_l % width
+    dot = _kernel(kv_format, n, 256, v.shape[2])
+    pad = -big_l % (8 if dot is ggml_math.tinyblas_dot else 32)
     w = np.pad(weights, ((0, 0), (0, 0), (0, 0), (0, pad)))[:, :, :, None, :]  # [h_kv, group, n, 1, L']
     vt = np.pad(v.transpose(1, 2, 0), ((0, 0), (0, 0), (0, pad)))[:, None, None]  # [h_kv, 1, 1, hd_v, L']
     rows = [dot(vt, w[:, :, i : i + EXACT_ROWS]) for i in range(0, n, EXACT_ROWS)]
     return np.concatenate(rows, axis=2)
+
+
+def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
+                    scale: np.float32) -> np.ndarray:
+    """Attention as `ggml_compute_forward_flash_attn_ext_f16_one_chunk` (ggml-cpu/ops.cpp) computes it.
+
+    qg [h_kv, group, n, hd], k [L, h_kv, hd], v [L, h_kv, hd_v], all F16-valued (llama.cpp casts an
+    F32 cache to F16 for flash attention, `build_attn_mha`, and converts q to F16 for the F16 dot),
+    visible [n, L] -> [h_kv, group, n, hd_v]. Each query row walks the cache cell by cell, skipping
+    masked ones, with an online softmax: s = (q.k) * scale (`ggml_vec_dot_f16`); a new maximum M
+    rescales the running sum S and output by expf(M_old - M) (libm's expf), any other cell weighs
+    expf(s - M); the output gathers v * weight with one fma per value, held in F16
+    (`ggml_vec_scale_f16`, `ggml_vec_mad_f16`: every step rounded to F16); S = fma(S, ms, weight);
+    at the end the output is multiplied by 1 / S.
+
+    Not followed: the tiled kernel llama.cpp takes for passes of 64 tokens or more
+    (`ggml_compute_forward_flash_attn_ext_tiled`: blocks of 64 cells, its own products); sinks.
+    """
+    kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
+    scores = np.concatenate([ggml_math.vec_dot_f16(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
+                             for i in range(0, qg.shape[2], EXACT_ROWS)], axis=2) * scale  # [h_kv, group, n, L]
+    shape = scores.shape[:3]
+    top = np.full(shape, -np.inf, np.float32)  # M
+    total = np.zeros(shape, np.float32)  # S
+    out = np.zeros((*shape, v.shape[2]), np.float32)  # [h_kv, group, n, hd_v]
+    expf = ggml_math.libm.expf
+    for cell in range(k.shape[0]):
+        seen = np.broadcast_to(visible[:, cell], shape)  # [h_kv, group, n]
+        if not seen.any():
+            continue
+        s = scores[..., cell]
+        up = seen & (s > top)
+        ms = np.ones(shape, np.float32)
+        ms[up] = expf(top[up] - s[up])
+        vs = np.ones(shape, np.float32)
+        rest = seen & ~up
+        vs[rest] = expf(s[rest] - top[rest])
+        top = np.where(up, s, top)
+        scaled = (out * ms[..., None]).astype(np.float16).astype(np.float32)  # (by 1 where the maximum held)
+        row = v[cell][:, None, None, :]  # [h_kv, 1, 1, hd_v]
+        added = ggml_math.fma32(row, vs[..., None], scaled).astype(np.float16).astype(np.float32)
+        out = np.where(seen[..., None], added, out)
+        total = np.where(seen, ggml_math.fma32(total, ms, vs), total)
+    inv = np.where(total == 0, np.float32(0), np.float32(1) / np.where(total == 0, np.float32(1), total))
+    return out * inv[..., None]
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:

@@ -117,6 +117,7 @@ class Session:
         keep_hidden: bool = False,
         measure_surprisal: bool = False,
         attention_rows: bool = False,
+        flash_attention: bool = False,
     ):
         """Args:
             keep_hidden: every pass keeps its final hidden rows (`Step.hidden`, [n, d]), as llama.cpp does for a
@@ -125,12 +126,14 @@ class Session:
                 (its bytes and FLOPs stay the pass's), so each `Step.surprisal` is complete.
             attention_rows: every pass keeps all rows of its attention weights per attention layer
                 (`LayerTrace.attention_rows`), the causal matrix `attention_map` assembles.
+            flash_attention: attention computes as llama.cpp's flash attention (with the model's exact
+                products; `ops.flash_attention`), else as its soft_max and two products.
         """
         self.attention_rows = attention_rows
         self.model = model
         self.measure_surprisal = measure_surprisal
         self.keep_hidden = keep_hidden
-        self.cache = KVCache(model.config, kv_type)
+        self.cache = KVCache(model.config, kv_type, flash_attention=flash_attention)
         self.record_attention = record_attention
         self.tokens: list[int] = []  # every token fed so far, in order
         self.last_logits: np.ndarray | None = None
