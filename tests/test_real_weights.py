@@ -41,6 +41,7 @@ GREEDY_CHECKED = 16  # of the 64 stored (each decode pass of this model costs a 
 CHUNK_PREFIX = 48  # positions re-run in passes of 7 for the chunk-size check
 EXACT_PROMPT = 24  # prompt tokens of the bit-for-bit check (exact products take seconds per pass)
 EXACT_DECODE = 2  # decode passes after it (single-token passes take other ggml kernels)
+FA_TILED_PROMPT = 64  # llama.cpp's flash attention takes its tiled kernel from 64 tokens a pass
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +119,16 @@ def test_exact_products_give_llama_cpps_numbers_bit_for_bit(smollm2):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
 
 
-@pytest.mark.parametrize(("kv_type", "flash"), [("f16", False), ("f32", True)], ids=["f16-cache", "flash-attention"])
-def test_exact_products_give_llama_cpps_logits_at_its_other_settings(smollm2, kv_type, flash):
+@pytest.mark.parametrize(("kv_type", "flash", "n"), [("f16", False, EXACT_PROMPT), ("f32", True, EXACT_PROMPT),
+                                                      ("f16", True, FA_TILED_PROMPT)],
+                         ids=["f16-cache", "flash-attention", "flash-attention-tiled"])
+def test_exact_products_give_llama_cpps_logits_at_its_other_settings(smollm2, kv_type, flash, n):
     """llama.cpp's default F16 cache (q rounded to F16 for q.k, the weights to F16 for weights.v, tinyBLAS's F16
     kernel for passes of 2+ tokens, ggml_vec_dot_f16 for one: `ops.exact_scores`, `exact_values`), and flash
-    attention (the cache cast to F16, an online softmax cell by cell: `ops.flash_attention`)."""
+    attention (the cache cast to F16, an online softmax cell by cell: `ops.flash_attention`; in tiles of 64
+    cells for passes of 64+ tokens: `ops.flash_attention_tiled`)."""
     model, ref, _ = smollm2
-    ids = ref.prompt_ids[:EXACT_PROMPT]
+    ids = ref.prompt_ids[:n]
     llama, session = exact_sessions(model, kv_type, flash=flash)
     theirs_logits = [llama.feed(ids, phase="prefill", all_logits=True).all_logits]
     ours_logits = [session.feed(ids, phase="prefill", all_logits=True).all_logits]

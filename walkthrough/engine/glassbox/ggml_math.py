@@ -132,16 +132,15 @@ def hsum8(v: np.ndarray) -> np.ndarray:
     return (h[..., 0] + h[..., 2]) + (h[..., 1] + h[..., 3])
 
 
-def soft_max_rows(x: np.ndarray) -> np.ndarray:
-    """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
+def exp_sum(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[..., n] float32 rows, their maxima [..., 1] -> (e^(x - top) [..., n], the sum of each row [...] float64).
 
-    `ggml_vec_soft_max_f32`: y = v_expf(x - max) 8 at a time, each 8 summed in float32 (hsum) and added
-    to a double sum; a tail of n % 8 takes libm's expf, each added alone. Then y * (float)(1 / sum).
+    `ggml_vec_soft_max_f32` (vec.cpp): y = v_expf(x - max) 8 at a time, each 8 summed in float32 (hsum)
+    and added to a double sum; a tail of n % 8 takes libm's expf, each added alone.
     """
     x = np.asarray(x, F32)
     n = x.shape[-1]
     body = n - n % 8
-    top = np.max(x, axis=-1, keepdims=True)
     y = np.zeros_like(x)
     shifted = x[..., :body] - top
     seen = shifted > -np.inf  # masked cells give 0: only the others go through v_expf
@@ -151,7 +150,27 @@ def soft_max_rows(x: np.ndarray) -> np.ndarray:
     if body < n:
         y[..., body:] = libm.expf(x[..., body:] - top)
         total = total + np.cumsum(y[..., body:].astype(np.float64), axis=-1)[..., -1]
+    return y, total
+
+
+def soft_max_rows(x: np.ndarray) -> np.ndarray:
+    """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
+
+    `ggml_compute_forward_soft_max_f32`: the exps and their double sum (`exp_sum`), then y * (float)(1 / sum).
+    """
+    x = np.asarray(x, F32)
+    y, total = exp_sum(x, np.max(x, axis=-1, keepdims=True))
     return y * (1.0 / total).astype(F32)[..., None]
+
+
+def fma_chain(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """acc + sum over k of a[..., k] * b[..., k], one fma per k in order: [..., K], [..., K], [...] -> [...].
+
+    As `simd_gemm` (simd-gemm.h) sums every value of its C += A B: a chain of `_mm256_fmadd_ps` over k.
+    """
+    for i in range(a.shape[-1]):
+        acc = fma32(a[..., i], b[..., i], acc)
+    return acc
 
 
 def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:

@@ -229,6 +229,7 @@ def attention(
     big_l, h_kv, _ = k.shape
     group = h // h_kv
     exact = exact and kv_format in ("f32", "f16")
+    q_in = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd], as the pass made them
     q = round_activations(q, kv_format)
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
     if exact:
@@ -253,8 +254,11 @@ def attention(
     if probe is not None:
         probe("kq_soft_max", weights.reshape(h, n, big_l))
     if exact and flash and sinks is None:  # llama.cpp casts an F32 cache to F16 for flash attention
-        f16 = [round_activations(a, "f16") for a in (qg, k, v)]
-        out = flash_attention(*f16, ~masked, np.float32(scale))  # [h_kv, group, n, hd_v]
+        k16, v16 = round_activations(k, "f16"), round_activations(v, "f16")
+        if n >= FA_TILE:  # the tiled kernel reads q as float32
+            out = flash_attention_tiled(q_in, k16, v16, ~masked, np.float32(scale))  # [h_kv, group, n, hd_v]
+        else:
+            out = flash_attention(round_activations(q_in, "f16"), k16, v16, ~masked, np.float32(scale))
     elif exact:
         out = exact_values(round_activations(weights, kv_format), v, kv_format)
     else:
@@ -324,8 +328,7 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
     (`ggml_vec_scale_f16`, `ggml_vec_mad_f16`: every step rounded to F16); S = fma(S, ms, weight);
     at the end the output is multiplied by 1 / S.
 
-    Not followed: the tiled kernel llama.cpp takes for passes of 64 tokens or more
-    (`ggml_compute_forward_flash_attn_ext_tiled`: blocks of 64 cells, its own products); sinks.
+    Passes of 64 tokens or more take the tiled kernel instead (`flash_attention_tiled`). Not followed: sinks.
     """
     kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
     scores = np.concatenate([ggml_math.vec_dot_f16(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
@@ -352,6 +355,57 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
         added = ggml_math.fma32(row, vs[..., None], scaled).astype(np.float16).astype(np.float32)
         out = np.where(seen[..., None], added, out)
         total = np.where(seen, ggml_math.fma32(total, ms, vs), total)
+    inv = np.where(total == 0, np.float32(0), np.float32(1) / np.where(total == 0, np.float32(1), total))
+    return out * inv[..., None]
+
+
+FA_TILE = 64  # query rows and cache cells of one tile of ggml's tiled flash attention (GGML_FA_TILE_Q/_KV)
+
+
+def flash_attention_tiled(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
+                          scale: np.float32) -> np.ndarray:
+    """Attention as `ggml_compute_forward_flash_attn_ext_tiled` (ggml-cpu/ops.cpp), llama.cpp's flash attention
+    for passes of 64 tokens or more.
+
+    q [h_kv, group, n, hd] float32 (not rounded: this kernel copies q as it is), k [L, h_kv, hd] and
+    v [L, h_kv, hd_v] F16-valued, visible [n, L] -> [h_kv, group, n, hd_v]. The cache is taken 64 cells at
+    a time (a tile past the last cell is masked): q.k as `simd_gemm` sums it (one fma chain over hd),
+    times scale, masked cells -inf; a row whose tile is all masked is left as it was; otherwise its
+    maximum M grows to the tile's (rescaling S and the output by libm's expf(M_old - M)), S adds the
+    tile's exps in double (`ggml_vec_soft_max_f32`, `ggml_math.exp_sum`) and the output gathers
+    exps times v as `simd_gemm` does (one fma chain over the tile's cells). At the end, times 1 / S.
+    """
+    shape = q.shape[:3]
+    top = np.full(shape, -np.inf, np.float32)  # M
+    total = np.zeros(shape, np.float32)  # S
+    out = np.zeros((*shape, v.shape[2]), np.float32)  # [h_kv, group, n, hd_v]
+    for c0 in range(0, k.shape[0], FA_TILE):
+        cells = min(FA_TILE, k.shape[0] - c0)
+        seen = np.zeros((shape[2], FA_TILE), bool)  # [n, 64]
+        seen[:, :cells] = visible[:, c0 : c0 + cells]
+        if not seen.any():
+            continue
+        kt = np.zeros((FA_TILE, *k.shape[1:]), np.float32)  # [64, h_kv, hd]
+        kt[:cells] = k[c0 : c0 + cells]
+        vt = np.zeros((FA_TILE, *v.shape[1:]), np.float32)  # [64, h_kv, hd_v]
+        vt[:cells] = v[c0 : c0 + cells]
+        zero = np.zeros((*shape, FA_TILE), np.float32)
+        kq = ggml_math.fma_chain(kt.transpose(1, 0, 2)[:, None, None], q[..., None, :], zero) * scale
+        kq = np.where(seen, kq, np.float32(-np.inf))  # [h_kv, group, n, 64]
+        tile_max = kq.max(axis=-1)
+        live = tile_max > -np.inf  # rows this tile moves
+        new_top = np.maximum(top, tile_max)
+        up = live & (new_top > top)
+        ms = np.ones(shape, np.float32)
+        ms[up] = ggml_math.libm.expf(top[up] - new_top[up])
+        out = out * ms[..., None]
+        total = total * ms
+        top = np.where(live, new_top, top)
+        e, tile_sum = ggml_math.exp_sum(kq, top[..., None])
+        total = np.where(live, (total.astype(np.float64) + tile_sum).astype(np.float32), total)
+        e = np.where(live[..., None], e, np.float32(0))
+        vv = vt.transpose(1, 2, 0)[:, None, None]  # [h_kv, 1, 1, hd_v, 64]
+        out = ggml_math.fma_chain(vv, e[..., None, :], out)
     inv = np.where(total == 0, np.float32(0), np.float32(1) / np.where(total == 0, np.float32(1), total))
     return out * inv[..., None]
 
