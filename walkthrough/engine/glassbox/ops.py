@@ -25,6 +25,7 @@ MOE_WEIGHT_SUM_MIN = 6.103515625e-5
 
 
 ROW_PRODUCT_MAX = 4 << 20  # weights (16 MiB as float32) up to which `linear` multiplies row by row
+ROW_SLAB = 64  # rows of such a matrix `linear` takes at a time in a pass of several tokens
 
 
 def product_dtype(n_weights: int) -> type:
@@ -42,11 +43,20 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
     a float64 one (`product_dtype`: matrices too large to reread per row, like an output head)
     sums in float64, all but exactly, rounding once. Either way prefill logits are the same, bit
     for bit, for every chunk size.
+
+    A pass of several rows takes the float32 matrix ROW_SLAB of its rows at a time, every input row
+    against one slab before the next (the slab stays in the processor's cache instead of the whole
+    matrix being reread per row): a matrix-vector product gives each output the same sum whatever
+    rows of the matrix it is handed with (measured with OpenBLAS: identical bits), so only the speed
+    changes.
     """
     if w.dtype == np.float64:
         y = (x.astype(np.float64) @ w.T).astype(np.float32)
-    else:
+    elif x.shape[0] == 1 or w.shape[0] <= ROW_SLAB:
         y = np.matmul(x[:, None, :], w.T)[:, 0]  # [n, d_out]
+    else:
+        y = np.concatenate([np.matmul(x[:, None, :], w[o : o + ROW_SLAB].T)[:, 0]
+                            for o in range(0, w.shape[0], ROW_SLAB)], axis=1)  # [n, d_out]
     return y + b if b is not None else y
 
 
