@@ -169,3 +169,33 @@ async def test_race_heading_fits_80_columns_and_rates_have_no_exponent(fixtures_
         for lane in want:
             line = next(line for line in shown.splitlines() if line.startswith(lane.label[:14]))
             assert f"{rate_text(lane.tokens_per_s)}/s" in line
+
+
+@pytest.mark.parametrize("size", [*SIZES.values(), (100, 30)], ids=[*SIZES.keys(), "100x30"])
+async def test_a_curve_above_zero_keeps_its_axis_labels_apart(fixtures_dir, size):
+    """Issue 28, item 11: on Gemma 3 270M (32K context, decode from 509 down to about 100 tokens/s) the 0 tick
+    fell below the canvas, onto the x axis ('0 tokens/s└┬──' at 80x24, '0 tokens/s256   512' at 100x30).
+    The same shape here: eight contexts, two series well above 0."""
+    import re
+
+    from walkthrough.costs.curves import Curve, Series
+
+    xs = tuple(256 << i for i in range(8))
+    curve = Curve("decode vs context", "context (tokens)", "tokens/s", xs,
+                  (Series("ceiling", "tokens/s", tuple(509.0 - 40 * i for i in range(8))),
+                   Series("realistic", "tokens/s", tuple(380.0 - 35 * i for i in range(8)))))
+    app = app_for(fixtures_dir / "reference" / "ref-qwen35moe-f32.gguf", MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press(COSTS, "v", "v", "v")  # the decode plot
+        await pilot.pause()
+        plot = app.screen.query_one("#costs-plot", PlotextPlot)
+        plot.show(curve)
+        await pilot.pause()
+        lines = plot.render().plain.splitlines()
+    labelled = [line for line in lines if "tokens/s" in line and "vs context" not in line]
+    assert len(labelled) == 5  # the five y ticks, 0 among them
+    for line in labelled:
+        assert re.match(r"^\s*[\d,]+ tokens/s[┤│]", line), line  # each on the canvas, beside the axis
+    ticks = next(line for line in lines if "256" in line and "512" in line)
+    assert "tokens/s" not in ticks and "32K" in ticks

@@ -68,7 +68,8 @@ def draw_curve(plt, curve: Curve) -> None:
     plt.title(title)
     if top > 0:
         ticks = [top * i / (Y_TICKS - 1) for i in range(Y_TICKS)]
-        plt.yticks(ticks, [fmt(t, curve.y_unit) for t in ticks])
+        plt.ylim(0, top)  # the ticks start at 0: a curve above 0 would leave the 0 label below the canvas,
+        plt.yticks(ticks, [fmt(t, curve.y_unit) for t in ticks])  # on the x axis's row ('0 tokens/s256')
     plt.xticks(list(curve.xs), [_tokens(x) for x in curve.xs])
 
 
