@@ -35,7 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from real_weights_support import (  # noqa: E402
+from real_weights_support import (
     CHUNKS,
     CONTINUATION,
     GREEDY,
@@ -50,9 +50,9 @@ from real_weights_support import (  # noqa: E402
     teacher_forced,
 )
 
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.llama.session import KV_TYPES  # noqa: E402
-from walkthrough.inspect.gguf import open_gguf  # noqa: E402
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.llama.session import KV_TYPES
+from walkthrough.inspect.gguf import open_gguf
 
 SETTINGS = (("f32", False), ("f16", False), ("f32", True), ("f16", True))  # llama.cpp's KV cache type, flash attention
 

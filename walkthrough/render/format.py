@@ -8,7 +8,9 @@ Example: human_bytes(1536) -> "1.5 KiB", human_count(294080) -> "294.1 K"
 
 from __future__ import annotations
 
-from walkthrough.units import binary_bytes as human_bytes  # screens other than Costs write bytes in binary units
+from walkthrough.units import (
+    binary_bytes as human_bytes,  # screens other than Costs write bytes in binary units
+)
 from walkthrough.words import count
 
 __all__ = ["answer_ending", "bar", "head_name", "human_bytes", "human_count", "show"]

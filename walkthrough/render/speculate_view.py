@@ -69,8 +69,8 @@ def figures(rounds: Sequence[Step], card) -> Group:
     plain = card.bytes_per_token
     versus = f" = {stats.bytes_per_token / plain:.2f}x plain decoding's {human_bytes(plain)}" if plain else ""
     lines.append(Text.assemble(("weights read per token ", "bold"), human_bytes(round(stats.bytes_per_token)),
-                               versus, (f"  (drafter {human_bytes(stats.drafter_bytes)}, "
-                                        f"replays {human_bytes(stats.replay_bytes)} in all)", "dim")))
+                               versus, ((f"  (drafter {human_bytes(stats.drafter_bytes)}, "
+                                         f"replays {human_bytes(stats.replay_bytes)} in all)"), "dim")))
     if stats.experts_woken is not None:
         lines.append(Text.assemble(
             ("experts woken per layer ", "bold"), f"{stats.experts_woken:.1f} of {card.n_experts} by a verification "
