@@ -28,7 +28,7 @@ from walkthrough.inspect.tokenizer import GGUFTokenizer
 from walkthrough.units import exact_bytes
 
 REFERENCE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
-RUNS = {"trace", "compare", "bench", "calibrate"}  # commands that run the model: refused in one line
+RUNS = {"trace", "compare", "bench", "calibrate", "abliterate"}  # commands that run the model: refused in one line
 KEPT = 1000  # bytes of tensor data left after the header
 
 
