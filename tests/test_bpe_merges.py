@@ -90,6 +90,15 @@ def _llama_ids(path: Path, text: str) -> list[int]:
 
 
 @needs_llama
+def test_replay_on_the_reference_models_vocabulary_is_llama_cpp_tokenize(fixtures_dir) -> None:
+    path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"  # a 268-token byte-level BPE, 9 merges
+    tok = _tokenizer(path)
+    text = "the patient presents with fever\n\n  and a dry cough"
+    r = replay(tok, raw_tokens(tok, text))
+    assert r.steps and r.final_ids == _llama_ids(path, text) == r.expected
+
+
+@needs_llama
 def test_replay_on_smollm2_and_the_tiny_model_is_llama_cpp_tokenize() -> None:
     paths = [bundled_model()] + ([find_smollm2()] if find_smollm2() else [])
     for path in paths:
