@@ -89,17 +89,18 @@ def comparison_text(edited: Edited, piece: Callable[[int], str]) -> Text:
     kl = c.kl_stats()
     out = Text.assemble(
         ("Behaviour change ", "bold"), "(original A against edited B, on the held-out prompt ",
-        safe_text(edited.compared_prompt), f" and A's greedy answer, {count(len(c.tokens), 'token')}):",
+        safe_text(edited.compared_prompt), f": {count(c.n_prompt, 'token')} of prompt and "
+        f"{count(len(c.answer), 'token')} of A's greedy answer):",
         f"\nKL(A||B) per position, nats: mean {kl['mean']:.4f}, p99 {kl['p99']:.4f}, max {kl['max']:.4f}; "
         f"top-1 agreement {float(c.top1.mean()):.1%}; ")
     if c.parted_at is None:
         out.append("the greedy answers do not part.")
     else:
         b_token = int(c.greedy_b[c.n_prompt - 1 + c.parted_at])
-        out.append(f"the greedy answers part at answer token {c.parted_at}: A ")
-        out.append(token_text(piece(c.answer[c.parted_at])), style="reverse")
+        out.append(f"the greedy answers part at answer token {c.parted_at}: A writes ")
+        out.append(f"'{token_text(piece(c.answer[c.parted_at]))}'", style="reverse")
         out.append(", B ")
-        out.append(token_text(piece(b_token)), style="reverse")
+        out.append(f"'{token_text(piece(b_token))}'", style="reverse")
         out.append(".")
     return out
 
