@@ -30,11 +30,11 @@ import numpy as np
 
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
-from walkthrough.inspect.chat import chat_tokens
+from walkthrough.inspect.chat import chat_tokens, completion_tokens
 from walkthrough.inspect.gguf import GGUFFile
 from walkthrough.inspect.locate import DEFAULT_REQUEST
 from walkthrough.inspect.sandbox import Limits
-from walkthrough.inspect.template import load_messages, select_template
+from walkthrough.inspect.template import chat_templates, load_messages, select_template
 from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 CONTINUATION = 32  # tokens llama.cpp writes that are then fed back teacher-forced
@@ -72,8 +72,12 @@ def file_digest(path: Path) -> str:
 
 
 def request_ids(f: GGUFFile) -> list[int]:
-    """The default request rendered with the file's chat template (generation prompt added), as token ids."""
+    """The default request rendered with the file's chat template (generation prompt added), as token ids;
+    for a base model (no template in the file) its messages as one plain prompt, as llama.cpp's completion
+    tokenizes it (`completion_tokens`)."""
     tok = GGUFTokenizer.from_gguf(f)
+    if not chat_templates(f):
+        return list(completion_tokens(tok, load_messages(DEFAULT_REQUEST)).ids)
     chat = chat_tokens(tok, select_template(f), load_messages(DEFAULT_REQUEST), add_generation_prompt=True,
                        limits=Limits(seconds=60))  # a busy machine may need more than the app's 1.5 s
     return list(chat.ids)

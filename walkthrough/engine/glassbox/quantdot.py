@@ -23,9 +23,9 @@ for bit, whatever the number of tokens in the pass: logits do not depend on
 the chunk size.
 
 Not handled (the engine falls back to rounding the input and a float product):
-IQ*, TQ*, MXFP4, Q2_K, Q3_K; and llama.cpp's tiled k-quant kernel
-(ggml-cpu/tiled, used for passes of 8 tokens or more) sums in another order,
-so prefill logits of k-quant files agree to float rounding, not bitwise.
+IQ*, TQ*, MXFP4, Q2_K, Q3_K. Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
+more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
+another float order).
 
 Example (one Q8_0 block of a weight row, one of the input): w codes 1..32 with
 d_w = 0.5, x codes all 2 with d_x = 0.25: lane 0 sums 2*(1+2+3+4) = 20, ...,
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.engine.glassbox import kquant_tiled
 
 LANES = 8  # float32 lanes of one AVX register
 QK_K = 256
@@ -239,6 +241,8 @@ def _serial_sum(terms: np.ndarray) -> np.ndarray:
 
 def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
     """[n, n_in] float32 @ w.T -> [n, n_out] float32, as ggml's CPU backend computes it."""
+    if kquant_tiled.applies(w.qtype, x.shape[0]):  # k-quants in passes of 8+ tokens: the tiled kernel
+        return kquant_tiled.matmul(x, w)
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.shape[0]
     out = np.empty((n, w.n_out), dtype=np.float32)
