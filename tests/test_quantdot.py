@@ -17,7 +17,7 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine.glassbox import quantdot
+from walkthrough.engine.glassbox import kquant_tiled, quantdot
 
 TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
 # Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
@@ -64,11 +64,18 @@ def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_rows_do_not_depend_on_the_other_rows(qtype):
-    raw, x = random_rows(qtype, 40, 512), activations(9, 512)
+    """Each row's product is the same whatever rows share its pass, within one of ggml's kernels: alone
+    (vec_dot) against 3 together; 17 together against 8 then 9 (k-quants: the tiled kernel, `kquant_tiled`)."""
+    raw, x = random_rows(qtype, 40, 512), activations(17, 512)
     packed = quantdot.pack(raw, qtype, 512)
+    assert np.array_equal(quantdot.matmul(x[:3], packed),
+                          np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(3)]))
     together = quantdot.matmul(x, packed)
-    alone = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(len(x))])
-    assert np.array_equal(together, alone)
+    assert np.array_equal(together, np.concatenate([quantdot.matmul(x[:8], packed), quantdot.matmul(x[8:], packed)]))
+    if kquant_tiled.applies(qtype, len(x)):  # another float order than the per-row kernel, the same integer sums
+        alone = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(len(x))])
+        np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6 * np.abs(alone).max())
+        assert not np.array_equal(together, alone)
 
 
 @pytest.fixture(scope="module")
