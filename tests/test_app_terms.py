@@ -42,7 +42,8 @@ NAMES = {"lm_head": "output head", "top-5 agreement": "top-1 agreement", "F16": 
          "Abliteration": "abliteration", "Calibration data": "calibration data", "E2M1 (FP4)": "E2M1",
          "FP4": "E2M1", "Harness (agent scaffold)": "harness", "RTN (round to nearest)": "RTN",
          "round-to-nearest": "RTN", "Zero point": "zero point", "Data-free quantization": "data-free quantization",
-         "QLoRA": "QLoRA", "LoRA": "LoRA", "NVFP4": "NVFP4", "diffusion": "diffusion model"}
+         "QLoRA": "QLoRA", "LoRA": "LoRA", "NVFP4": "NVFP4", "diffusion": "diffusion model",
+         "keep-alive": "keep-alive", "n-grams": "n-gram", "last n tokens": "n-gram", "3 hosts": "pipeline split"}
 
 
 def test_every_listed_term_has_an_entry():
@@ -276,3 +277,15 @@ async def test_g_over_a_block_or_the_attention_map_lists_their_terms(fixtures_di
         await pilot.pause()
         assert isinstance(app.screen, GlossaryScreen) and "attention" in app.screen.first
         assert app.screen.first == attention.terms
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_the_newer_views_name_their_terms(fixtures_dir, size):
+    """The several-hosts view (Costs, x) showed a split over hosts the glossary had no entry for (so did the
+    lifecycle's keep-alive and the Speculate search's n-grams: NAMES)."""
+    app = app_for(fixtures_dir / "reference" / DENSE)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await press_stage(pilot, "costs", "x")
+        await settle(pilot)
+        assert "pipeline split" in app.screen.terms, app.screen.terms
