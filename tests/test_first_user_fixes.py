@@ -296,3 +296,22 @@ async def test_summary_rows_follow_the_stage_numbers():
         numbers = [int(m.group(1)) for line in table.splitlines() if (m := re.match(r"\s*(\d+) [A-Z]", line))]
         assert stages.number("sampling") in numbers and stages.number("speculate") in numbers
         assert numbers == sorted(numbers), table
+
+
+async def test_a_key_group_s_label_is_within_the_screen():
+    """At 80 columns Decode's footer ended '... a Attention  [] Laye': the layout counted a group of keys
+    (p n Stage, [ ] Layer) a cell narrower than Textual draws it, so the row's last label ran off the edge."""
+    from textual.widgets._footer import FooterKey, FooterLabel
+
+    from walkthrough.request import stages
+
+    app = app_for(REFERENCE, MESSAGES)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for stage in stages.STAGES:
+            await pilot.press(str(stage.number))
+            await settle(pilot)
+            parts = [*app.screen.query(FooterKey), *app.screen.query(FooterLabel)]
+            assert parts
+            cut = [str(part.render()) for part in parts if part.region.width and part.region.right > 80]
+            assert not cut, (stage.label, cut)

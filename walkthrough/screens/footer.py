@@ -97,10 +97,11 @@ class KeysFooter(Footer):
         return len(self.app.get_key_display(binding)) + 1 + len(binding.description) + 2
 
     def _item_width(self, group: Any, members: list[tuple[Any, bool, str]]) -> int:
-        """Cells an item takes in a compact footer: "k Label" and a space; a group's keys, its label, two."""
+        """Cells an item takes in a compact footer: "k Label" and a space; a group: a space, its keys, its label
+        padded a space each side (" pn Stage ")."""
         keys = sum(len(self.app.get_key_display(binding)) for binding, _, _ in members)
         if group is not None:
-            return keys + len(group.description) + 2 + (0 if self.compact else 2 * len(members))
+            return keys + len(group.description) + 3 + (0 if self.compact else 2 * len(members))
         description = members[0][0].description
         return keys + (1 + len(description) if description else 0) + (1 if self.compact else 3)
 
