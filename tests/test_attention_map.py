@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from walkthrough.engine.attention_map import AttentionMap
 from walkthrough.engine.glassbox.model import Model
@@ -52,7 +53,7 @@ def test_rows_do_not_depend_on_the_chunk_size():
 
 
 def test_row_zero_attends_only_to_itself_and_the_top_list():
-    model, steps, _, amap = _run(TINY, None, 0)
+    model, _steps, _, amap = _run(TINY, None, 0)
     m = amap.matrix(0, 0)
     assert m[0, 0] == 1.0  # the first token sees only itself
     assert (m[3, :4] > 0).all()  # a softmax: every visible key gets some weight
@@ -67,3 +68,36 @@ def test_hybrid_layers_without_a_matrix_say_why():
     assert linear and all("linear attention" in amap.missing(i) for i in linear)
     full = [i for i in range(model.config.n_layers) if i not in linear]
     assert full and all(amap.missing(i) is None for i in full)
+
+
+def test_rows_bytes_bounds_what_a_run_records_and_is_near_it():
+    # rows_bytes counted a full T x T square per head (twice what a causal run keeps), so with the queries and
+    # keys beside the rows SmolLM2's default request (453 positions) passed the budget and lost its matrix
+    from walkthrough.engine.attention_map import rows_bytes
+
+    for chunk in (1, 4, 11):
+        model, steps, _, after = _run(TINY, chunk, 5)
+        kept = sum(t.attention_rows.nbytes + t.queries.nbytes + t.keys.nbytes
+                   for step in steps for t in step.layers if t.attention_rows is not None)
+        bound = rows_bytes(model.config, after.length, chunk)
+        assert kept <= bound < 1.6 * kept, (chunk, kept, bound)
+
+
+@pytest.mark.app
+async def test_smollm2_default_request_keeps_its_attention_matrix():
+    from app_support import press_stage, settle, shown_text
+    from real_weights_support import find_smollm2
+
+    from walkthrough.app import make_app
+
+    path = find_smollm2()
+    if path is None:
+        pytest.skip("SmolLM2 not found (SMOLLM2_GGUF)")
+    app = make_app(str(path))  # the default request
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert len(app.state.prompt_ids) + app.state.max_new_tokens > 400  # the default request, long
+        await press_stage(pilot, "prefill", "a")
+        await settle(pilot)
+        text = shown_text(app)
+        assert "shorten the request" not in text and "no pass has run yet" in text, text

@@ -91,16 +91,19 @@ def _has_rows(step) -> bool:
     return any(t.attention_rows is not None for t in step.layers)
 
 
-def rows_bytes(config: Config, positions: int) -> int:
-    """Bytes the recorded rows of a run over `positions` tokens take (float32, every attention layer and head),
-    with the queries and keys kept beside them.
+def rows_bytes(config: Config, positions: int, chunk: int = 1) -> int:
+    """Bytes the recorded rows of a run over `positions` tokens take at most (float32, every attention layer
+    and head), with the queries and keys kept beside them, the prompt prefilled `chunk` tokens a pass.
 
-    Each pass keeps [h, n, L] per layer; over a run the rows add up to about h x T^2 per layer (float32),
-    so recording is for short requests: 300 tokens x 4 heads x 4 layers is 5.8 MB, 2,000 tokens x 32 heads
-    x 32 layers 16 GB.
+    A pass keeps [h, n, L] per layer, L the cache length after it: the row of position i is at most
+    i + chunk long (its pass ends at most chunk - 1 positions after it), so a run's rows add up to at most
+    h x (T (T + 1) / 2 + T (chunk - 1)) per layer (float32): recording is for short requests. Example:
+    SmolLM2 (30 layers, 9 heads, 3 KV heads of 64), 453 positions in chunks of 64: rows 141.9 MB, queries and
+    keys 41.7 MB, 183.6 MB in all; 2,000 tokens x 32 heads x 32 layers in chunks of 64, 8.7 GB of rows.
     """
     attention = [i for i, kind in enumerate(config.mixers) if kind != "linear"]
-    rows = len(attention) * config.n_head * positions * positions * 4
+    cells = positions * (positions + 1) // 2 + positions * (max(chunk, 1) - 1)
+    rows = len(attention) * config.n_head * cells * 4
     # with the rows, the numpy engine keeps each position's queries and keys (`engine.query_key`); llama.cpp's
     # layout has no head sizes because that engine keeps none
     head_k = getattr(config, "head_k", None)

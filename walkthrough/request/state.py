@@ -420,7 +420,7 @@ class RequestState:
         from walkthrough.engine.attention_map import ROWS_BUDGET, rows_bytes
 
         positions = len(self.prompt_ids) + self.max_new_tokens
-        need = rows_bytes(self.model.config, positions)
+        need = rows_bytes(self.model.config, positions, self.chunk)
         if need <= ROWS_BUDGET:
             return None
         return (f"every attention row of {positions} positions would take {need / 1e6:,.0f} MB "
