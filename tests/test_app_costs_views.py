@@ -166,8 +166,8 @@ async def test_race_heading_fits_80_columns_and_rates_have_no_exponent(fixtures_
         want = lanes(rows, state.measured())
         assert any(lane.tokens_per_s >= 1e4 for lane in want)
         assert "e+" not in shown
-        for lane in want:
-            line = next(line for line in shown.splitlines() if line.startswith(lane.label[:14]))
+        for lane in want:  # each name whole ("here (numpy, measured)" was cut to "here (numpy, m")
+            line = next(line for line in shown.splitlines() if line.startswith(lane.label + " "))
             assert f"{rate_text(lane.tokens_per_s)}/s" in line
 
 

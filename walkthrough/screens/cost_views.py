@@ -23,7 +23,9 @@ from walkthrough.words import count
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta")
 Y_TICKS = 5
-RACE_LABEL = 33  # columns of a lane's name, rate and band
+RACE_NAME = 14  # columns of a lane's name, widened to the longest (up to RACE_NAME_MAX)
+RACE_NAME_MAX = 24
+RACE_LABEL = 19  # columns of a lane's rate and band, after its name
 FAR = 4  # a flat line this many times above the other curves is written, not drawn
 FIT_WORD = {FITS: "yes", OFFLOAD: "offload", NO_FIT: "no"}
 
@@ -137,13 +139,14 @@ def race_lines(lanes: list[Lane], pieces: list[str], t: float, width: int) -> Te
     # two lines: one was cut at 80 columns
     out.append(f"the answer ({count(len(pieces), 'token')}) at each machine's speed; {t:.1f} s (w again: leave)\n"
                "±?: no band (the machines table, m, says why)\n", style="bold")
+    name = min(max([RACE_NAME, *(len(lane.label) for lane in lanes)]), RACE_NAME_MAX)  # "here (numpy, measured)"
     for lane in lanes:
         n = tokens_shown(lane, t, len(pieces))
         written = "".join(pieces[:n]).replace("\n", " ")
         end = f" done {fmt(finish_time(lane, len(pieces)), 's')}" if n == len(pieces) else ""
-        room = max(width - RACE_LABEL - len(end) - 3, 8)
+        room = max(width - name - RACE_LABEL - len(end) - 3, 8)
         band = f"±{lane.band * 100:.0f}%" if lane.band is not None else ("±?" if lane.modelled else "")
-        out.append(f"{lane.label[:14]:<14} {rate_text(lane.tokens_per_s):>9}/s {band:>5} ", style="bold" if n else "dim")
+        out.append(f"{lane.label[:name]:<{name}} {rate_text(lane.tokens_per_s):>9}/s {band:>5} ", style="bold" if n else "dim")
         out.append_text(safe_text(written[-room:]))
         out.append(end + "\n", style="dim")
     return out
