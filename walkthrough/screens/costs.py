@@ -57,7 +57,7 @@ must hold the weights, the KV cache for the context, and working buffers.
 
 The figures come from the model card and a hardware profile (each profile's
 figures have sources in the bundled hardware file); the dim column shows the
-formula and its inputs. The bar on top stacks what the request fills the
+formula and its inputs. The bar under it stacks what the request fills the
 machine's memory with: weights, KV cache, compute buffers and the profile's
 reserve for the system, with what is left free (or, past a red edge, what does
 not fit). h changes the machine. Knobs: c context, l prompt
@@ -136,9 +136,9 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def compose_body(self) -> ComposeResult:
         yield Static(id="costs-head")
         with VerticalScroll(id="costs-box"):
-            yield Static(id="costs-memory")
             yield Static(id="costs-measured")
             yield Static(id="costs-table")
+            yield Static(id="costs-memory")  # under the table: at 80x24 the table's first rows stay in view
             yield Static(id="costs-curves")
         yield CurvePlot(id="costs-plot")
         with VerticalScroll(id="costs-machines-box"):
