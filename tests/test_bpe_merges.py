@@ -177,6 +177,8 @@ async def test_merges_view_steps_from_the_tokens_stage(size: str) -> None:
         assert "The ids are the tokenizer's, one for one." in text
         await pilot.press("left")
         assert f"merge {len(r.steps) - 1} of {len(r.steps)}" in shown_text(app)
+        await pilot.press("home", "pagedown")
+        assert f"merge {min(10, len(r.steps))} of {len(r.steps)}" in shown_text(app)
         await pilot.press("t")
         assert "A BPE trained on one paragraph" in shown_text(app)
         await pilot.press("escape")

@@ -69,7 +69,7 @@ class AbliterationScreen(OverlayScreen):
     class Doing(Message):
         what: str
 
-    def __init__(self, f: GGUFFile) -> None:
+    def __init__(self, f: GGUFFile, tokenizer: GGUFTokenizer | None) -> None:
         super().__init__()
         self.file = f
         self.found: abl.Found | None = None
@@ -77,7 +77,7 @@ class AbliterationScreen(OverlayScreen):
         self.problem: str | None = None
         self.doing = "starting"
         self.closed = False
-        self.piece = GGUFTokenizer.from_gguf(f).piece
+        self.piece = tokenizer.piece if tokenizer is not None else str  # the request's own vocabulary
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):

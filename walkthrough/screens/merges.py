@@ -1,9 +1,9 @@
 """BPE merge by merge, over the Tokens stage: the file's merges replayed on the prompt, one per key press.
 
 Opened with `m` on the Tokens stage. right (or l, space) applies the next merge
-rule, left (or h) takes it back, home / end jump to the start / the last merge,
-where the pieces are the Tokens stage's tokens (the view says whether the ids
-are the same). `t` switches to a BPE trained on a bundled paragraph, to show
+rule, left (or h) takes it back, page down / page up ten at a time, home / end
+jump to the start / the last merge, where the pieces are the Tokens stage's
+tokens (the view says whether the ids are the same). `t` switches to a BPE trained on a bundled paragraph, to show
 where merges come from. The replay is computed in a worker
 (`walkthrough.inspect.bpe_replay`, the first one builds the file's merge ranks)
 and posted to this screen; the drawing is `walkthrough.render.bpe_view`'s.

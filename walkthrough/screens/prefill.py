@@ -76,7 +76,7 @@ the stream, and shows how the answers change.
             return
         from walkthrough.screens.abliterate import AbliterationScreen
 
-        self.app.push_screen(AbliterationScreen(self.state.file))
+        self.app.push_screen(AbliterationScreen(self.state.file, self.state.tokenizer))
 
     def compose_main(self) -> ComposeResult:
         yield Static(id="prefill-figures")
