@@ -101,7 +101,7 @@ class Autoplay:
         self.arrived = time.monotonic()
         if app.is_last_stage:
             if self.exit_at_end or self.screenshots is not None:
-                app.exit(0)
+                app.exit()
             return
         self.arrived = None
         app.action_next_stage()
@@ -122,7 +122,7 @@ class Autoplay:
         except WalkthroughError as exc:
             app.error = str(exc)
             self.screenshots = None  # nothing more is saved while the app ends
-            app.exit(2)
+            app.exit(return_code=2)  # the CLI reports app.error and exits non-zero
             return False
         self.saved.append(path)
         return True
