@@ -3,10 +3,10 @@
 Opened with `m` on the Tokens stage. right (or l, space) applies the next merge
 rule, left (or h) takes it back, page down / page up ten at a time, home / end
 jump to the start / the last merge, where the pieces are the Tokens stage's
-tokens (the view says whether the ids are the same). `t` switches to a BPE trained on a bundled paragraph, to show
-where merges come from. The replay is computed in a worker
-(`walkthrough.inspect.bpe_replay`, the first one builds the file's merge ranks)
-and posted to this screen; the drawing is `walkthrough.render.bpe_view`'s.
+tokens (the view says whether the ids are the same). `t` switches to a BPE
+trained on a bundled paragraph, to show where merges come from. The replay is
+computed in a worker (`walkthrough.inspect.bpe_replay`, the first one builds the
+file's merge ranks) and posted to this screen; the drawing is `walkthrough.render.bpe_view`'s.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ class MergesScreen(OverlayScreen):
         Binding("escape,q,m", "dismiss", "Close", id="merges.close"),
         Binding("right,l,space", "move(1)", "Next merge", id="merges.next"),
         Binding("left,h", "move(-1)", "Previous merge", id="merges.previous"),
-        # priority: the scrolling box would take home / end for itself once a long prompt overflows it
+        # priority: the scrolling box would take these keys for itself once a long prompt overflows it
+        Binding("pagedown", "move(10)", "Ten merges on", id="merges.ten", show=False, priority=True),
+        Binding("pageup", "move(-10)", "Ten merges back", id="merges.back_ten", show=False, priority=True),
         Binding("home", "jump(0)", "Start", id="merges.start", show=False, priority=True),
         Binding("end", "jump(-1)", "Last merge", id="merges.end", priority=True),
         Binding("t", "trained", "Train on a paragraph", id="merges.trained"),
