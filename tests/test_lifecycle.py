@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from app_support import SIZES, posted, settle
+from app_support import SIZES, posted, settle, widget_text
 from test_app_four_calls import _app, _calls
+from textual.widgets import Static
 
 from walkthrough.engine.serving.coldstart import StartTimes
 from walkthrough.engine.serving.lifecycle import GAPS, KEEP_ALIVE, KEEP_ALIVES, StartCost, lifecycle
@@ -104,5 +105,9 @@ async def test_the_four_calls_show_the_lifecycle_of_the_measured_starts(size):
                 assert f"{clock(q.at):>7} question {q.number}: " + ("loaded" if q.loaded else "not loaded") in shown
                 assert f"first token in {q.first_token:.2f} s" in shown
             assert f"{clock(life.unloaded_at):>7} unloaded; the questions waited {life.waiting:.2f} s" in shown
+            box = screen.query_one("#calls-text", Static)  # the bar and its key, each on one line (the key wrapped)
+            laid = [line.strip() for line in widget_text(box, box.content_region.width).splitlines()]
+            assert "▲ a question, ━ loaded, · unloaded" in laid
+            assert any(line.count("▲") == 3 and set(line) <= set("▲━·") for line in laid), [l for l in laid if "▲" in l]
             await pilot.press("k")
             await pilot.pause()

@@ -71,7 +71,8 @@ def lifecycle_lines(life: Lifecycle, file_bytes: int, width: int = 60) -> list[s
                f"{_s(c.first_use)} + prompt {_s(c.prompt)})")
         lines.append(f"  {clock(q.at):>7} question {q.number}: {how}")
     lines.append(f"  {clock(life.unloaded_at):>7} unloaded; the questions waited {_s(life.waiting)} in all")
-    lines.append(f"  {timeline_bar(life, width)}  ({ARRIVES} a question, {LOADED} loaded, {UNLOADED} unloaded)")
+    lines.append(f"  {timeline_bar(life, width)}")  # the key on a line of its own: beside the bar it wrapped at 80
+    lines.append(f"  {ARRIVES} a question, {LOADED} loaded, {UNLOADED} unloaded")
     return lines
 
 

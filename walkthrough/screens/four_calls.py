@@ -123,7 +123,9 @@ class FourCallsScreen(ModalScreen):
             parts.extend(safe_text(line) for line in lines)
             f = self.calls.file
             keep = KEEP_ALIVES[self.keep_index % len(KEEP_ALIVES)]
-            width = max((self.size.width or 80) - 12, 20)
+            # the bar fills the text's own width (the box is at most 110 wide: the screen's width overran it)
+            inner = self.query_one("#calls-text", Static).content_region.width or min(self.size.width or 80, 110) - 6
+            width = max(inner - 2, 20)
             parts.append(Text(""))
             parts.extend(safe_text(line) for line in
                          starts_lifecycle_lines(calls.starts, keep, f.file_size, f.data_bytes, width))
