@@ -17,14 +17,14 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine.glassbox import kquant_tiled, quantdot
+from walkthrough.engine.glassbox import kquant_low, kquant_tiled, quantdot
 
 TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
 # Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
 SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-                Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+                Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108]}
 PARTNER = {Q.Q8_0: "q8_0", Q.Q4_0: "q8_0", Q.Q5_0: "q8_0", Q.Q4_1: "q8_1", Q.Q5_1: "q8_1",
-           Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K"}
+           Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K", Q.Q2_K: "q8_K", Q.Q3_K: "q8_K"}
 
 
 def random_rows(qtype: Q, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
@@ -56,6 +56,11 @@ def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
         ours = d[..., None, None] * sc * c.reshape(n_out, -1, 8, 32) - m[..., None, None] * mn
     elif qtype == Q.Q6_K:
         ours = d[..., None, None] * sub[..., None] * (c.reshape(n_out, -1, 16, 16) - 32)
+    elif qtype == Q.Q2_K:
+        sc, mn = sub[:, :, 0, :, None], sub[:, :, 1, :, None]  # [o, nb, 16, 1]
+        ours = d[..., None, None] * sc * c.reshape(n_out, -1, 16, 16) - m[..., None, None] * mn
+    elif qtype == Q.Q3_K:
+        ours = d[..., None, None] * sub[..., None] * c.reshape(n_out, -1, 16, 16)
     else:
         ours = d[..., None] * c + (m[..., None] if m is not None else 0)
     ref = quants.dequantize(raw, qtype).reshape(n_out, n_in)
@@ -72,7 +77,7 @@ def test_rows_do_not_depend_on_the_other_rows(qtype):
                           np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(3)]))
     together = quantdot.matmul(x, packed)
     assert np.array_equal(together, np.concatenate([quantdot.matmul(x[:8], packed), quantdot.matmul(x[8:], packed)]))
-    if kquant_tiled.applies(qtype, len(x)):  # another float order than the per-row kernel, the same integer sums
+    if qtype in kquant_low.TYPES or kquant_tiled.applies(qtype, len(x)):  # another float order than the per-row kernel, the same integer sums
         alone = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(len(x))])
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6 * np.abs(alone).max())
         assert not np.array_equal(together, alone)

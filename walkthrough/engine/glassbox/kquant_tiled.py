@@ -45,13 +45,13 @@ def applies(qtype: Q, n_tokens: int) -> bool:
     return qtype in TAKES and n_tokens >= MIN_ROWS
 
 
-def _block_major(lanes: np.ndarray, nb: int) -> np.ndarray:
-    """`quantdot.Packed.lanes` [nb * 8, o, 32] -> [nb, o, 256] float64 (values in `_x_block_major`'s order)."""
+def block_major(lanes: np.ndarray, nb: int) -> np.ndarray:
+    """`quantdot.Packed.lanes` [nb * 8, o, 32] -> [nb, o, 256] float64 (values in `x_block_major`'s order)."""
     o = lanes.shape[1]
     return lanes.reshape(nb, quantdot.LANES, o, 32).transpose(0, 2, 1, 3).reshape(nb, o, quantdot.QK_K)
 
 
-def _x_block_major(codes: np.ndarray) -> np.ndarray:
+def x_block_major(codes: np.ndarray) -> np.ndarray:
     """Q8_K codes [n, nb, 256] -> [nb, n, 256] float64, each block's values in the order `Packed.lanes` holds them."""
     n, nb, _ = codes.shape
     lanes = codes.reshape(n, nb, 8, quantdot.LANES, 4).transpose(1, 0, 3, 2, 4)  # [b, t, lane, sub-block, 4]
@@ -66,24 +66,35 @@ def matmul(x: np.ndarray, w: quantdot.Packed) -> np.ndarray:
     n = x.shape[0]
     codes, dy = quantdot.quantize_q8_k(x)  # [n, nb, 256], [n, nb]
     nb = codes.shape[1]
-    xb = _x_block_major(codes)  # [nb, n, 256]
+    xb = x_block_major(codes)  # [nb, n, 256]
     sums16 = codes.reshape(n, nb, 16, 16).sum(axis=-1, dtype=np.float64)  # bsums [n, nb, 16]
     out = np.empty((n, w.n_out), dtype=np.float32)
     step = max(1, SLAB_ELEMENTS // max(1, nb * quantdot.QK_K))
     for o0 in range(0, w.n_out, step):
         o = slice(o0, min(o0 + step, w.n_out))
-        wb = _block_major(w.lanes[:, o], nb).astype(np.float64)  # [nb, slab, 256]: codes times sub-block scales
+        wb = block_major(w.lanes[:, o], nb).astype(np.float64)  # [nb, slab, 256]: codes times sub-block scales
         s1 = np.matmul(xb, wb.transpose(0, 2, 1))  # [nb, n, slab]: exact integer sums
-        dw = w.d[o].T[:, None, :]  # [nb, 1, slab]
         if w.qtype == Q.Q6_K:  # the codes are stored unsigned: take off 32 * sc * (16 x codes summed)
             s1 = s1 - 32 * np.einsum("tbk,obk->bto", sums16, w.sub[o].astype(np.float64))
-            res = dw * s1.astype(np.float32)
+            out[:, o] = combine(s1, None, w.d[o], None, dy)
         else:  # mins per 32-value sub-block, times the sum of that sub-block's 32 x codes
             q8s = sums16.reshape(n, nb, 8, 2).sum(axis=-1)  # [n, nb, 8]
-            s2 = np.einsum("tbs,obs->bto", q8s, w.sub[o].astype(np.float64)).astype(np.float32)
-            res = ggml_math.fma32(-w.m[o].T[:, None, :], s2, dw * s1.astype(np.float32))
-        acc = np.zeros(res.shape[1:], dtype=np.float32)  # [n, slab]
-        for b in range(nb):
-            acc = ggml_math.fma32(res[b], dy[:, b, None], acc)
-        out[:, o] = acc
+            s2 = np.einsum("tbs,obs->bto", q8s, w.sub[o].astype(np.float64))
+            out[:, o] = combine(s1, s2, w.d[o], w.m[o], dy)
     return out
+
+
+def combine(s1: np.ndarray, s2: np.ndarray | None, d: np.ndarray, dmin: np.ndarray | None,
+            dy: np.ndarray) -> np.ndarray:
+    """The tiled kernel's float steps over a pass's exact integer sums (the module docstring's loop).
+
+    s1 [nb, n, o] (and s2 for types with mins) exact integers as float64, d and dmin [o, nb] the
+    weight's block scales, dy [n, nb] Q8_K's scales -> [n, o] float32.
+    """
+    res = d.T[:, None, :] * s1.astype(np.float32)  # [nb, n, o]: float(s1) rounded past 2^24, then the product
+    if s2 is not None:
+        res = ggml_math.fma32(-dmin.T[:, None, :], s2.astype(np.float32), res)
+    acc = np.zeros(res.shape[1:], dtype=np.float32)  # [n, o]
+    for b in range(res.shape[0]):
+        acc = ggml_math.fma32(res[b], dy[:, b, None], acc)
+    return acc

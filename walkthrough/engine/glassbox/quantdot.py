@@ -23,7 +23,7 @@ for bit, whatever the number of tokens in the pass: logits do not depend on
 the chunk size.
 
 Not handled (the engine falls back to rounding the input and a float product):
-IQ*, TQ*, MXFP4, Q2_K, Q3_K. Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
+IQ*, TQ*, MXFP4 (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
 more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
 another float order).
 
@@ -40,13 +40,13 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine.glassbox import kquant_tiled
+from walkthrough.engine.glassbox import kquant_low, kquant_tiled
 
 LANES = 8  # float32 lanes of one AVX register
 QK_K = 256
 SLAB_ELEMENTS = 1 << 22  # lane sums held at once (bounds memory: 16 MiB float32)
 
-SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
 K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K})
 WITH_OFFSET = frozenset({Q.Q4_1, Q.Q5_1})  # their activations are Q8_1 (codes, scale, and fp16(d * sum of codes))
 
@@ -110,6 +110,8 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
     Values are d*code (Q8_0, Q4_0, Q5_0: codes signed), d*code + m (Q4_1, Q5_1), d*sc*code - dmin*mn
     (Q4_K, Q5_K: sub is (sc, mn) stacked [n_out, nb, 2, 8]), d*sc*(code - 32) (Q6_K: sub is sc [n_out, nb, 16]).
     """
+    if qtype in kquant_low.TYPES:
+        return kquant_low.unpack(raw, qtype, n_in)
     block, size = GGML_QUANT_SIZES[qtype]
     b = raw.reshape(-1, n_in // block, size)  # [n_out, nb, bytes]
     m = sub = None
@@ -156,6 +158,8 @@ def block_offsets(raw: np.ndarray, qtype: Q, n_in: int) -> np.ndarray:
 
 def pack(raw: np.ndarray, qtype: Q, n_in: int) -> Packed:
     """Stored rows (uint8, whole rows) of a weight with n_in values per row -> `Packed`."""
+    if qtype in kquant_low.TYPES:
+        return kquant_low.pack(raw, qtype, n_in)
     codes, d, m, sub = unpack(raw, qtype, n_in)
     n_out = codes.shape[0]
     if qtype in K_QUANTS:
@@ -241,6 +245,8 @@ def _serial_sum(terms: np.ndarray) -> np.ndarray:
 
 def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
     """[n, n_in] float32 @ w.T -> [n, n_out] float32, as ggml's CPU backend computes it."""
+    if w.qtype in kquant_low.TYPES:  # Q2_K, Q3_K (both kernels)
+        return kquant_low.matmul(x, w)
     if kquant_tiled.applies(w.qtype, x.shape[0]):  # k-quants in passes of 8+ tokens: the tiled kernel
         return kquant_tiled.matmul(x, w)
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -16,7 +16,7 @@ Shapes are numpy order (the reverse of ggml's): a matrix stored with ggml shape
 [n_in, n_out] comes back as [n_out, n_in], so `x @ w.T` applies it.
 
 Matrices of the types `quantdot` multiplies as llama.cpp does (Q8_0, Q4_0,
-Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) can instead be fetched `packed`: their
+Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) can instead be fetched `packed`: their
 integer codes and block scales, cached the same way, never dequantized.
 
 The first time a tensor (or expert slice) is ever produced is one-time work, not
