@@ -6,10 +6,15 @@ downloads it and sets GEMMA3_270M_GGUF; without it, or without llama-cpp-python,
 llama.cpp runs here at test time (one thread, F32 KV cache, no flash attention) and the engine with
 exact products must give its numbers bit for bit: every op of a 24-token prefill (k-quant products
 through llama.cpp's tiled kernel, `kquant_tiled`) and of a 6-token one (the per-row `ggml_vec_dot_*`
-kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md).
+kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md). The same
+file requantized by llama.cpp at test time to pure Q2_K and Q3_K_S (its rows of 640 values fall back to
+Q4_0) checks `kquant_low` the same way.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +28,26 @@ from walkthrough.engine.glassbox.session import Session
 from walkthrough.inspect.gguf import open_gguf
 
 DECODE = 2  # decode passes after the prefill whose logits are compared
+
+
+def _requantized(src: Path, dst: Path, ftype: str) -> Path:
+    """src requantized by llama.cpp's llama_model_quantize to the pure file type `ftype` (one thread)."""
+    import llama_cpp.llama_cpp as llama_c
+
+    params = llama_c.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_c, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True
+    params.pure = True  # every matrix the type can hold at it (the others at llama.cpp's fallback)
+    params.nthread = 1
+    saved = os.dup(2)
+    with open(os.devnull, "w") as quiet:  # llama.cpp logs every tensor on fd 2
+        os.dup2(quiet.fileno(), 2)
+        try:
+            assert llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) == 0
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    return dst
 
 
 def _both(path, ids: list[int], decode: int):
@@ -50,11 +75,14 @@ def _both(path, ids: list[int], decode: int):
     return (ours, ours_logits, model.config.n_layers), (theirs, theirs_logits)
 
 
-@pytest.mark.app  # two llama.cpp runs and two exact numpy passes over a 270M model: about a minute
+@pytest.mark.app  # llama.cpp runs and exact numpy passes over a 270M model: about a minute each
 @needs_llama
-@pytest.mark.parametrize("n_tokens, decode", [(24, DECODE), (6, 0)])
-def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(n_tokens, decode):
+@pytest.mark.parametrize("ftype, n_tokens, decode", [(None, 24, DECODE), (None, 6, 0), ("Q2_K", 12, 1),
+                                                     ("Q3_K_S", 12, 1)])
+def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_tokens, decode, tmp_path):
     path = gemma3_270m()
+    if ftype is not None:
+        path = _requantized(path, tmp_path / f"gemma3-270m-{ftype}.gguf", ftype)
     ids = request_ids(open_gguf(path))[:n_tokens]
     assert len(ids) == n_tokens
     (ours, ours_logits, n_layers), (theirs, theirs_logits) = _both(path, ids, decode)
