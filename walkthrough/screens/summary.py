@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +18,9 @@ from walkthrough.screens.base import StageScreen
 from walkthrough.textsafe import safe_text
 from walkthrough.units import fmt
 from walkthrough.words import count
+
+if TYPE_CHECKING:
+    from walkthrough.costs.fitted import Band
 
 
 class SummaryScreen(StageScreen):
@@ -121,8 +126,8 @@ its number key; r on a stepping stage restarts the request.
         text = Text(f"{modelled_for(e.hardware)}: ")
         if not e.fits:
             return text.append(f"does not fit ({e.memory.verdict})")
-        return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}, "
-                           f"decode {fmt(e.decode.tokens_per_s.value, 'tokens/s')}")
+        return text.append(f"first token after {fmt(e.prefill.seconds.value, 's')}{_band(e.prefill.band)}, "
+                           f"decode {fmt(e.decode.tokens_per_s.value, 'tokens/s')}{_band(e.decode.band)}")
 
     def _sampling(self) -> str:
         """The knobs each answer token was drawn with (kept with the token), then the knobs now if they differ."""
@@ -166,3 +171,10 @@ its number key; r on a stepping stage restarts the request.
 def _tokens(first: int, last: int) -> str:
     """ "token 3" or "tokens 1-40" (answer tokens, 1-based)."""
     return f"token {first}" if first == last else f"tokens {first}-{last}"
+
+
+def _band(band: Band | None) -> str:
+    """' ±24%' after a modelled figure, or ' (no band: Costs says why)'."""
+    if band is None or band.fraction is None:
+        return " (no band: Costs says why)"
+    return f" ±{band.fraction * 100:.0f}%"
