@@ -199,3 +199,28 @@ async def test_a_curve_above_zero_keeps_its_axis_labels_apart(fixtures_dir, size
         assert re.match(r"^\s*[\d,]+ tokens/s[┤│]", line), line  # each on the canvas, beside the axis
     ticks = next(line for line in lines if "256" in line and "512" in line)
     assert "tokens/s" not in ticks and "32K" in ticks
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+async def test_a_key_of_another_view_says_which_view_is_its(fixtures_dir, size):
+    # t, b, + / -, i, [ / ] and s greyed in the footer outside their views and did nothing when pressed
+    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press(COSTS)
+        await pilot.pause()
+        screen = app.screen
+        assert screen.view == "table"
+        for key, opens in (("b", "e"), ("t", "w"), ("plus", "x"), ("right_square_bracket", "d"), ("s", "m")):
+            app.clear_notifications()
+            await pilot.press(key)
+            await pilot.pause()
+            said = [n.message for n in app._notifications]
+            assert len(said) == 1 and f"press {opens} first" in said[0], (key, said)
+            assert screen.view == "table"
+        await pilot.press("e")
+        await pilot.pause()
+        app.clear_notifications()
+        await pilot.press("b")  # in its view: it works, and says nothing
+        await pilot.pause()
+        assert not list(app._notifications) and screen.quant_index == 1
