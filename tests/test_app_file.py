@@ -9,6 +9,7 @@ from app_support import (
     app_for,
     open_tensor_table,
     press_stage,
+    reference_app,
     screen_text,
     settle,
     shown_text,
@@ -322,3 +323,16 @@ def test_the_tensor_filter_keeps_what_a_plain_scan_keeps(tmp_path):
              "q", "token_embd", "output", "12.w", "2.weight"]
     for needle in typed:
         assert search.matching(needle) == _plain_filter(rows, needle), needle
+
+
+async def test_a_greyed_key_says_what_it_needs():
+    # i (Images) without --mmproj and b (Block) off the Tensors view greyed in the footer and did nothing
+    app = reference_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key, needs in (("i", "--mmproj"), ("b", "Tensors view")):
+            app.clear_notifications()
+            await pilot.press(key)
+            await pilot.pause()
+            said = [n.message for n in app._notifications]
+            assert len(said) == 1 and needs in said[0], (key, said)

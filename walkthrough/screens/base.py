@@ -21,7 +21,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from walkthrough import textual_private
 from walkthrough.request import stages
@@ -148,6 +148,8 @@ class StageScreen(Screen):
     HEADING: ClassVar[str] = ""
     HELP: ClassVar[str] = ""
     CAPTION: ClassVar[str] = ""  # what happens here, in plain words: shown under the stage bar during autoplay
+    # action -> what to do first, said when its key is pressed while the footer greys it (`check_action` None)
+    GREYED_HINTS: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -186,6 +188,17 @@ class StageScreen(Screen):
     def state(self):
         """The app's `RequestState`."""
         return self.app.state
+
+    def on_key(self, event: events.Key) -> None:
+        """A greyed key pressed: say what it needs (`GREYED_HINTS`); typing into a field is left alone."""
+        if not self.GREYED_HINTS or isinstance(self.focused, Input):
+            return
+        for binding in self._bindings.key_to_bindings.get(event.key, ()):
+            action = binding.action.split("(")[0]
+            if action in self.GREYED_HINTS and self.check_action(action, ()) is None:
+                self.notify(f"{self.app.get_key_display(binding)} ({binding.description}): "
+                            f"{self.GREYED_HINTS[action]}.", title="Not now", severity="warning", markup=False)
+                return
 
     async def on_event(self, event: events.Event) -> None:
         await super().on_event(event)

@@ -25,7 +25,6 @@ from typing import ClassVar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -334,21 +333,12 @@ bandwidth achieved, on the engine that ran it) beside the profile's figures.
     def action_next_profile(self, delta: int) -> None:
         self.state.profile_index += delta
 
-    # the keys of one view, greyed elsewhere: pressed there, they say which view is theirs
-    VIEW_KEYS: ClassVar[dict[str, tuple[str, str]]] = {
-        "sort": ("all-machines", "m"), "rates": ("race", "w"), "bits": ("held-versus-read", "e"),
-        "host_count": ("several-hosts", "x"), "next_link": ("several-hosts", "x"), "steps": ("diffusion", "d")}
-
-    def on_key(self, event: events.Key) -> None:
-        if isinstance(self.focused, Input):
-            return
-        for binding in self._bindings.key_to_bindings.get(event.key, ()):
-            action = binding.action.split("(")[0]
-            if action in self.VIEW_KEYS and self.check_action(action, ()) is None:
-                view, key = self.VIEW_KEYS[action]
-                self.notify(f"{self.app.get_key_display(binding)} ({binding.description}) works in the {view} "
-                            f"view: press {key} first.", title="Not in this view", severity="warning", markup=False)
-                return
+    GREYED_HINTS: ClassVar[dict[str, str]] = {
+        "sort": "it sorts the all-machines view: press m first", "rates": "it types rates for the race: press w first",
+        "bits": "it works in the held-versus-read view: press e first",
+        "host_count": "it works in the several-hosts view: press x first",
+        "next_link": "it works in the several-hosts view: press x first",
+        "steps": "it works in the diffusion view: press d first"}
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "sort":

@@ -276,6 +276,10 @@ with more, ] and [ turn the pages.
             self._filtering = True  # focus the filter once the tensors view is shown
             tabs.active = "tensors"
 
+    GREYED_HINTS: ClassVar[dict[str, str]] = {
+        "media": "it counts a multimodal prompt's images or video: open the app with --mmproj F (the model's projector)",
+        "block": "it opens the selected tensor's stored block: v to the Tensors view first"}
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "media":  # with a projector to count them
             return True if self.state.mmproj is not None else None
