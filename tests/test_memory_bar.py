@@ -37,9 +37,9 @@ def test_the_bar_is_the_plan_and_the_reserve_and_over_is_what_does_not_fit(conte
         assert (bar.over <= 1) == (plan.verdict == FITS), (hw.id, context)
         assert bar.free + bar.used - bar.over == pytest.approx(bar.memory)
         view = memory_bar_view(bar, 60)
-        head, line, legend = (widget for widget in view.renderables)
+        head, line, *legend = (widget for widget in view.renderables)
         assert line.cell_len == 60 and (EDGE in line.plain) == (bar.over > 0)
-        assert f"weights {fmt(plan.weights.value, 'B')}" in legend.plain
+        assert any(f"weights {fmt(plan.weights.value, 'B')}" in item.plain for item in legend)
         assert (f"{fmt(bar.over, 'B')} over" if bar.over else f"{fmt(bar.free, 'B')} free") in head.plain
 
 
@@ -75,3 +75,21 @@ async def test_costs_stage_shows_the_bar_and_it_follows_the_knobs(fixtures_dir, 
             assert f"KV cache {fmt(plan.kv_cache.value, 'B')}" in shown
             assert (f"{fmt(bar.over, 'B')} over" if bar.over else f"{fmt(bar.free, 'B')} free") in shown
         assert bar.over > 0 and "do not fit" in shown
+
+
+@pytest.mark.parametrize("width", [40, 60, 79, 118])
+def test_no_legend_item_is_split_across_lines(width):
+    """Each part's name, bytes and share stay on one line at every width (at 80 columns a wrapped legend
+    parted "compute buffers 112 MB" from its "(<1%)")."""
+    from rich.console import Console
+
+    card = build_card(open_gguf(BUNDLED_MODEL))
+    for profile in load_profiles().values():
+        plan = memory_plan(card, profile, 4096)
+        bar = memory_bar(plan, profile)
+        console = Console(width=width, record=True, color_system=None)
+        console.print(memory_bar_view(bar, width))
+        lines = console.export_text().splitlines()
+        assert all(len(line.rstrip()) <= width for line in lines)
+        for part in bar.parts:
+            assert any(f"{part.label} {fmt(part.nbytes, 'B')} (" in line for line in lines), (profile.id, part)

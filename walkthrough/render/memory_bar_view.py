@@ -31,7 +31,7 @@ def share(fraction: float) -> str:
 
 
 def memory_bar_view(bar: MemoryBar, width: int, where: str = "") -> Group:
-    """The bar (`width` cells), then a legend line per part: bytes and share of the memory."""
+    """The bar (`width` cells), then the legend: each part's bytes and share of the memory, never split across lines."""
     width = max(width, 10)
     sizes = [p.nbytes for p in bar.parts] + [bar.free]
     widths = cells(sizes, bar.scale, width)
@@ -46,13 +46,23 @@ def memory_bar_view(bar: MemoryBar, width: int, where: str = "") -> Group:
     head = Text.assemble(("memory ", "bold"), f"{fmt(bar.memory, 'B')}{where}: ",
                          (f"{fmt(bar.over, 'B')} over" if bar.over else f"{fmt(bar.free, 'B')} free",
                           "bold red" if bar.over else "bold green"))
-    legend = Text(no_wrap=False)
-    for part in bar.parts:
-        char, colour = LOOK[part.key]
-        legend.append(char, style=colour)
-        legend.append(f" {part.label} {fmt(part.nbytes, 'B')} ({share(part.nbytes / bar.memory)})  ")
-    legend.append(FREE[0], style=FREE[1])
-    legend.append(f" free {fmt(bar.free, 'B')}")
+    items = [Text.assemble((LOOK[part.key][0], LOOK[part.key][1]),
+                           f" {part.label} {fmt(part.nbytes, 'B')} ({share(part.nbytes / bar.memory)})")
+             for part in bar.parts]
+    items.append(Text.assemble((FREE[0], FREE[1]), f" free {fmt(bar.free, 'B')}"))
     if bar.over:
-        legend.append(f"  {EDGE} the memory ends: {fmt(bar.over, 'B')} do not fit", style="red")
-    return Group(head, line, legend)
+        items.append(Text(f"{EDGE} the memory ends: {fmt(bar.over, 'B')} do not fit", style="red"))
+    return Group(head, line, *legend_lines(items, width))
+
+
+def legend_lines(items: list[Text], width: int, gap: str = "  ") -> list[Text]:
+    """The legend's items on as few lines of `width` cells as hold them, never one split across two
+    (a wrapped line parted "compute buffers 112 MB" from its "(<1%)")."""
+    lines: list[Text] = []
+    for item in items:
+        if lines and lines[-1].cell_len + len(gap) + item.cell_len <= width:
+            lines[-1].append(gap)
+            lines[-1].append_text(item)
+        else:
+            lines.append(item.copy())
+    return lines
