@@ -166,7 +166,9 @@ def quantizable(t: TensorInfo) -> bool:
 # The type llama.cpp's quantizer uses for a tensor whose rows do not split into the target's 256-value
 # blocks (`tensor_type_fallback` in src/llama-quant.cpp); a row that the fallback does not split either
 # is stored as F16.
-FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1,
+            Q.Q6_K: Q.Q8_0, **dict.fromkeys((Q.IQ1_S, Q.IQ1_M, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S,
+                                             Q.IQ4_XS), Q.IQ4_NL)}
 
 
 def converted_type(t: TensorInfo, qtype: Q) -> Q | None:

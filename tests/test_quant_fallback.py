@@ -1,0 +1,58 @@
+"""The type llama.cpp's quantizer gives a tensor whose rows do not split into the target's blocks
+(`inspect.requant.converted_type`), held to `llama_model_quantize` itself: a one-layer llama F32 file with
+96-value rows (a multiple of 32, not of 256) quantized to each 256-block type, every tensor's type read back.
+Skips when llama-cpp-python is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFWriter
+from gguf.constants import GGMLQuantizationType as Q
+
+from walkthrough.inspect.gguf import open_gguf
+from walkthrough.inspect.requant import converted_type
+
+D, FF, N_VOCAB = 96, 160, 32  # rows of 96 and 160 values: no 256-value blocks; 160 has no 64 either
+FTYPES = {Q.Q2_K: "Q2_K", Q.Q3_K: "Q3_K_S", Q.Q4_K: "Q4_K_S", Q.Q5_K: "Q5_K_S", Q.Q6_K: "Q6_K",
+          Q.TQ1_0: "TQ1_0", Q.TQ2_0: "TQ2_0"}
+
+
+def _write(path: Path) -> None:
+    rng = np.random.default_rng(0)
+    w = GGUFWriter(str(path), "llama")
+    for add, value in ((w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, D),
+                       (w.add_feed_forward_length, FF), (w.add_head_count, 4), (w.add_head_count_kv, 4),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0), (w.add_file_type, 0)):
+        add(value)
+    shapes = {"token_embd.weight": (N_VOCAB, D), "output.weight": (N_VOCAB, D), "blk.0.attn_q.weight": (D, D),
+              "blk.0.attn_k.weight": (D, D), "blk.0.attn_v.weight": (D, D), "blk.0.attn_output.weight": (D, D),
+              "blk.0.ffn_gate.weight": (FF, D), "blk.0.ffn_up.weight": (FF, D), "blk.0.ffn_down.weight": (D, FF)}
+    for name, shape in shapes.items():
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
+        w.add_tensor(name, np.ones(D, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("qtype", FTYPES, ids=lambda q: q.name)
+def test_the_fallback_type_is_llama_cpps(qtype, tmp_path):
+    llama_c = pytest.importorskip("llama_cpp.llama_cpp")
+    src, dst = tmp_path / "f32.gguf", tmp_path / f"{qtype.name}.gguf"
+    _write(src)
+    params = llama_c.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_c, f"LLAMA_FTYPE_MOSTLY_{FTYPES[qtype]}")
+    params.pure = True  # the type itself for every matrix: only the shape fallback changes it
+    params.nthread = 1
+    assert llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) == 0
+    with open_gguf(src) as before, open_gguf(dst) as after:
+        for name, t in before.tensors.items():
+            expected = converted_type(t, qtype)
+            got = after.tensors[name].ggml_type
+            assert got == (t.ggml_type if expected is None else expected), (name, t.shape, got)
