@@ -14,7 +14,7 @@ from gguf import GGUFWriter
 from gguf.constants import GGMLQuantizationType as Q
 
 from walkthrough.inspect.gguf import open_gguf
-from walkthrough.inspect.requant import converted_type
+from walkthrough.inspect.requant import converted_type, file_size_at
 
 D, FF, N_VOCAB = 96, 160, 32  # rows of 96 and 160 values: no 256-value blocks; 160 has no 64 either
 FTYPES = {Q.Q2_K: "Q2_K", Q.Q3_K: "Q3_K_S", Q.Q4_K: "Q4_K_S", Q.Q5_K: "Q5_K_S", Q.Q6_K: "Q6_K",
@@ -56,3 +56,5 @@ def test_the_fallback_type_is_llama_cpps(qtype, tmp_path):
             expected = converted_type(t, qtype)
             got = after.tensors[name].ggml_type
             assert got == (t.ggml_type if expected is None else expected), (name, t.shape, got)
+        # the tensors' bytes (header apart: the quantizer writes its own keys) are what the block view counts
+        assert after.file_size - after.header_bytes == file_size_at(before, qtype) - before.header_bytes

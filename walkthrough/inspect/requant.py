@@ -199,9 +199,10 @@ def _padded(n: int, alignment: int) -> int:
 
 
 def file_size_at(f: GGUFFile, qtype: Q | None) -> int:
-    """Bytes the whole file would take with its quantizable tensors at `qtype` (None: as stored)."""
+    """Bytes the whole file would take quantized to `qtype` (None: as stored): each tensor at the type llama.cpp's
+    quantizer gives it (`converted_type`: the target, its fallback where rows do not split, or as stored)."""
     total = f.header_bytes
     for t in f.tensors.values():
-        new = size_at(t, qtype) if qtype is not None and quantizable(t) else None
-        total += _padded(t.nbytes if new is None else new, f.alignment)
+        to = converted_type(t, qtype) if qtype is not None else None
+        total += _padded(t.nbytes if to is None else size_at(t, to) or t.nbytes, f.alignment)
     return total

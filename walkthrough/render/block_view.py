@@ -134,8 +134,9 @@ def _sizes_table(f: GGUFFile, t, block: Block, rounds: list[Rounding]) -> Table:
                   f"whole file {human_bytes(f.file_size)})",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                   caption="whole file: every tensor llama.cpp's quantizer converts (2-D weights, not norms) "
-                  "at that type when its rows split into that type's blocks, the others and the header as "
-                  "they are; this tensor - : its rows do not split into them", caption_justify="left")
+                  "at that type, or at llama.cpp's fallback type where its rows do not split into that type's "
+                  "blocks; the others and the header as they are; this tensor - : its rows do not split into "
+                  "them", caption_justify="left")
     for col in ("type", "bits", "this tensor", "whole file"):
         table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
     for r in rounds:
