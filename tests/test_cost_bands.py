@@ -3,6 +3,8 @@ rows, the users rows, the offload rows, the curves' titles and the race's lanes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.test_costs import qwen36_like, synthetic_card
@@ -76,3 +78,24 @@ def test_a_profile_without_a_peak_compute_says_so(profiles):
     e = estimate(synthetic_card(32, 8e9, 4.85), hw, 4096, 1024, 128)
     assert e.prefill.band is None and "not the spec-sheet peak" in e.prefill.no_band
     assert "not the spec-sheet peak" in {r.label: r for r in rows(e)}["prefill"].why
+
+
+def test_a_model_far_outside_the_runs_has_no_band_and_says_it_is_extrapolated(profiles):
+    """The band is the error on models like those measured: a model reading far less (or more) per token
+    than every run of the family's phase gets the fit extrapolated, without the band."""
+    from walkthrough.costs import fitted
+    from walkthrough.costs.corpus import bundled
+    from walkthrough.costs.estimate import card_shape
+
+    hw = profiles["rtx-4090"]
+    big = card_shape(qwen36_like())
+    reads = [r.bytes_per_token for r in bundled().runs if r.family == "CUDA" and r.test == "tg"]
+    assert min(reads) / fitted.EXTRAPOLATION <= big.weight_bytes <= max(reads) * fitted.EXTRAPOLATION
+    _, inside = fitted.decode_rate(big, hw, 200)
+    assert inside.fraction is not None and inside.fraction > 0 and not inside.outside
+    for scale, side in ((min(reads) / fitted.EXTRAPOLATION / big.weight_bytes / 2, "less"),
+                        (max(reads) * fitted.EXTRAPOLATION / big.weight_bytes * 2, "more")):
+        shape = dataclasses.replace(big, weight_bytes=big.weight_bytes * scale)
+        _, outside = fitted.decode_rate(shape, hw, 200)
+        assert outside.fraction is None and f"far {side} than any of the {outside.runs} decode runs" in \
+            outside.describe()

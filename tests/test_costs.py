@@ -134,7 +134,9 @@ def test_decode_on_a_profile_with_a_backend_is_the_fitted_model_with_its_band(ca
         d = decode(card, hw, 200, "f16")
         rate, band = fitted.decode_rate(card_shape(card), hw, 200)
         assert d.tokens_per_s.value == pytest.approx(rate), name
-        assert d.band == band and band.family == "CUDA" and band.runs >= 8 and band.fraction > 0
+        assert d.band == band and band.family == "CUDA" and band.runs >= 8
+        # the reference fixtures read a few MB per token, far less than any measured CUDA run: no band, and why
+        assert band.fraction is None and band.describe().startswith("no band: extrapolated"), name
         assert d.tokens_per_s.value < d.ceiling.value
         assert decode(card, hw, 20000).tokens_per_s.value < d.tokens_per_s.value  # attention grows with depth
 

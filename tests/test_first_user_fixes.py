@@ -332,4 +332,5 @@ async def test_summary_costs_row_carries_the_bands():
         for band in (e.prefill.band, e.decode.band):
             want = f"±{band.fraction * 100:.0f}%" if band is not None and band.fraction is not None else "no band"
             assert want in table, table
-        assert e.decode.band is not None and e.decode.band.fraction is not None  # the default machine has one
+        # the default machine's family has runs, but none of a model this small: no band, and Costs says why
+        assert e.decode.band is not None and e.decode.band.describe().startswith("no band: extrapolated")

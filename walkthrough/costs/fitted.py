@@ -16,7 +16,7 @@ nearest to a request: same family, closest in bytes read per token and bandwidth
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from walkthrough.costs import timing
 from walkthrough.costs.corpus import FAMILIES, Run, bundled
@@ -34,12 +34,15 @@ class Band:
     machines: int
     machine_runs: int = 0  # runs of this very machine behind its factor
     basis: str = ""  # what the runs are when they are not a backend family's corpus runs
+    outside: str = ""  # why the band does not hold for this request: a model outside the runs behind it
 
     def describe(self) -> str:
         """E.g. '±19%: backend CUDA, 79 runs (12 machines)'."""
         runs = (f"{self.basis}, {self.runs} runs" if self.basis else
                 f"backend {self.family}, {self.runs} {self.phase} runs ({self.machines} machines)")
         own = f"; scaled to this machine's {self.machine_runs} measured runs" if self.machine_runs else ""
+        if self.outside:
+            return f"no band: {self.outside}"
         if self.fraction is None:
             return f"no band: {runs}, too few to say how far off{own}"
         return f"±{self.fraction * 100:.0f}%: {runs}{own}"
@@ -78,11 +81,37 @@ def band(hw: Profile, phase: str) -> Band | None:
     return Band(fam, phase, p.band, p.runs, p.machines, _factor(fit, hw, phase)[1])
 
 
+EXTRAPOLATION = 4.0  # a model reading this many times less or more per token than every run of its family's
+# phase is outside what the fit was measured on: its figure is the fit extrapolated, with no band
+
+
+def within_runs(b: Band, shape: timing.Shape) -> Band:
+    """`b`, or `b` without its fraction when the model reads far less or far more per token than every run of
+    the family's phase (a 135M model against CPU runs of 3B and up: the fixed costs per layer, fitted on big
+    models, are then most of the prediction)."""
+    test = "tg" if b.phase == "decode" else "pp"
+    reads = [r.bytes_per_token for r in bundled().runs if r.family == b.family and r.test == test]
+    if not reads or shape.weight_bytes <= 0:
+        return b
+    low, high = min(reads), max(reads)
+    if low / EXTRAPOLATION <= shape.weight_bytes <= high * EXTRAPOLATION:
+        return b
+    side, edge = ("less", low) if shape.weight_bytes < low else ("more", high)
+    return replace(b, fraction=None, outside=(
+        f"extrapolated: this model reads {_mb(shape.weight_bytes)} per token, far {side} than any of the "
+        f"{b.runs} {b.phase} runs of backend {b.family} ({_mb(edge)} the {'least' if side == 'less' else 'most'})"))
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:,.0f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:,.0f} kB"
+
+
 def decode_rate(shape: timing.Shape, hw: Profile, context: float) -> tuple[float, Band] | None:
     """Fitted tokens/s of one stream at `context` cached positions, or None (see the module docstring)."""
     b = band(hw, "decode")
     if b is None or b.runs == 0:
         return None
+    b = within_runs(b, shape)
     fit = timing.calibrate()[b.family]
     factor, _ = _factor(fit, hw, "decode")
     return timing.decode_rate(fit, shape, hardware(hw), context) * factor, b
@@ -94,6 +123,7 @@ def prefill_seconds(shape: timing.Shape, hw: Profile, n: int, ubatch: int) -> tu
     spec = hardware(hw)
     if b is None or b.runs == 0 or spec.compute is None or n <= 0:
         return None
+    b = within_runs(b, shape)
     fit = timing.calibrate()[b.family]
     factor, _ = _factor(fit, hw, "prefill")
     seconds = timing.prefill_seconds(fit, shape, spec, n, 0, ubatch) / factor
