@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Self
 
 WINDOW = (1280, 860)  # browser viewport in CSS pixels: a 100x30-cell terminal at the page's font size
 DEVTOOLS_LINE = re.compile(r"DevTools listening on (ws://\S+)")
@@ -71,10 +72,10 @@ class Browser:
         self._pending: dict[int, asyncio.Future] = {}
         self.process: subprocess.Popen | None = None
 
-    async def __aenter__(self) -> Browser:
+    async def __aenter__(self) -> Self:
         import aiohttp
 
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the test waits on the browser
             [chromium_binary(), "--headless=new", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--no-first-run",
              "--disable-dev-shm-usage", f"--user-data-dir={self._profile.name}", "--remote-debugging-port=0",
              f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],

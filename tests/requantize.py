@@ -22,8 +22,8 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.inspect.requant import quantizable
 from walkthrough.inspect.gguf import open_gguf
+from walkthrough.inspect.requant import quantizable
 
 SKIPPED_KEYS = ("GGUF.", "general.architecture")  # written by GGUFWriter itself
 

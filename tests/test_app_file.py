@@ -172,8 +172,8 @@ async def test_overview_scrolls_with_the_keyboard_at_80x24(fixtures_dir):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_a_long_tensor_table_shows_a_page_at_a_time(fixtures_dir, monkeypatch, size):
-    from walkthrough.screens import table_pages
     from walkthrough.render import tensor_pages
+    from walkthrough.screens import table_pages
 
     monkeypatch.setattr(table_pages, "PAGE_ROWS", 4)  # the fixture's 37 tensors make 10 pages, its 6 experts 2
     path = fixtures_dir / "reference" / "ref-qwen2moe-f32.gguf"
@@ -232,11 +232,11 @@ def many_keys(tmp_path_factory):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_a_long_metadata_table_shows_a_page_at_a_time(many_keys, size):
+    from walkthrough.render.term_words import most_specific
     from walkthrough.screens import table_pages
     from walkthrough.screens.glossary import GlossaryScreen
     from walkthrough.screens.metadata_value import MetadataValueScreen
     from walkthrough.screens.stage_text import cursor_row_text
-    from walkthrough.render.term_words import most_specific
 
     path, keys = many_keys
     per_page = table_pages.PAGE_ROWS

@@ -28,10 +28,10 @@ from walkthrough.textsafe import token_text
 
 PREFILL, DECODE = (stage_key(stage) for stage in ("prefill", "decode"))
 MESSAGES = [{"role": "user", "content": "hello"}]
-MODELS = {"dense-64": dict(n_layers=64, arch="qwen2"),
-          "gemma3-30": dict(n_layers=30, arch="gemma3"), "moe-64x8": dict(n_layers=64),
-          "experts-8": dict(n_layers=3, n_experts=8), "experts-64": dict(n_layers=3, n_experts=64, n_used=4),
-          "experts-256": dict(n_layers=6, n_experts=256, n_used=8)}
+MODELS = {"dense-64": {"n_layers": 64, "arch": "qwen2"},
+          "gemma3-30": {"n_layers": 30, "arch": "gemma3"}, "moe-64x8": {"n_layers": 64},
+          "experts-8": {"n_layers": 3, "n_experts": 8}, "experts-64": {"n_layers": 3, "n_experts": 64, "n_used": 4},
+          "experts-256": {"n_layers": 6, "n_experts": 256, "n_used": 8}}
 ROW = re.compile(r"^\s*L(\d+) (\S+)(?: +(\d+)/(\d+))?\s*$")  # an experts grid row: label, cells, count
 
 
@@ -94,8 +94,8 @@ async def test_live_panel_keeps_the_candidates_whatever_the_layer_count(models, 
 
 def test_cache_groups_partition_the_layers_and_add_up(models):
     from walkthrough.engine.glassbox.model import Model
-    from walkthrough.engine.sampler import Sampler
     from walkthrough.engine.glassbox.session import Session
+    from walkthrough.engine.sampler import Sampler
     from walkthrough.inspect.gguf import open_gguf
 
     model = Model(open_gguf(models["gemma3-30"]))
@@ -164,7 +164,7 @@ def _check_grid(rows: list[re.Match], legend: str, step, n_experts: int, *, last
                 expected.append(int((chosen == c).sum()))
             else:
                 expected.append(sum(1 for e in members if (chosen == e).any()))
-        figures = [0 if g == "\u00b7" else (k if k > 1 else 1) if g == "\u2588" else 10 if g == "+" else int(g)
+        figures = [0 if g == "\u00b7" else (max(1, k)) if g == "\u2588" else 10 if g == "+" else int(g)
                    for g in cells]
         assert [min(f, 10) for f in figures] == [min(e, 10) for e in expected]
         if k > 1:

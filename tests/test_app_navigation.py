@@ -5,8 +5,8 @@ from __future__ import annotations
 from app_support import app_for, press_stage, settle, shown_text, widget_text
 
 from walkthrough import cli
-from walkthrough.request import stages
 from walkthrough.render.terms import load_terms
+from walkthrough.request import stages
 from walkthrough.screens.glossary import GlossaryScreen
 from walkthrough.screens.help import HelpScreen
 

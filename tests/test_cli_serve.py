@@ -37,7 +37,7 @@ def recording(monkeypatch):
 
 def test_each_visitor_runs_this_python_on_the_model_with_the_options(recording, capsys):
     port = free_port()
-    code, out, err = run_cli(capsys, ["serve", REFERENCE, "--port", port, "--seed", "7", "--hardware", "cpu-here"])
+    code, _out, err = run_cli(capsys, ["serve", REFERENCE, "--port", port, "--seed", "7", "--hardware", "cpu-here"])
     assert code == 0 and err == "", err
     [(command, host, served_port)] = recording
     assert (host, served_port) == ("localhost", port)
@@ -77,7 +77,7 @@ def test_missing_textual_serve_says_how_to_install(monkeypatch, capsys):
 
 
 def test_another_address_is_served_only_when_named_with_a_warning_and_a_token(recording, capsys):
-    code, out, err = run_cli(capsys, ["serve", "--host", "0.0.0.0", "--port", free_port()])
+    code, _out, err = run_cli(capsys, ["serve", "--host", "0.0.0.0", "--port", free_port()])
     assert code == 0
     assert recording[0][1] == "0.0.0.0"
     assert err.startswith("walkthrough: warning: listening on 0.0.0.0") and err.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,9 @@ def test_ttft_grows_and_decode_falls_with_context(fixtures_dir, profiles):
     hw = next(p for p in profiles.values() if memory_plan(card, p, 1 << 14).verdict != NO_FIT)
     xs = contexts(1 << 14)
     ttft = ttft_curve(card, hw, xs).series[0].ys
-    assert all(b > a for a, b in zip(ttft, ttft[1:]))
+    assert all(b > a for a, b in itertools.pairwise(ttft))
     ceiling, real = (s.ys for s in decode_curve(card, hw, xs).series)
-    assert all(b < a for a, b in zip(ceiling, ceiling[1:]))
+    assert all(b < a for a, b in itertools.pairwise(ceiling))
     assert all(r <= c for r, c in zip(real, ceiling))
 
 
@@ -90,4 +91,4 @@ def test_users_curve_is_the_users_table(fixtures_dir, profiles):
     each, total = (s.ys for s in curve.series)
     for x, e, t in zip(curve.xs, each, total):
         assert t == pytest.approx(x * e)
-    assert all(b <= a for a, b in zip(each, each[1:]))  # sharing a step never makes one user faster
+    assert all(b <= a for a, b in itertools.pairwise(each))  # sharing a step never makes one user faster

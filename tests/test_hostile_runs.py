@@ -46,7 +46,7 @@ def test_bad_float_hyperparameter_is_refused_before_the_run(tmp_path, capsys, su
 def test_bad_float_hyperparameter_still_inspects(tmp_path, capsys, suffix, value):
     path = with_metadata(tmp_path, "bad.gguf", {f"{ARCH}.{suffix}": value})
     for argv in (["inspect", path], ["inspect", path, "--json"], ["estimate", path, "--hardware", "cpu-here"]):
-        code, out, err = run_cli(argv, capsys)
+        code, _out, err = run_cli(argv, capsys)
         assert code == 0, err
         assert "Traceback" not in err
 
@@ -113,7 +113,7 @@ def test_hostile_architecture_name_is_shown_literally(tmp_path, capsys):
     path = with_metadata(tmp_path, "arch.gguf", {"general.architecture": (V.STRING, "x\x1b]0;t\x07"),
                                                  "general.name": (V.STRING, HOSTILE_TEXT)})
     for argv in (["inspect", path], ["estimate", path, "--hardware", "cpu-here"], [TRACE[0], path, *TRACE[1:]]):
-        code, out, err = run_cli(argv, capsys)
+        _code, out, err = run_cli(argv, capsys)
         assert "Traceback" not in err
         assert not raw_controls(out + err), (argv, raw_controls(out + err))
 
@@ -126,7 +126,7 @@ def test_hostile_file_name_is_shown_literally(tmp_path, capsys):
     (folder / "b\x1b[31m.gguf").write_bytes(b"GGUF\x03\x00\x00\x00broken")
     for argv in (["inspect", folder], ["inspect", good], ["inspect", folder / "b\x1b[31m.gguf"],
                  ["estimate", good, "--hardware", "cpu-here"]):
-        code, out, err = run_cli(argv, capsys)
+        _code, out, err = run_cli(argv, capsys)
         assert "Traceback" not in err
         assert not raw_controls(out + err), (argv, raw_controls(out + err))
 
@@ -177,7 +177,7 @@ def test_deeply_nested_json_is_one_line(tmp_path, capsys):
     messages = tmp_path / "deep.json"
     messages.write_text(deep, encoding="utf-8")
     for argv in (["tokenize", LLAMA, "--batch", batch], ["template", LLAMA, "--messages", messages]):
-        code, out, err = run_cli(argv, capsys)
+        code, _out, err = run_cli(argv, capsys)
         assert_one_clear_line(code, err, "nested too deeply")
 
 
@@ -197,14 +197,14 @@ def test_hostile_hardware_file_is_one_line(tmp_path, capsys, fields):
     path = tmp_path / "hw.json"
     text = json.dumps([_profile(**fields)]).replace("NaN", "NaN").replace("Infinity", "Infinity")
     path.write_text(text, encoding="utf-8")
-    code, out, err = run_cli(["estimate", LLAMA, "--hardware-file", path, "--hardware", "mine"], capsys)
+    code, _out, err = run_cli(["estimate", LLAMA, "--hardware-file", path, "--hardware", "mine"], capsys)
     assert_one_clear_line(code, err, "hw.json")
 
 
 def test_deeply_nested_hardware_file_is_one_line(tmp_path, capsys):
     path = tmp_path / "hw.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
-    code, out, err = run_cli(["estimate", LLAMA, "--hardware-file", path], capsys)
+    code, _out, err = run_cli(["estimate", LLAMA, "--hardware-file", path], capsys)
     assert_one_clear_line(code, err, "hw.json")
 
 
@@ -212,7 +212,7 @@ def test_deeply_nested_hardware_file_is_one_line(tmp_path, capsys):
 def test_a_split_name_with_many_missing_shards_is_one_short_line(tmp_path, capsys):
     path = tmp_path / "x-00001-of-99999.gguf"
     path.write_bytes(LLAMA.read_bytes())
-    code, out, err = run_cli(["inspect", path], capsys)
+    code, _out, err = run_cli(["inspect", path], capsys)
     assert_one_clear_line(code, err, "99,998")
     assert len(err) < 1000
 
@@ -224,7 +224,7 @@ def test_deeply_nested_ollama_manifest_is_one_line(tmp_path, capsys, monkeypatch
     manifest = store / "manifests" / "registry.ollama.ai" / "library" / "deep" / "latest"
     manifest.parent.mkdir(parents=True)
     manifest.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
-    code, out, err = run_cli(["inspect", "ollama:deep"], capsys)
+    code, _out, err = run_cli(["inspect", "ollama:deep"], capsys)
     assert_one_clear_line(code, err, "nested too deeply")
 
 
@@ -234,7 +234,7 @@ def test_hostile_names_in_an_ollama_listing_are_shown_literally(tmp_path, capsys
     store = tmp_path / "ollama"
     monkeypatch.setenv("OLLAMA_MODELS", str(store))
     install_ollama(store, "registry.ollama.ai/library/evil\x1b]0;t\x07\u202e/latest", LLAMA.read_bytes())
-    code, out, err = run_cli(["inspect", "ollama:absent"], capsys)
+    code, _out, err = run_cli(["inspect", "ollama:absent"], capsys)
     assert_one_clear_line(code, err, "\\x1b]0;t\\x07\\u202e")
 
 

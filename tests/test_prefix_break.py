@@ -51,7 +51,7 @@ def test_qwen3_drops_the_reasoning_of_an_earlier_answer(tok, fixtures_dir):
     first = [{"role": "user", "content": "Hi"}]
     answer = [t.id for t in tok.tokenize(THOUGHT, parse_special=True)]  # generated after "<|im_start|>assistant\n"
     follow = [*first, {"role": "assistant", "content": THOUGHT}, {"role": "user", "content": "Bye"}]
-    held, chat, found = _break(tok, source, first, answer, follow)
+    held, _chat, found = _break(tok, source, first, answer, follow)
     assert found.position == len(held.chat.ids)  # the answer's first token
     assert (found.cause, found.held_origin, found.new_origin) == ("answer", "the model's answer", "message 2 (assistant)")
     assert "reasoning dropped" in found.words
@@ -64,7 +64,7 @@ def test_deepseek_r1_opens_a_think_block_only_in_the_generation_prompt(tok, fixt
     generated = "The user greets me.\n</think>\n\nHello there."  # the prompt already opened <think>
     answer = [t.id for t in tok.tokenize(generated, parse_special=False)]
     follow = [*first, {"role": "assistant", "content": generated}, {"role": "user", "content": "Bye"}]
-    held, chat, found = _break(tok, source, first, answer, follow)
+    held, _chat, found = _break(tok, source, first, answer, follow)
     assert found.position < len(held.chat.ids)
     assert (found.cause, found.held_origin) == ("prompt_end", "template text")
     assert "<think>" in held.chat.text[held.chat.tokens[found.position].start :]  # what the new render lacks
@@ -107,6 +107,6 @@ def test_the_same_text_in_other_tokens(tok):
     answer = [tok.tokenize(c, parse_special=False)[0].id for c in "Hello"]
     assert tok.decode(answer) == "Hello" and len(tok.tokenize("Hello", parse_special=False)) == 1
     follow = [*first, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]
-    held, chat, found = _break(tok, source, first, answer, follow)
+    held, _chat, found = _break(tok, source, first, answer, follow)
     assert (found.position, found.cause) == (len(held.chat.ids), "retokenized")
     assert (tok.decode([found.held_id]), tok.decode([found.new_id])) == ("H", "Hello")

@@ -59,7 +59,7 @@ def smollm2():
 
 
 def test_teacher_forced_logits_follow_llama_cpp(smollm2):
-    model, ref, ours = smollm2
+    _model, ref, ours = smollm2
     fig = compare(ref, ours, ref.greedy)
     assert fig.top1 >= MIN_TOP1, fig
     assert fig.kl_mean <= MAX_KL_MEAN, fig

@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("textual_serve", reason="textual-serve is not installed (pip install '.[serve]')")
 
-from aiohttp.test_utils import TestServer  # noqa: E402
+from aiohttp.test_utils import TestServer
 
-from walkthrough.serving_web import capacity  # noqa: E402
-from walkthrough.serving_web.guard import (  # noqa: E402
+from walkthrough.serving_web import capacity
+from walkthrough.serving_web.guard import (
     MAX_SIZE,
     MIN_SIZE,
     ServedAddress,
@@ -27,7 +27,7 @@ from walkthrough.serving_web.guard import (  # noqa: E402
     size_from_query,
     token_matches,
 )
-from walkthrough.serving_web.server import GuardedServer  # noqa: E402
+from walkthrough.serving_web.server import GuardedServer
 
 WAITER = f"{sys.executable} -c 'import sys; sys.stdin.read()'"  # a visitor's "app" that only waits
 
@@ -129,7 +129,7 @@ async def tokened():
 
 
 async def test_another_address_needs_the_launch_token_on_the_page_and_the_websocket(tokened):
-    server, test_server, session = tokened
+    _server, test_server, session = tokened
     base = f"http://127.0.0.1:{test_server.port}"
     for query in ("", "?token=", "?token=launch-token-12", "?token=launch-token-1234"):
         async with session.get(f"{base}/{query}") as page:

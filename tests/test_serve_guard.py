@@ -124,8 +124,8 @@ HOSTILE_PACKETS = [
 HOSTILE_REQUESTS = [  # raw bytes on a new connection; Host is filled in
     b"\x00\xff garbage\r\n\r\n",
     b"GET / HTTP/1.1\r\nHost: {host}\r\nX: " + b"a" * 100000 + b"\r\n\r\n",
-    b"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-    b"Sec-WebSocket-Key: bad\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    (b"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: bad\r\nSec-WebSocket-Version: 13\r\n\r\n"),
     b"GET /static/../../../../etc/passwd HTTP/1.1\r\nHost: {host}\r\n\r\n",
     b"GET /download/nope HTTP/1.1\r\nHost: {host}\r\n\r\n",
     b"GET / HTTP/1.1\r\nHost: {host}\r\nOrigin: \xff\xfe\r\n\r\n",

@@ -114,7 +114,7 @@ def test_a_draft_model_gives_the_plain_tokens(models, name: str, settings: Sampl
 @pytest.mark.parametrize("name", ["ref-qwen2moe-f32", "ref-qwen35moe-f32", "ref-qwen3-f16"])
 def test_a_model_drafting_for_itself_is_always_right_at_temperature_0(models, name: str):
     model, ids = models[name], _prompt(REFERENCE / f"{name}.gguf")
-    spec, _, rounds = _speculative(model, DraftModel(model, model), ids, GREEDY, None, N_NEW, k=4)
+    _spec, _, rounds = _speculative(model, DraftModel(model, model), ids, GREEDY, None, N_NEW, k=4)
     assert all(r.draft.accepted == len(r.draft.tokens) for r in rounds)
     assert [len(r.generated) for r in rounds] == [5, 5, 5]  # 15 tokens in three passes of 4 drafts + 1
     assert all(r.draft.replay is None for r in rounds)  # nothing rejected: nothing to replay
@@ -245,7 +245,7 @@ def test_the_mtp_block_at_the_first_position_is_llama_cpps_graph_written_out(mtp
     router = get(p + "ffn_gate_inp.weight").reshape(-1, d) @ m
     probs = np.exp(router - router.max()) / np.exp(router - router.max()).sum()
     top = np.argsort(-probs)[: s.n_used]
-    silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
+    silu = lambda z: z / (1 + np.exp(-z))
     moe = sum(probs[i] / probs[top].sum() * get(p + "ffn_down_exps.weight")[i]
               @ (silu(get(p + "ffn_gate_exps.weight")[i] @ m) * (get(p + "ffn_up_exps.weight")[i] @ m)) for i in top)
     shared = get(p + "ffn_down_shexp.weight") @ (silu(get(p + "ffn_gate_shexp.weight") @ m)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_chunked_prefill_and_decode_surprisal_match_one_pass():
     got = np.concatenate([s.surprisal for s in steps if s.phase == "prefill"])
     assert math.isnan(got[0])  # the first token has nothing before it
     np.testing.assert_allclose(got[1:], expected, rtol=1e-4, atol=1e-4)  # chunk borders use the previous pass's last logits
-    for before, after in zip(steps, steps[1:]):
+    for before, after in itertools.pairwise(steps):
         if after.phase == "decode":  # a decode pass feeds what the pass before chose
             assert after.surprisal[0] == before.chosen_surprisal
     summary = run_summary(steps)

@@ -34,15 +34,14 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as walkthrough.cli.main does, before numpy loads
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import qwen36_shaped  # noqa: E402
+import qwen36_shaped
 
-from walkthrough.engine.llama.model import LlamaModel  # noqa: E402
-from walkthrough.engine.llama.session import KV_TYPES, LlamaSession  # noqa: E402
-from walkthrough.costs.measured import spread_ids  # noqa: E402
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.glassbox.session import Session  # noqa: E402
-from walkthrough.inspect.locate import BUNDLED_MODEL  # noqa: E402
-
+from walkthrough.costs.measured import spread_ids
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.llama.model import LlamaModel
+from walkthrough.engine.llama.session import KV_TYPES, LlamaSession
+from walkthrough.inspect.locate import BUNDLED_MODEL
 
 Timing = tuple[float, float]  # (wall seconds, CPU seconds of this process) of one decode pass
 
@@ -73,7 +72,7 @@ def plain_decode(model: LlamaModel, ids: list[int], tokens: int) -> list[Timing]
         for _ in range(tokens):
             one = (lib.llama_token * 1)(token)
 
-            def run():
+            def run(one=one):
                 assert lib.llama_decode(ctx, lib.llama_batch_get_one(one, 1)) == 0
                 return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
 
@@ -93,7 +92,7 @@ def session_decode(session, ids: list[int], tokens: int, **feed) -> list[Timing]
     token = int(np.argmax(list(session.prefill(ids))[-1].logits))
     times = []
     for _ in range(tokens):
-        timing, step = _timed(lambda: session.feed([token], phase="decode", **feed))
+        timing, step = _timed(lambda token=token: session.feed([token], phase="decode", **feed))
         times.append(timing)
         token = int(np.argmax(step.logits))
     return times

@@ -25,12 +25,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads, as wal
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-import numpy as np  # noqa: E402
-from real_weights_support import find_smollm2, request_ids  # noqa: E402
+import numpy as np
+from real_weights_support import find_smollm2, request_ids
 
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.glassbox.session import Session  # noqa: E402
-from walkthrough.inspect.gguf import open_gguf  # noqa: E402
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.inspect.gguf import open_gguf
 
 
 def cpu_seconds(run: Callable[[], object]) -> float:

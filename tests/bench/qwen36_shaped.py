@@ -37,10 +37,10 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, TokenType
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-from conftest import FIXTURES_DIR  # noqa: E402
-from test_card import QWEN36, QWEN36_VOCAB, qwen36_tensors  # noqa: E402
+from conftest import FIXTURES_DIR
+from test_card import QWEN36, QWEN36_VOCAB, qwen36_tensors
 
-from walkthrough.inspect.gguf import open_gguf  # noqa: E402
+from walkthrough.inspect.gguf import open_gguf
 
 DEFAULT_PATH = Path("/tmp/walkthrough-bench/qwen36-35b-a3b-shaped.gguf")
 SCALED_PATH = Path("/tmp/walkthrough-bench/qwen36-scaled-shaped.gguf")

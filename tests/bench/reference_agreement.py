@@ -18,8 +18,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from walkthrough.engine.glassbox.model import Model  # noqa: E402
-from walkthrough.engine.glassbox.session import Session  # noqa: E402
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 
 FOLDERS = (ROOT.parent / "shared" / "fixtures" / "reference", ROOT / "tests" / "fixtures" / "arch")
 

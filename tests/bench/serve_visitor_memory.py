@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serve_support import read_screen, served  # noqa: E402
+from serve_support import read_screen, served
 
 MIB = 1 << 20
 
@@ -38,14 +38,14 @@ async def main(model: list[str]) -> None:
         async with aiohttp.ClientSession() as session, session.ws_connect(server.ws_url()) as ws:
             await read_screen(ws)
             [app] = server.apps()
-            print("visitor's app, first screen: resident %.0f MiB, peak %.0f MiB" % memory(app))
+            print("visitor's app, first screen: resident {:.0f} MiB, peak {:.0f} MiB".format(*memory(app)))
             for key in ("4", " "):  # the Prefill stage, then one chunk
                 await ws.send_json(["stdin", key])
                 await read_screen(ws, quiet=3.0)
-            print("after one prefill chunk:     resident %.0f MiB, peak %.0f MiB" % memory(app))
+            print("after one prefill chunk:     resident {:.0f} MiB, peak {:.0f} MiB".format(*memory(app)))
             await ws.send_json(["resize", {"width": 100000, "height": 100000}])
             await read_screen(ws, quiet=3.0)
-            print("after a 100000x100000 resize: resident %.0f MiB, peak %.0f MiB" % memory(app))
+            print("after a 100000x100000 resize: resident {:.0f} MiB, peak {:.0f} MiB".format(*memory(app)))
 
 
 if __name__ == "__main__":

@@ -117,8 +117,8 @@ def print_comparison(r: dict[str, Any], *, out) -> None:
     lines = [
         f"A: {visible(r['a'])}",
         f"B: {visible(r['b'])}",
-        f"tokens: {r['tokens']} ({r['prompt_tokens']} request + {len(r['answer'])} of A's greedy answer), "
-        "read by both teacher-forced",
+        (f"tokens: {r['tokens']} ({r['prompt_tokens']} request + {len(r['answer'])} of A's greedy answer), "
+        "read by both teacher-forced"),
         f"A's answer: {visible(r['answer_text'])}",
         f"KL(A||B) per position, nats: mean {kl['mean']:.6f}, p99 {kl['p99']:.6f}, max {kl['max']:.6f}",
         f"top-1 agreement: {r['top1_agreement']:.1%}   top-5 agreement: {r['top5_agreement']:.1%}",

@@ -47,8 +47,7 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
         requests = script.requests(talk, messages)
     else:
         requests = talk.requests(messages)
-    turn_count = 0
-    for label, request in requests:
+    for turn_count, (label, request) in enumerate(requests):
         chat = talk.render(request)
         for warning in chat.warnings:
             warn(warning)
@@ -60,7 +59,6 @@ def play(f, model: Model, tok, settings: SamplerSettings, args: argparse.Namespa
             print(f"== {label}: {count(len(request), 'message')}, {count(len(chat.ids), 'prompt token')}")
         steps = talk.ask(request, label)
         printer(steps, model, piece, as_json=as_json, logits=args.logits, header=turn_count == 0)
-        turn_count += 1
         turn = talk.turns[-1]
         if several or args.measure:
             _emit({"turn": label, **turn.to_json()} if as_json else None, turn_lines(turn, piece), as_json)

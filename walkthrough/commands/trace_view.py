@@ -142,8 +142,8 @@ def print_trace(
                      f"{step.seconds * 1000:.1f}", *drafts, chosen, _top(step, piece)))
     needed = [max(cell_len(h), *(_cell_width(row[i]) for row in rows)) for i, h in enumerate(headers)]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
-    for header, width in zip(headers, column_widths(headers, needed, console.width)):
-        table.add_column(header, justify="right" if header in RIGHT_ALIGNED else "left", no_wrap=True,
+    for name, width in zip(headers, column_widths(headers, needed, console.width)):
+        table.add_column(name, justify="right" if name in RIGHT_ALIGNED else "left", no_wrap=True,
                          overflow="ellipsis", width=width)
     for row in rows:
         table.add_row(*row)
@@ -193,11 +193,11 @@ def round_lines(steps: list[Step], card) -> list[str]:
     stats = round_stats(steps)
     first = next(s.draft for s in steps if s.draft is not None)
     lines = [
-        f"speculative ({first.drafter}, up to {count(first.k, 'draft')}): {count(stats.rounds, 'round')}, "
+        (f"speculative ({first.drafter}, up to {count(first.k, 'draft')}): {count(stats.rounds, 'round')}, "
         f"{stats.drafted} drafted, "
-        f"{stats.accepted} accepted: alpha {stats.alpha:.2f}",
-        f"tokens per round: {stats.tokens_per_round:.2f} measured, {stats.expected_per_round:.2f} expected at "
-        f"alpha {stats.alpha:.2f}",
+        f"{stats.accepted} accepted: alpha {stats.alpha:.2f}"),
+        (f"tokens per round: {stats.tokens_per_round:.2f} measured, {stats.expected_per_round:.2f} expected at "
+        f"alpha {stats.alpha:.2f}"),
     ]
     plain = card.bytes_per_token
     versus = f" against {human_bytes(plain)} for plain decoding ({stats.bytes_per_token / plain:.2f}x)" if plain else ""

@@ -27,8 +27,8 @@ import numpy as np
 
 from walkthrough.engine import surprisal as sp
 from walkthrough.engine.checkpoints import Reuse
-from walkthrough.engine.prefix_break import Break
 from walkthrough.engine.glassbox.ops import softmax
+from walkthrough.engine.prefix_break import Break
 from walkthrough.engine.sampler import SampleResult, SamplerSettings
 
 TOP_CANDIDATES = 5  # candidates listed in `Step.top()` and the JSON record

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
-from walkthrough.words import count
 
+from walkthrough.words import count
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import json
 import threading
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2.ext
 from jinja2 import nodes
@@ -52,7 +52,7 @@ class GenerationBlock(jinja2.ext.Extension):
     nothing to it and removes nothing from it.
     """
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno

@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from walkthrough.inspect.sandbox import DEFAULT_LIMITS, Limits, TemplateError
+from walkthrough.inspect.sandbox import Limits, TemplateError
 
 GRACE_SECONDS = 1.0  # after the time limit, the sandbox's own stop gets this long before the kill
 STARTUP_SECONDS = 60.0  # a new helper's Python start and imports (seconds on a loaded machine), not the render's

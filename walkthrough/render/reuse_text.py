@@ -15,10 +15,10 @@ from walkthrough.textsafe import token_text
 from walkthrough.words import count
 
 if TYPE_CHECKING:  # the engine loads when a run starts, not when the app draws its first screen
-    from walkthrough.request.state import FirstToken
     from walkthrough.engine.serving.coldstart import StartTimes
-    from walkthrough.engine.steps import Step
     from walkthrough.engine.serving.turns import Summary, Turn
+    from walkthrough.engine.steps import Step
+    from walkthrough.request.state import FirstToken
 
 
 def _ms(seconds: float) -> str:
@@ -68,8 +68,8 @@ def first_token_lines(runs: Sequence[FirstToken], shown: int = 3) -> list[str]:
 def turn_lines(turn: Turn, piece: Callable[[int], str]) -> list[str]:
     """What one request reused, where and why reuse stopped, and what it cost (with and without reuse)."""
     r = turn.reuse
-    lines = [f"{turn.label}: {r.reused} of {r.prompt} prompt tokens reused, {r.computed} computed; "
-             f"reuse stopped: {r.reason}"]
+    lines = [(f"{turn.label}: {r.reused} of {r.prompt} prompt tokens reused, {r.computed} computed; "
+             f"reuse stopped: {r.reason}")]
     if turn.cause is not None:
         c = turn.cause
         lines.append(f"  first differing token at {c.position}: held {_token(piece, c.held_id)} ({c.held_origin}), "
@@ -103,8 +103,8 @@ def start_lines(n: int, cold: StartTimes, warm: StartTimes, kept: StartTimes) ->
     other = cold.first_token - cold.imports - cold.open - cold.passes
     return [
         f"first token of the first request ({count(n, 'token')}):",
-        f"  cold, a fresh process: {_ms(cold.first_token)} (Python start {_ms(other)}, imports {_ms(cold.imports)}, "
-        f"opening the file {_ms(cold.open)}, passes with first-use dequantization {_ms(cold.passes)})",
+        (f"  cold, a fresh process: {_ms(cold.first_token)} (Python start {_ms(other)}, imports {_ms(cold.imports)}, "
+        f"opening the file {_ms(cold.open)}, passes with first-use dequantization {_ms(cold.passes)})"),
         f"  warm, this process, empty KV cache: {_ms(warm.first_token)}",
         f"  warm, this process, the prompt's KV cache kept: {_ms(kept.first_token)}",
         f"  a server's keep-alive saves {_ms(cold.first_token - warm.first_token)} per request after the first",

@@ -24,10 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from walkthrough import textual_private
+from walkthrough.render.term_words import most_specific, terms_in
 from walkthrough.request import stages
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.stage_text import cursor_row_text, stage_text
-from walkthrough.render.term_words import most_specific, terms_in
 
 STAGE_KEYS = Binding.Group("Stage", compact=True)
 TALL = 30  # rows from which the terms line may take four lines instead of two

@@ -23,6 +23,7 @@ from walkthrough.render.terms import Term, load_terms
 from walkthrough.screens.footer import KeysFooter
 from walkthrough.screens.typeahead import when_shown
 
+
 class GlossaryScreen(ModalScreen):
     """Terms on the left, the highlighted term's definition on the right."""
 

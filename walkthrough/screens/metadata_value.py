@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.text import Text
 from gguf.constants import GGUFValueType
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll

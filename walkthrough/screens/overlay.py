@@ -12,8 +12,8 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 
-from walkthrough.screens.stage_text import stage_text
 from walkthrough.render.term_words import terms_in
+from walkthrough.screens.stage_text import stage_text
 
 
 class OverlayScreen(ModalScreen):

@@ -87,7 +87,7 @@ class Config:
     sliding_window: int = 0  # positions a "sliding" layer sees: the query's and the window - 1 before it
     rope_base_swa: float = ROPE_BASE_SWA_DEFAULT  # RoPE base of "sliding" layers
     final_softcap: float = 0.0  # logits = c tanh(logits / c) when c > 0
-    router: Router = Router()  # the declaration's router, with the file's settings where it reads them
+    router: Router = field(default_factory=Router)  # the declaration's router, with the file's settings where it reads them
     rope_yarn: ops.Yarn | None = None  # YaRN context extension (with rope_freq_scale = 1 / factor)
     rope_freq_scale_swa: float = 1.0  # freq scale of "sliding" layers (and YaRN on them when they share it)
     head_dim_k_swa: int = 0  # head sizes and rotated dims of "sliding" layers when they differ (0: as full layers)

@@ -27,7 +27,6 @@ from walkthrough.engine.glassbox.config import Config
 from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.steps import LayerTrace
 
-
 GATED_NAMES = {"silu": "ffn_swiglu", "gelu": "ffn_geglu", "swiglu_oai": "ffn_swiglu_oai"}  # llama.cpp's names
 
 

@@ -86,7 +86,7 @@ from walkthrough.errors import WalkthroughError
 __all__ = ["Cancelled", "Progress", "Session", "stop_when"]
 
 
-class Cancelled(Exception):  # noqa: N818 - a request, not a failure
+class Cancelled(Exception):
     """Raised by a `progress` callable to abandon the pass it was called from (not an error to report)."""
 
 

@@ -23,6 +23,7 @@ LoRA adapters, multi-sequence batches.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -224,7 +225,5 @@ class LlamaModel:
             self.ptr = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
             self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass

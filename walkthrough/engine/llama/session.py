@@ -35,6 +35,7 @@ an error says so), quantized KV caches together with attention weights
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -303,7 +304,5 @@ class LlamaSession(Session):
             self.ctx = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
             self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
