@@ -26,7 +26,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from walkthrough.inspect.card import ModelCard, counted_group
 from walkthrough.inspect.gguf import TensorInfo
-from walkthrough.inspect.requant import converted_type
+from walkthrough.inspect.requant import converted_type, size_at
 
 # the types the view switches through, widest first (the file's own mix comes before them)
 TYPES = tuple(GGMLQuantizationType[name] for name in ("F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K", "Q4_0", "Q3_K", "Q2_K"))
@@ -66,9 +66,8 @@ def held_read(card: ModelCard, tensors: Iterable[TensorInfo], name: str,
     else:
         held_by_group: dict[str, float] = {}
         for info in tensors:
-            to = converted_type(info, t)
-            values, nbytes = GGML_QUANT_SIZES[to] if to is not None else (1, 0)
-            size = info.nbytes if to is None else info.n_elements // values * nbytes
+            to = converted_type(info, t)  # its rows split into `to`'s blocks: size_at has a size
+            size = info.nbytes if to is None else size_at(info, to)
             group = counted_group(info.name, card)
             held_by_group[group] = held_by_group.get(group, 0.0) + size
         held = sum(held_by_group.values())
