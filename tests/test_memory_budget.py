@@ -79,7 +79,8 @@ def test_a_matrix_over_a_share_of_the_budget_is_never_held_whole():
     biggest = max((t for t in f.tensors.values() if len(t.shape) == 2), key=lambda t: t.n_elements)
     budget = biggest.n_elements * 4 * 2  # the biggest matrix takes half: over WHOLE_SHARE
     ids, _, model = _run(LLAMA_Q4, budget)
-    assert not any(key in (biggest.name, (biggest.name, "float64")) for key in model.weights.cached())
+    held = [key for key in model.weights.cached() if biggest.name in repr(key)]  # alone, with offsets, or stacked
+    assert model.weights.cached() and not held
     assert ids == _run(LLAMA_Q4, 1 << 30)[0]
 
 

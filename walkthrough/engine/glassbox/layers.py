@@ -70,9 +70,11 @@ def project_qkv(
         nq, nk = c.n_head * q_dim, h_kv * hd
         q, k, v = qkv[:, :nq], qkv[:, nq : nq + nk], qkv[:, nq + nk :]
     else:
-        q, k = (m.linear(pre + f"attn_{part}.weight", x, pre + f"attn_{part}.bias") for part in "qk")
         has_v = not c.spec.v_from_k or m.weights.has(pre + "attn_v.weight")
-        v = m.linear(pre + "attn_v.weight", x, pre + "attn_v.bias") if has_v else k
+        parts = "qkv" if has_v else "qk"
+        q, k, *rest = m.linears([pre + f"attn_{part}.weight" for part in parts], x,
+                                [pre + f"attn_{part}.bias" for part in parts])
+        v = rest[0] if has_v else k
     return q.reshape(n, c.n_head, q_dim), k.reshape(n, h_kv, hd), v.reshape(n, h_kv, hd_v)
 
 
@@ -150,8 +152,8 @@ def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.
         gate_up = m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias")  # [n, 2 ff]
         gate, up = np.split(gate_up, 2, axis=-1)
     else:
-        gate = m.look("ffn_gate", layer, m.linear(pre + "ffn_gate.weight", x, pre + "ffn_gate.bias"))
-        up = m.look("ffn_up", layer, m.linear(pre + "ffn_up.weight", x, pre + "ffn_up.bias"))
+        gate, up = m.linears([pre + "ffn_gate.weight", pre + "ffn_up.weight"], x, [pre + "ffn_gate.bias", pre + "ffn_up.bias"])
+        gate, up = m.look("ffn_gate", layer, gate), m.look("ffn_up", layer, up)
     act = m.look(GATED_NAMES[c.spec.activation], layer, ops.GATED[c.spec.activation](gate, up))  # [n, ff]
     return m.linear(pre + "ffn_down.weight", act, pre + "ffn_down.bias")
 

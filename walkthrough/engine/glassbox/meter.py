@@ -40,7 +40,7 @@ from gguf.constants import GGMLQuantizationType
 
 from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
-from walkthrough.engine.glassbox.weights import Weights, row_nbytes
+from walkthrough.engine.glassbox.weights import WHOLE_SHARE, Weights, row_nbytes
 
 Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
 
@@ -92,10 +92,16 @@ class Meter:
     def matrix(self, name: str, n_tokens: int, group: str | None = None) -> np.ndarray:
         """A weight matrix applied to n_tokens rows: bytes once, 2 FLOPs per weight per row.
 
-        In the dtype `ops.linear` multiplies it in (`product_dtype`).
+        In the dtype `ops.linear` multiplies it in (`product_dtype`); a Q4_1/Q5_1 matrix matched to llama.cpp
+        comes with its block offsets as extra columns (`folds_offsets`).
         """
         self._count_matrix(name, n_tokens, group)
-        return self.weights.get(name, self.product_dtype(name))
+        return self.weights.get(name, self.product_dtype(name), offsets=self.folds_offsets(name))
+
+    def folds_offsets(self, name: str) -> bool:
+        """Whether products with `name` take Q8_1's block-sum error as extra input columns against the block
+        offsets (`weights.with_offsets`): Q4_1/Q5_1 weights matched to llama.cpp."""
+        return self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET
 
     def product_dtype(self, name: str) -> type:
         """`ops.product_dtype` of a matrix; an F32 matrix always float64, its sums rounded once (ggml sums
@@ -142,7 +148,7 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_blocks(name, x, dtype, b))
         w = self.matrix(name, x.shape[0], group)
-        return self.wrote(self._rounded_product(name, None, x, w.reshape(-1, x.shape[-1]), b))
+        return self.wrote(self._rounded_product(name, x, w.reshape(-1, w.shape[-1]), b))
 
     def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
         """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time (each
@@ -158,14 +164,43 @@ class Meter:
             y = y + ops.linear(err, self.weights.block_offsets(name, None))
         return y
 
-    def _rounded_product(self, name: str, e: int | None, x: np.ndarray, w: np.ndarray,
-                         b: np.ndarray | None = None) -> np.ndarray:
-        """x @ w.T with x rounded as llama.cpp rounds it, plus Q8_1's half-precision block sums for Q4_1/Q5_1."""
+    def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """x @ w.T with x rounded as llama.cpp rounds it; for Q4_1/Q5_1, w carries the block offsets as its last
+        columns and the input the error of Q8_1's half-precision block sums (`folds_offsets`)."""
         xr, err = self._input(name, x)
-        y = ops.linear(xr, w, b)
         if err is not None:
-            y = y + ops.linear(err, self.weights.block_offsets(name, e))
-        return y
+            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
+        return ops.linear(xr, w, b)
+
+    def linears(self, names: list[str], x: np.ndarray, biases: list[str | None]) -> list[np.ndarray]:
+        """Several matrices applied to the same input: [n, d_in] -> one [n, d_out] per name, as `linear` gives them.
+
+        Where it changes no number they are multiplied as one matrix, their rows stacked (`Weights.stacked`):
+        a matrix-vector product gives each output row the same sum whatever rows it is handed with, save the
+        last few rows of a matrix whose height is not a multiple of the product's row group, so every matrix
+        but the last must be `ops.ROW_SLAB` rows high. Only the number of products changes.
+        """
+        infos = [self.weights.info(name) for name in names]
+        heights = [int(np.prod(t.np_shape[:-1])) for t in infos]
+        dtype = np.float32
+        stackable = (
+            len(names) > 1 and not self.exact_products
+            and all(len(t.shape) == 2 and t.ggml_type == infos[0].ggml_type and t.shape[0] == infos[0].shape[0]
+                    and self.product_dtype(n) is dtype for n, t in zip(names, infos))
+            and all(h % ops.ROW_SLAB == 0 for h in heights[:-1])
+            and sum(t.n_elements for t in infos) * 4 <= self.weights.max_cache_bytes * WHOLE_SHARE
+        )
+        if not stackable:
+            return [self.linear(name, x, bias) for name, bias in zip(names, biases)]
+        for name in names:
+            self._count_matrix(name, x.shape[0], None)
+        w = self.weights.stacked(tuple(names), dtype, offsets=self.folds_offsets(names[0]))
+        parts = np.split(self._rounded_product(names[0], x, w), np.cumsum(heights)[:-1], axis=1)
+        out = []
+        for part, bias in zip(parts, biases):
+            b = self.optional(bias) if bias else None
+            out.append(self.wrote(part + b if b is not None else part))
+        return out
 
     def expert_linear(self, name: str, e: int, x: np.ndarray) -> np.ndarray:
         """[n, d_in] -> [n, d_out] through expert e's slice of a stacked expert tensor."""
@@ -174,7 +209,7 @@ class Meter:
             self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
                         info.n_elements // info.shape[2], x.shape[0])
             return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
-        return self.wrote(self._rounded_product(name, e, x, self.expert(name, e, x.shape[0])))
+        return self.wrote(self._rounded_product(name, x, self.expert(name, e, x.shape[0])))
 
     def look(self, name: str, layer: int, a: np.ndarray) -> np.ndarray:
         """Show `a` to the probe as llama.cpp's graph tensor NAME-layer (NAME when layer < 0); returns `a`."""
@@ -191,8 +226,9 @@ class Meter:
         """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""
         self._read((name, e), self.group_of(name), self.weights.expert_nbytes(name))
         info = self.weights.info(name)
-        w = self.weights.expert(name, e, ops.product_dtype(info.n_elements // info.shape[2]))
-        self.flops += 2 * n_tokens * w.size
+        w = self.weights.expert(name, e, ops.product_dtype(info.n_elements // info.shape[2]),
+                                offsets=self.folds_offsets(name))
+        self.flops += 2 * n_tokens * (info.n_elements // info.shape[2])
         return w
 
     def expert_bias(self, name: str, e: int) -> np.ndarray:

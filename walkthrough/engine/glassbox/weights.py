@@ -61,6 +61,21 @@ def row_nbytes(t: TensorInfo) -> int:
     return t.shape[0] // block * size
 
 
+def _key(name: str, dtype: type, offsets: bool) -> tuple:
+    """The cache key of a whole tensor in `dtype`, with or without its block offsets as extra columns."""
+    return (name, np.dtype(dtype).name, offsets)
+
+
+def with_offsets(w: np.ndarray, offsets: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+    """[n_out, n_in] values, [n_out, n_in / 32] block offsets -> [n_out, n_in + n_in / 32] in `dtype`.
+
+    A Q4_1/Q5_1 product as llama.cpp takes it is the rounded input times the values plus the error of
+    Q8_1's stored block sums times the offsets (`quantdot.rounded_q8_1`): with the error as extra input
+    columns, one product does both.
+    """
+    return np.concatenate([w.reshape(offsets.shape[0], -1), offsets], axis=1).astype(dtype, copy=False)
+
+
 def dequantize_rows(raw: np.ndarray, ggml_type: GGMLQuantizationType, row_len: int, name: str) -> np.ndarray:
     """Stored bytes of whole rows -> float32 values.
 
@@ -150,9 +165,9 @@ class Weights:
             self._cached_bytes += value.nbytes
             return value
 
-    def holds(self, name: str, dtype: type = np.float32) -> bool:
-        """Whether the cache holds the whole tensor in `dtype` now."""
-        return (name if dtype is np.float32 else (name, "float64")) in self._cache
+    def holds(self, name: str, dtype: type = np.float32, *, offsets: bool = False) -> bool:
+        """Whether the cache holds the whole tensor in `dtype` (with its offsets: `get`) now."""
+        return _key(name, dtype, offsets) in self._cache
 
     def whole(self, name: str, dtype: type) -> bool:
         """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
@@ -194,30 +209,36 @@ class Weights:
             return self.first_use_seconds, self.first_use_bytes, self.first_use_tensors
 
     # ---- access ------------------------------------------------------------------
-    def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
+    def get(self, name: str, dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
         """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in]), float32 or float64.
 
-        Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`).
+        Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`). With
+        `offsets`, a Q4_1/Q5_1 matrix comes with its block offsets as extra columns, [n_out, n_in + n_in / 32]
+        (`with_offsets`), and is cached so instead.
         """
-        key = name if dtype is np.float32 else (name, "float64")
+        return self._load(_key(name, dtype, offsets), lambda: self._matrix(name, dtype, offsets))
+
+    def _matrix(self, name: str, dtype: type, offsets: bool, raw: np.ndarray | None = None) -> np.ndarray:
+        """Dequantize a tensor (or the given stored rows of it) to numpy order in `dtype`, uncached."""
         t = self.file.tensors[name]
+        raw = self.file.tensor_bytes(name) if raw is None else raw
+        flat = dequantize_rows(raw, t.ggml_type, t.shape[0], name)
+        if offsets:
+            return with_offsets(flat, quantdot.block_offsets(raw, t.ggml_type, t.shape[0]), dtype)
+        shape = t.np_shape if raw.size == t.nbytes else (-1, t.shape[0])
+        return flat.reshape(shape).astype(dtype, copy=False)
 
-        def make() -> np.ndarray:
-            flat = dequantize_rows(self.file.tensor_bytes(name), t.ggml_type, t.shape[0], name)
-            return flat.reshape(t.np_shape).astype(dtype, copy=False)
+    def stacked(self, names: tuple[str, ...], dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
+        """Matrices with the same input width as one, their rows one after another: [sum of n_out, n_in (+ n_in / 32
+        with `offsets`)]. Cached as one value; the matrices alone are not."""
+        return self._load(("stacked", names, np.dtype(dtype).name, offsets),
+                          lambda: np.concatenate([self._matrix(n, dtype, offsets) for n in names]))
 
-        return self._load(key, make)
-
-    def expert(self, name: str, e: int, dtype: type = np.float32) -> np.ndarray:
-        """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in]."""
-        key = (name, e) if dtype is np.float32 else (name, e, "float64")
-        t = self.file.tensors[name]
-
-        def make() -> np.ndarray:
-            flat = dequantize_rows(self._expert_bytes(name, e), t.ggml_type, t.shape[0], name)
-            return flat.reshape(t.shape[1], t.shape[0]).astype(dtype, copy=False)
-
-        return self._load(key, make)
+    def expert(self, name: str, e: int, dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
+        """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in] (+ its block offsets
+        as extra columns with `offsets`, as `get`)."""
+        return self._load((*_key(name, dtype, offsets), e), lambda: self._matrix(name, dtype, offsets,
+                                                                                 self._expert_bytes(name, e)))
 
     def _expert_bytes(self, name: str, e: int) -> np.ndarray:
         """Stored bytes of expert e's slice of a stacked expert tensor."""
@@ -248,7 +269,7 @@ class Weights:
 
     def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` of a matrix (an embedding lookup): [len(ids), ne0]."""
-        whole = self._cached(name)
+        whole = self._cached(_key(name, np.float32, False))
         if whole is not None:
             return whole[ids]
         t = self.file.tensors[name]
