@@ -80,8 +80,53 @@ _LN2_HI, _LN2_LO = _hex("0x1.62e4p-1"), _hex("0x1.7f7d1cp-20")
 _P = [_hex(t) for t in ("0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1")]
 
 
+_LOG2E64, _LN2_HI64, _LN2_LO64 = (np.float64(c) for c in (_LOG2E, _LN2_HI, _LN2_LO))
+_P64 = [np.float64(c) for c in _P]
+
+
+def _rounds_right(s: np.ndarray) -> bool:
+    """Whether every float64 value s rounds to the float32 its exact sum would: none sits halfway (see `fma32`)."""
+    return not ((s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP).any()
+
+
 def v_expf(x: np.ndarray) -> np.ndarray:
-    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32.
+    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32 (see `v_expf_general`).
+
+    The common case in fewer array passes: every 2^n normal (|n| <= 124) and no fma's float64 sum halfway between
+    two float32s, checked once per step; anything else is `v_expf_general`'s.
+    """
+    x = np.asarray(x, F32)
+    x64 = x.astype(np.float64)
+    n = x64 * _LOG2E64
+    np.rint(n, out=n)  # [...] float64 integers
+    if n.size == 0 or not (-124 <= n.min() and n.max() <= 124):  # also false for NaN and -inf
+        return v_expf_general(x)
+    b = np.subtract(x64, n * _LN2_HI64, out=x64).astype(F32)  # exact before the rounding, as `v_expf_general`
+    b64 = b.astype(np.float64)
+    b = np.subtract(b64, n * _LN2_LO64, out=b64).astype(F32)
+    b64 = b.astype(np.float64)
+    u = (b * b).astype(np.float64)
+    sums = np.empty((4, *x.shape))  # the float64 sum of each fma before its rounding, checked at once
+    s1, s2, s3, s4 = sums
+    np.multiply(b64, _P64[0], out=s1)
+    s1 += _P64[1]  # t1 = fma(p0, b, p1)
+    np.multiply(b64, _P64[2], out=s2)
+    s2 += _P64[3]  # t2 = fma(p2, b, p3)
+    np.multiply(s1.astype(F32), u, out=s3)
+    s3 += s2.astype(F32)  # fma(t1, u, t2)
+    np.multiply(s3.astype(F32), u, out=s4)
+    s4 += (b * _P[4]).astype(np.float64)  # j = fma(that, u, p4 * b)
+    if not _rounds_right(sums):
+        return v_expf_general(x)
+    k = ((n.astype(np.int32).view(np.uint32) << np.uint32(23)) + np.uint32(0x3F800000)).view(F32)  # 2^n
+    j = s4.astype(F32)
+    j += F32(1)
+    j *= k
+    return j
+
+
+def v_expf_general(x: np.ndarray) -> np.ndarray:
+    """e^x as `ggml_v_expf` (vec.h, AVX2 + FMA) computes it: [...] float32 -> [...] float32, every case.
 
     n = round(x / ln 2), b = x - n ln 2 (in two fmas, high and low parts of ln 2), e^x = 2^n (1 + j)
     with j a degree-5 polynomial in b evaluated in fmas. Three of ggml's fmas are taken here in

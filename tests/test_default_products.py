@@ -1,0 +1,96 @@
+"""The engine's default products (not `exact_products`): how they are grouped changes no number that should not.
+
+- A Q4_1/Q5_1 product takes Q8_1's block-sum error as extra input columns against the block offsets
+  (`weights.with_offsets`): one product lands where llama.cpp's exact one does (`quantdot.matmul`, bit for
+  bit ggml's), closer than the rounded input alone.
+- Matrices sharing an input (q/k/v, gate/up) multiplied as one stacked matrix (`Meter.linears`) give each
+  output the bits the matrices give alone.
+- `ggml_math.v_expf`'s shortcut and its general path agree, and the shortcut hands over when it must.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_quantdot import activations, random_rows
+
+from walkthrough.engine.glassbox import ggml_math, ops, quantdot
+from walkthrough.engine.glassbox.meter import Meter
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.weights import Weights, dequantize_rows, with_offsets
+from walkthrough.inspect.gguf import open_gguf
+
+TINY = "assets/tiny-clinical-moe.gguf"
+
+
+@pytest.mark.parametrize("qtype", sorted(quantdot.WITH_OFFSET, key=lambda t: t.value), ids=lambda t: t.name)
+def test_offsets_as_extra_columns_land_on_llama_cpps_product(qtype):
+    n_out, n_in = 96, 512
+    raw = random_rows(qtype, n_out, n_in)
+    x = activations(5, n_in)
+    exact = quantdot.matmul(x, quantdot.pack(raw, qtype, n_in))  # [5, n_out], ggml's bits
+    w = dequantize_rows(raw, qtype, n_in, "w")  # [n_out, n_in]
+    rounded, err = quantdot.rounded_q8_1(x)
+    folded = ops.linear(np.concatenate([rounded, err], axis=1), with_offsets(w, quantdot.block_offsets(raw, qtype, n_in)))
+    plain = ops.linear(rounded, w)
+    scale = np.abs(exact).max()
+    assert np.abs(folded - exact).max() < 1e-5 * scale
+    assert np.abs(plain - exact).max() > 10 * np.abs(folded - exact).max()  # the extra columns are what close it
+
+
+def _meter(model: Model) -> Meter:
+    return model.meter()
+
+
+def test_stacked_products_are_the_products_alone():
+    model = Model(open_gguf(TINY))
+    x = np.random.default_rng(3).standard_normal((9, model.config.n_embd)).astype(np.float32)
+    names = [f"blk.0.attn_{p}.weight" for p in "qkv"]
+    biases = [f"blk.0.attn_{p}.bias" for p in "qkv"]
+    for rows in (x, x[:1]):  # a prefill's rows and a decode's row
+        stacked_meter = _meter(model)
+        together = stacked_meter.linears(names, rows, biases)
+        alone_meter = _meter(model)
+        alone = [alone_meter.linear(n, rows, b) for n, b in zip(names, biases)]
+        assert all(np.array_equal(a, b) for a, b in zip(together, alone))
+        assert stacked_meter.bytes_by_group == alone_meter.bytes_by_group
+        assert stacked_meter.flops == alone_meter.flops and stacked_meter.written == alone_meter.written
+    assert any(key[0] == "stacked" for key in model.weights.cached())  # they were multiplied as one
+
+
+def test_a_matrix_off_the_row_group_is_not_stacked_on(monkeypatch):
+    model = Model(open_gguf(TINY))
+    x = np.ones((2, model.config.n_embd), np.float32)
+    monkeypatch.setattr(ops, "ROW_SLAB", 48)  # q's 128 rows are then no whole number of groups
+    names = [f"blk.0.attn_{p}.weight" for p in "qk"]
+    alone = [_meter(model).linear(n, x) for n in names]
+    together = _meter(model).linears(names, x, [None, None])
+    assert all(np.array_equal(a, b) for a, b in zip(together, alone))
+    assert not any(key[0] == "stacked" for key in model.weights.cached())
+
+
+def test_v_expf_shortcut_is_the_general_path():
+    rng = np.random.default_rng(4)
+    for scale in (0.01, 1.0, 10.0, 60.0):
+        x = (rng.standard_normal(200_000) * scale).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            assert np.array_equal(ggml_math.v_expf(x), ggml_math.v_expf_general(x))
+
+
+def test_v_expf_hands_a_halfway_sum_to_the_general_path(monkeypatch):
+    x = np.linspace(-5, 5, 1001, dtype=np.float32)
+    taken = []
+    general = ggml_math.v_expf_general
+    monkeypatch.setattr(ggml_math, "_rounds_right", lambda s: False)
+    monkeypatch.setattr(ggml_math, "v_expf_general", lambda a: taken.append(a) or general(a))
+    assert np.array_equal(ggml_math.v_expf(x), general(x))
+    assert len(taken) == 1
+
+
+def test_weights_cache_a_stacked_matrix_once():
+    w = Weights(open_gguf(TINY))
+    names = ("blk.0.attn_q.weight", "blk.0.attn_k.weight")
+    a = w.stacked(names)
+    assert a.shape == (128 + 64, 128)
+    assert w.stacked(names) is a
+    assert np.array_equal(a[:128], w.get(names[0])) and np.array_equal(a[128:], w.get(names[1]))
