@@ -2,9 +2,9 @@
 bounds the numpy engine's dequantized weights.
 
 The numpy engine multiplies float weights: each matrix is dequantized once and
-kept in its weight cache (float32, or float64 for the matrices `ops.linear`
-multiplies in float64, such as a large output head), so a 4-bit file takes 8 to
-16 times its size if nothing bounds it. `Holding.numpy` counts that from the
+kept in its weight cache (float32, or float64 for an F32 file's matrices, which
+`ops.linear` multiplies in float64), so a 4-bit file takes about 8 times its size
+if nothing bounds it. `Holding.numpy` counts that from the
 tensor table, the KV cache as the numpy engine stores it (float32), and one
 pass's activations (`budget.compute_buffer_bytes`, at the pass's chunk);
 `Holding.llama_cpp` counts llama.cpp's: the file's bytes (memory-mapped, as
@@ -17,7 +17,7 @@ budget is never held whole but multiplied a block of rows at a time
 Free memory is the kernel's MemAvailable, lowered to what the cgroup still allows
 (`memory.max` - `memory.current`) inside a container.
 
-Example: SmolLM2-135M Q4_1 (92 MiB of weights) -> numpy holds 540 MiB of float32 weights at most.
+Example: SmolLM2-135M Q4_1 (92 MiB of weights) -> numpy holds 526 MiB of float32 weights at most (`dequantized_bytes`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from walkthrough.costs.budget import compute_buffer_bytes
-from walkthrough.engine.glassbox import ops
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile
@@ -86,23 +85,20 @@ def default_budget(free: int | None = None) -> int:
 
 
 def dequantized_bytes(f: GGUFFile) -> int:
-    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for F32 matrices and
-    the matrices `ops.product_dtype` sends to float64 (judged per expert for stacked expert tensors), plus the block
-    offsets of Q4_1/Q5_1 matrices (`quantdot.block_offsets`, float32, one per 32 weights). A token
-    embedding that is not also the output head is read a row at a time and never held."""
-    import numpy as np
-
+    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for F32 matrices
+    (`glassbox.meter.Meter.product_dtype`), plus the block offsets of Q4_1/Q5_1 matrices (`quantdot.block_offsets`,
+    float32, one per 32 weights). A token embedding that is not also the output head is read a row at a time and
+    never held."""
     from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
 
     total = 0
     for t in f.tensors.values():
         if t.name == "token_embd.weight" and "output.weight" in f.tensors:
             continue
-        per = t.n_elements // t.shape[2] if len(t.shape) == 3 else t.n_elements
-        if len(t.shape) == 2 and t.ggml_type == GGMLQuantizationType.F32:
-            width = 8  # an F32 matrix is multiplied in float64, its sums rounded once (glassbox.meter.product_dtype)
+        if len(t.shape) >= 2 and t.ggml_type == GGMLQuantizationType.F32:
+            width = 8  # an F32 matrix is multiplied in float64, its sums rounded once
         else:
-            width = np.dtype(ops.product_dtype(per)).itemsize if len(t.shape) >= 2 else 4
+            width = 4
         total += t.n_elements * width
         if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET:
             total += t.n_elements // 32 * 4

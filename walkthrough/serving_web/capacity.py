@@ -1,15 +1,15 @@
 """How many visitors `walkthrough serve` admits at once, and the weight budget each visitor's app gets.
 
 Each visitor's app holds Python, Textual, numpy, a run's activations and KV cache (APP_ALLOWANCE) and
-the weights the numpy engine dequantizes (`engine.memory.dequantized_bytes`: float32, float64 for the
-matrices it multiplies in float64). By default serve admits as many visitors as the free memory
+the weights the numpy engine dequantizes (`costs.memory.dequantized_bytes`: float32, float64 for an F32
+file's matrices). By default serve admits as many visitors as the free memory
 (`engine.memory.free_memory`: MemAvailable within the cgroup's limit) holds at that cost, at least one.
 Every app then gets an equal share of the free memory, less APP_ALLOWANCE, as its `--max-memory` weight
 budget (no more than its weights need), so however large the model, the apps together stay within what
 was free: weights beyond a budget are decoded again on use, not held.
 
-Example: 8 GiB free, SmolLM2-135M Q4_1 (634 MiB dequantized) -> 890 MiB a visitor -> 9 visitors,
-each app's weights within 634 MiB; `--max-visitors 40` -> each within 64 MiB (the engine's minimum).
+Example: 8 GiB free, SmolLM2-135M Q4_1 (526 MiB dequantized) -> 782 MiB a visitor -> 10 visitors,
+each app's weights within 526 MiB; `--max-visitors 40` -> each within 64 MiB (the engine's minimum).
 """
 
 from __future__ import annotations

@@ -104,13 +104,13 @@ class Meter:
         return self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET
 
     def product_dtype(self, name: str) -> type:
-        """`ops.product_dtype` of a matrix; an F32 matrix always float64, its sums rounded once (ggml sums
-        them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it
-        than a sum rounded once)."""
+        """The dtype `ops.linear` multiplies a matrix in: float64 for an F32 matrix, its sums rounded once (ggml sums
+        them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it than a
+        sum rounded once); float32, row by row, for any other."""
         info = self.weights.info(name)
         if info.ggml_type == GGMLQuantizationType.F32 and len(info.shape) >= 2:
             return np.float64
-        return ops.product_dtype(info.n_elements)  # a vector (a shared expert's gate) stays as the checks hold it
+        return np.float32
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""
@@ -226,8 +226,7 @@ class Meter:
         """Expert e's slice of a stacked expert tensor, applied to n_tokens rows."""
         self._read((name, e), self.group_of(name), self.weights.expert_nbytes(name))
         info = self.weights.info(name)
-        w = self.weights.expert(name, e, ops.product_dtype(info.n_elements // info.shape[2]),
-                                offsets=self.folds_offsets(name))
+        w = self.weights.expert(name, e, self.product_dtype(name), offsets=self.folds_offsets(name))
         self.flops += 2 * n_tokens * (info.n_elements // info.shape[2])
         return w
 

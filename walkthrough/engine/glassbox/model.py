@@ -206,8 +206,9 @@ class Model:
         vocabulary takes seconds the first time)."""
         name = EMBEDDING if self.tied_output else OUTPUT
         info = self.weights.info(name)
-        dtype = ops.product_dtype(info.n_elements)
-        if self.weights.whole(name, dtype) and self.weights.holds(name, dtype):
+        meter = self.meter()
+        dtype, offsets = meter.product_dtype(name), meter.folds_offsets(name)
+        if self.weights.whole(name, dtype) and self.weights.holds(name, dtype, offsets=offsets):
             return 0
         return info.n_elements * np.dtype(dtype).itemsize
 

@@ -24,13 +24,7 @@ from walkthrough.engine.glassbox.activations import round_activations
 MOE_WEIGHT_SUM_MIN = 6.103515625e-5
 
 
-ROW_PRODUCT_MAX = 4 << 20  # weights (16 MiB as float32) up to which `linear` multiplies row by row
-ROW_SLAB = 64  # rows of such a matrix `linear` takes at a time in a pass of several tokens
-
-
-def product_dtype(n_weights: int) -> type:
-    """The dtype `linear` wants a weight matrix of this many values in (see `linear`)."""
-    return np.float32 if n_weights <= ROW_PRODUCT_MAX else np.float64
+ROW_SLAB = 64  # rows of a matrix `linear` takes at a time in a pass of several tokens
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -40,15 +34,15 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
     row slightly different numbers for different n (and llama.cpp's 8-bit rounding of the next
     product's input turns such differences into whole steps). So a float32 matrix multiplies each
     row on its own (the matrix-vector product a decode pass makes anyway; prefill pays for it), and
-    a float64 one (`product_dtype`: matrices too large to reread per row, like an output head)
-    sums in float64, all but exactly, rounding once. Either way prefill logits are the same, bit
-    for bit, for every chunk size.
+    a float64 one (an F32 file's matrix, `Meter.product_dtype`) sums in float64, all but exactly,
+    rounding once. Either way prefill logits are the same, bit for bit, for every chunk size.
 
     A pass of several rows takes the float32 matrix ROW_SLAB of its rows at a time, every input row
     against one slab before the next (the slab stays in the processor's cache instead of the whole
     matrix being reread per row): a matrix-vector product gives each output the same sum whatever
-    rows of the matrix it is handed with (measured with OpenBLAS: identical bits), so only the speed
-    changes.
+    rows of the matrix it is handed with (measured with OpenBLAS: identical bits, save the last
+    rows of a matrix whose height is no multiple of its row group, which stay last), so only the
+    speed changes.
     """
     if w.dtype == np.float64:
         y = (x.astype(np.float64) @ w.T).astype(np.float32)
