@@ -40,7 +40,7 @@ from gguf.constants import GGMLQuantizationType
 
 from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
-from walkthrough.engine.glassbox.weights import WHOLE_SHARE, Weights, row_nbytes
+from walkthrough.engine.glassbox.weights import Weights, row_nbytes
 
 Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
 
@@ -178,26 +178,19 @@ class Meter:
         Where it changes no number they are multiplied as one matrix, their rows stacked (`Weights.stacked`):
         a matrix-vector product gives each output row the same sum whatever rows it is handed with, save the
         last few rows of a matrix whose height is not a multiple of the product's row group, so every matrix
-        but the last must be `ops.ROW_SLAB` rows high. Only the number of products changes.
+        but the last must be a whole number of `ops.ROW_SLAB` rows high. Only the number of products changes.
         """
-        infos = [self.weights.info(name) for name in names]
-        heights = [int(np.prod(t.np_shape[:-1])) for t in infos]
-        dtype = np.float32
-        stackable = (
-            len(names) > 1 and not self.exact_products
-            and all(len(t.shape) == 2 and t.ggml_type == infos[0].ggml_type and t.shape[0] == infos[0].shape[0]
-                    and self.product_dtype(n) is dtype for n, t in zip(names, infos))
-            and all(h % ops.ROW_SLAB == 0 for h in heights[:-1])
-            and sum(t.n_elements for t in infos) * 4 <= self.weights.max_cache_bytes * WHOLE_SHARE
-        )
-        if not stackable:
+        heights = None if self.exact_products else self.weights.stackable(tuple(names), ops.ROW_SLAB)
+        if heights is None:
             return [self.linear(name, x, bias) for name, bias in zip(names, biases)]
         for name in names:
             self._count_matrix(name, x.shape[0], None)
-        w = self.weights.stacked(tuple(names), dtype, offsets=self.folds_offsets(names[0]))
-        parts = np.split(self._rounded_product(names[0], x, w), np.cumsum(heights)[:-1], axis=1)
-        out = []
-        for part, bias in zip(parts, biases):
+        w = self.weights.stacked(tuple(names), offsets=self.folds_offsets(names[0]))
+        y = self._rounded_product(names[0], x, w)  # [n, sum of heights]
+        out, start = [], 0
+        for height, bias in zip(heights, biases):
+            part = y[:, start : start + height]
+            start += height
             b = self.optional(bias) if bias else None
             out.append(self.wrote(part + b if b is not None else part))
         return out

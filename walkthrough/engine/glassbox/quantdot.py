@@ -196,14 +196,22 @@ def quantize_q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def rounded_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[n, k] float32 -> (x through Q8_1 [n, k], the error of its stored block sums [n, k/32]).
 
-    The rounded values are `activations.round_activations(x, "q8_0")` (the same codes and scale).
-    Q4_1/Q5_1 weights add m_w * s to each block's product, with s = fp16(d * sum of codes)
-    rounded to half precision: a float product with the rounded input is off by m_w times
-    the error s - d * sum of codes, so the engine adds that error's product with the offsets.
+    The rounded values are `activations.round_activations(x, "q8_0")` (the same codes and scale, as
+    `quantize_q8` makes them). Q4_1/Q5_1 weights add m_w * s to each block's product, with s = fp16(d * sum of
+    codes) rounded to half precision: a float product with the rounded input is off by m_w times the error
+    s - d * sum of codes, so the engine adds that error's product with the offsets.
     """
-    codes, d, s = quantize_q8(x)
-    rounded = (codes * d[..., None]).reshape(x.shape)
-    return rounded, s - d * codes.sum(axis=-1, dtype=np.float32)
+    b = x.reshape(x.shape[0], -1, 32)
+    amax = np.abs(b).max(axis=-1)  # [n, k/32]
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+    codes = b * inv[..., None]
+    np.rint(codes, out=codes)  # [n, k/32, 32]
+    sums = codes.sum(axis=-1, dtype=np.float32)
+    d = amax / np.float32(127)
+    stored = (d * sums).astype(np.float16).astype(np.float32)  # s as Q8_1 keeps it
+    d = d.astype(np.float16).astype(np.float32)
+    codes *= d[..., None]
+    return codes.reshape(x.shape), stored - d * sums
 
 
 def quantize_q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

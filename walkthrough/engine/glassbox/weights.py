@@ -63,7 +63,7 @@ def row_nbytes(t: TensorInfo) -> int:
 
 def _key(name: str, dtype: type, offsets: bool) -> tuple:
     """The cache key of a whole tensor in `dtype`, with or without its block offsets as extra columns."""
-    return (name, np.dtype(dtype).name, offsets)
+    return (name, dtype, offsets)
 
 
 def with_offsets(w: np.ndarray, offsets: np.ndarray, dtype: type = np.float32) -> np.ndarray:
@@ -119,6 +119,7 @@ class Weights:
         self.first_use_seconds = 0.0  # time spent producing tensors the first time they were asked for
         self.first_use_bytes = 0  # bytes of float32 (or packed) weights those first uses produced
         self.first_use_tensors = 0
+        self._stackable: dict[tuple, list[int] | None] = {}  # `stackable`'s answers
 
     @property
     def cached_bytes(self) -> int:
@@ -173,7 +174,7 @@ class Weights:
         """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
         `WHOLE_SHARE`); otherwise `row_blocks` multiplies it a block of rows at a time."""
         t = self.file.tensors[name]
-        return self.holds(name, dtype) or t.n_elements * np.dtype(dtype).itemsize <= self.max_cache_bytes * WHOLE_SHARE
+        return self.holds(name, dtype) or t.n_elements * (8 if dtype is np.float64 else 4) <= self.max_cache_bytes * WHOLE_SHARE
 
     def row_blocks(self, name: str, dtype: type) -> Iterator[tuple[int, int, np.ndarray]]:
         """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,
@@ -231,8 +232,26 @@ class Weights:
     def stacked(self, names: tuple[str, ...], dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
         """Matrices with the same input width as one, their rows one after another: [sum of n_out, n_in (+ n_in / 32
         with `offsets`)]. Cached as one value; the matrices alone are not."""
-        return self._load(("stacked", names, np.dtype(dtype).name, offsets),
+        return self._load(("stacked", names, dtype, offsets),
                           lambda: np.concatenate([self._matrix(n, dtype, offsets) for n in names]))
+
+    def stackable(self, names: tuple[str, ...], row_group: int) -> list[int] | None:
+        """The heights (output rows) of matrices `stacked` can hold as one float32 matrix, or None.
+
+        They must be 2-D, of one quantized (or F16) type and input width, all but the last a whole number of
+        `row_group` rows high, and together within the share of the budget a whole matrix may take.
+        """
+        key = (names, row_group)
+        if key not in self._stackable:
+            infos = [self.file.tensors[n] for n in names]
+            first = infos[0]
+            ok = (len(names) > 1 and first.ggml_type != GGMLQuantizationType.F32
+                  and all(len(t.shape) == 2 and t.ggml_type == first.ggml_type and t.shape[0] == first.shape[0]
+                          for t in infos)
+                  and all(t.shape[1] % row_group == 0 for t in infos[:-1])
+                  and sum(t.n_elements for t in infos) * 4 <= self.max_cache_bytes * WHOLE_SHARE)
+            self._stackable[key] = [t.shape[1] for t in infos] if ok else None
+        return self._stackable[key]
 
     def expert(self, name: str, e: int, dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
         """Expert e of a stacked expert tensor (ggml [n_in, n_out, n_expert]) -> [n_out, n_in] (+ its block offsets
