@@ -106,13 +106,20 @@ def cache_softmax(scores: np.ndarray) -> np.ndarray:
 
     `ggml_compute_forward_soft_max_f32` over rows that llama.cpp pads (masked) to a multiple of 256
     cache cells: ggml sums their exps 8 at a time (`ggml_math.soft_max_rows`), so the rows are padded
-    here to a multiple of 8 with masked cells, which add nothing.
+    here to a multiple of 8 with masked cells, which add nothing. A block of rows at a time: a prefill's
+    scores whole took 10.3 ms a layer, in blocks 2.4 (measured here, SmolLM2's 9 heads x 128 x 128).
     """
     big_l = scores.shape[-1]
     pad = -big_l % 8
     if pad:
         scores = np.concatenate([scores, np.full((*scores.shape[:-1], pad), -np.inf, np.float32)], axis=-1)
-    return ggml_math.soft_max_rows(scores)[..., :big_l]
+    rows = scores.reshape(-1, scores.shape[-1])  # [rows, L + pad]
+    step = max(1, ggml_math.CHUNK // rows.shape[1])  # rows at a time (`ggml_math.elementwise_in_chunks`)
+    if len(rows) > step:
+        weights = np.concatenate([ggml_math.soft_max_rows(rows[i : i + step]) for i in range(0, len(rows), step)])
+    else:
+        weights = ggml_math.soft_max_rows(rows)
+    return weights.reshape(scores.shape)[..., :big_l]
 
 
 @dataclass(frozen=True)
