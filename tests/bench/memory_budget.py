@@ -65,7 +65,7 @@ def main() -> None:
         everything = dequantized_bytes(f)
         file_bytes = f.file_size
     print(f"{args.model.name}: {file_bytes / 2**20:.1f} MiB on disk, {everything / 2**20:.1f} MiB dequantized "
-          f"(float32, float64 for the large matrices)")
+          f"(float32; float64 for an F32 file's matrices)")
     rows = [("unbounded", None), ("1/2 of dequantized", everything // 2), ("1/4 of dequantized", everything // 4)]
     reference = None
     print(f"{'budget':<22}{'MiB':>8}{'decode tok/s':>14}{'x ref':>7}{'prefill tok/s':>15}{'peak RSS MiB':>14}"
