@@ -94,3 +94,23 @@ def test_weights_cache_a_stacked_matrix_once():
     assert a.shape == (128 + 64, 128)
     assert w.stacked(names) is a
     assert np.array_equal(a[:128], w.get(names[0])) and np.array_equal(a[128:], w.get(names[1]))
+
+
+def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeypatch):
+    """A Q4_1 matrix multiplied a block of rows at a time (`Weights.row_blocks`) as one held whole."""
+    from real_weights_support import find_smollm2
+
+    path = find_smollm2()
+    if path is None:
+        pytest.skip("SmolLM2 Q4_1 is not on this machine (SMOLLM2_GGUF)")
+    from walkthrough.engine.glassbox import weights as weights_module
+
+    f = open_gguf(path)
+    name = "blk.0.ffn_gate.weight"  # 1,536 rows of 576 Q4_1 values
+    x = np.random.default_rng(6).standard_normal((3, 576)).astype(np.float32)
+    whole = Model(f).meter().linear(name, x)
+    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 700 * 576 * 4)  # blocks of about 700 rows
+    small = Model(f, max_cache_bytes=1 << 20)  # the matrix's 3.5 MB is over a share of it: never held whole
+    for rows in (x, x[:1]):
+        assert np.array_equal(small.meter().linear(name, rows), whole[: len(rows)])
+    assert not [key for key in small.weights.cached() if name in repr(key)]  # it went by blocks

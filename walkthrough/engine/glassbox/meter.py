@@ -40,7 +40,7 @@ from gguf.constants import GGMLQuantizationType
 
 from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
-from walkthrough.engine.glassbox.weights import Weights, row_nbytes
+from walkthrough.engine.glassbox.weights import Weights, row_nbytes, with_offsets
 
 Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
 
@@ -151,18 +151,20 @@ class Meter:
         return self.wrote(self._rounded_product(name, x, w.reshape(-1, w.shape[-1]), b))
 
     def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
-        """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time (each
-        output value is the same sum over the whole input row: the result does not depend on the blocks)."""
+        """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time: each output
+        is the same sum as the whole matrix gives it (blocks are whole `ops.ROW_SLAB`s; with the block offsets
+        as extra columns as `_rounded_product` takes them), so the budget changes no number."""
         xr, err = self._input(name, x)
+        offsets = None
+        if err is not None:
+            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
+            offsets = self.weights.block_offsets(name, None)  # [d_out, d_in / 32]
         info = self.weights.info(name)
         y = np.empty((x.shape[0], info.shape[1]), np.float32)  # [n, d_out]
-        for r0, r1, block in self.weights.row_blocks(name, dtype):
-            y[:, r0:r1] = ops.linear(xr, block)
-        if b is not None:
-            y = y + b
-        if err is not None:  # as `_rounded_product` adds them
-            y = y + ops.linear(err, self.weights.block_offsets(name, None))
-        return y
+        for r0, r1, block in self.weights.row_blocks(name, dtype, ops.ROW_SLAB):
+            w = block if offsets is None else with_offsets(block, offsets[r0:r1], dtype)
+            y[:, r0:r1] = ops.linear(xr, w)
+        return y + b if b is not None else y
 
     def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """x @ w.T with x rounded as llama.cpp rounds it; for Q4_1/Q5_1, w carries the block offsets as its last

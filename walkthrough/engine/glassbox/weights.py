@@ -176,12 +176,13 @@ class Weights:
         t = self.file.tensors[name]
         return self.holds(name, dtype) or t.n_elements * (8 if dtype is np.float64 else 4) <= self.max_cache_bytes * WHOLE_SHARE
 
-    def row_blocks(self, name: str, dtype: type) -> Iterator[tuple[int, int, np.ndarray]]:
+    def row_blocks(self, name: str, dtype: type, multiple: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
         """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,
-        [rows, n_in] in `dtype`), each block at most `BLOCK_BYTES`, none of them cached."""
+        [rows, n_in] in `dtype`), each block at most `BLOCK_BYTES` (or `multiple` rows) and a whole number of
+        `multiple` rows but the last, none of them cached."""
         t = self.file.tensors[name]
         raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))  # [n_out, stored bytes per row]
-        step = max(1, BLOCK_BYTES // (t.shape[0] * np.dtype(dtype).itemsize))
+        step = max(multiple, BLOCK_BYTES // (t.shape[0] * np.dtype(dtype).itemsize) // multiple * multiple)
         for r0 in range(0, raw.shape[0], step):
             r1 = min(r0 + step, raw.shape[0])
             block = dequantize_rows(np.ascontiguousarray(raw[r0:r1]), t.ggml_type, t.shape[0], name)
@@ -213,7 +214,7 @@ class Weights:
     def get(self, name: str, dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
         """The whole tensor, numpy order (ggml [n_in, n_out] -> [n_out, n_in]), float32 or float64.
 
-        Each dtype is cached on its own (large matrices are multiplied in float64, see `ops.linear`). With
+        Each dtype is cached on its own (an F32 file's matrices are multiplied in float64, see `ops.linear`). With
         `offsets`, a Q4_1/Q5_1 matrix comes with its block offsets as extra columns, [n_out, n_in + n_in / 32]
         (`with_offsets`), and is cached so instead.
         """
@@ -226,7 +227,7 @@ class Weights:
         flat = dequantize_rows(raw, t.ggml_type, t.shape[0], name)
         if offsets:
             return with_offsets(flat, quantdot.block_offsets(raw, t.ggml_type, t.shape[0]), dtype)
-        shape = t.np_shape if raw.size == t.nbytes else (-1, t.shape[0])
+        shape = t.np_shape if raw.size == t.nbytes else (-1, t.shape[0])  # an expert's slice: [n_out, n_in]
         return flat.reshape(shape).astype(dtype, copy=False)
 
     def stacked(self, names: tuple[str, ...], dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
