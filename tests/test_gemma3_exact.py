@@ -8,12 +8,15 @@ exact products must give its numbers bit for bit: every op of a 24-token prefill
 through llama.cpp's tiled kernel, `kquant_tiled`) and of a 6-token one (the per-row `ggml_vec_dot_*`
 kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md). The same
 file requantized by llama.cpp at test time to pure Q2_K and Q3_K_S (its rows of 640 values fall back to
-Q4_0) checks `kquant_low` the same way.
+Q4_0) checks `kquant_low` the same way, and a copy whose sliding window is cut to 8 cells checks the
+positions past a window (the whole file's 512 would take minutes of exact passes).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +31,7 @@ from walkthrough.engine.glassbox.session import Session
 from walkthrough.inspect.gguf import open_gguf
 
 DECODE = 2  # decode passes after the prefill whose logits are compared
+WINDOW_KEY = b"gemma3.attention.sliding_window"
 
 
 def _requantized(src: Path, dst: Path, ftype: str) -> Path:
@@ -94,3 +98,39 @@ def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_toke
     assert len(ours_logits) == len(theirs_logits) == 1 + decode
     for a, b in zip(ours_logits, theirs_logits):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+
+
+def _with_window(src: Path, dst: Path, window: int) -> Path:
+    """A copy of a gemma3 file whose sliding layers see `window` cells: its metadata value (a uint32 after the
+    key's length and name, and its type 4) rewritten in place, every other byte as it was."""
+    shutil.copyfile(src, dst)
+    with open(dst, "r+b") as out:
+        head = out.read(1 << 20)
+        at = head.find(WINDOW_KEY)
+        assert at >= 8 and struct.unpack_from("<QI", head, at - 8)[0] == len(WINDOW_KEY), "no sliding window key"
+        assert struct.unpack_from("<I", head, at + len(WINDOW_KEY))[0] == 4  # GGUF uint32
+        out.seek(at + len(WINDOW_KEY) + 4)
+        out.write(struct.pack("<I", window))
+    return dst
+
+
+@pytest.mark.app  # a 20-token exact pass over a 270M model: about a minute
+@needs_llama
+def test_sliding_layers_past_their_window_give_llama_cpps_logits_bit_for_bit(tmp_path):
+    """Gemma 3 270M with its window cut from 512 to 8 cells: 12 of 20 positions see past it, on both sides."""
+    path = _with_window(gemma3_270m(), tmp_path / "gemma3-270m-window8.gguf", 8)
+    f = open_gguf(path)
+    assert Model(f).config.sliding_window == 8
+    ids = request_ids(f)[:20]
+    (_, ours_logits, _), (_, theirs_logits) = _both(path, ids, 1)
+    for a, b in zip(ours_logits, theirs_logits):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
+
+    model = LlamaModel.open(gemma3_270m(), n_threads=1)  # llama.cpp on the 512-cell file: the window mattered
+    session = LlamaSession(model, kv_type="f32", flash_attention=False)
+    original = session.feed(ids, phase="prefill", all_logits=True).all_logits
+    session.close()
+    model.close()
+    assert not np.array_equal(original, theirs_logits[0])
