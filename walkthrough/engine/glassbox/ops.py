@@ -246,7 +246,8 @@ def attention(
     if exact:
         scores = exact_scores(qg, k, kv_format)
     else:  # products in float64 are (all but always) exact sums, rounded once: the same whatever n and L
-        scores = (qg.astype(np.float64) @ k.transpose(1, 2, 0)[:, None]).astype(np.float32)  # [h_kv, group, n, L]
+        kt = k.astype(np.float64).transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L], widened once (not per group)
+        scores = (qg.astype(np.float64) @ kt).astype(np.float32)  # [h_kv, group, n, L]
     if probe is not None:
         probe("kq", scores.reshape(h, n, big_l))
     scores = scores * np.float32(scale)
@@ -273,7 +274,7 @@ def attention(
     elif exact:
         out = exact_values(round_activations(weights, kv_format), v, kv_format)
     else:
-        vt = v.transpose(1, 0, 2)[:, None].astype(np.float64)  # [h_kv, 1, L, hd_v]
+        vt = v.astype(np.float64).transpose(1, 0, 2)[:, None]  # [h_kv, 1, L, hd_v]
         out = (round_activations(weights, kv_format).astype(np.float64) @ vt).astype(np.float32)  # [h_kv, group, n, hd_v]
     out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
