@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -80,6 +82,7 @@ class Browser:
              "--disable-dev-shm-usage", f"--user-data-dir={self._profile.name}", "--remote-debugging-port=0",
              f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,  # its helper processes share its group, so closing ends them all
         )
         url = await asyncio.wait_for(asyncio.to_thread(self._devtools_url), timeout=60)
         self._http = aiohttp.ClientSession()
@@ -133,12 +136,30 @@ class Browser:
         await self._socket.close()
         await self._http.close()
         if self.process is not None:
-            self.process.terminate()
+            self._signal_group(signal.SIGTERM)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        self._profile.cleanup()
+            self._signal_group(signal.SIGKILL)  # helpers still writing to the profile
+            if self.process.stderr is not None:
+                self.process.stderr.close()
+        for attempt in range(20):  # a helper the kernel has not reaped yet may still add a file
+            try:
+                self._profile.cleanup()  # again after a failure: it removes what is still there
+                break
+            except OSError:
+                if attempt == 19:
+                    raise
+                await asyncio.sleep(0.1)
+
+    def _signal_group(self, sig: int) -> None:
+        """Send `sig` to Chromium's process group (its own session), if any of it is left."""
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class Page:
