@@ -5,7 +5,8 @@
 OLMoE file (llama.cpp's src/models/olmoe.cpp: full-width q/k RMSNorm, routed
 experts whose weights are not renormalised) with seeded random F32 weights and
 the reference fixtures' tokenizer and chat template, small enough to run every
-stage in a test.
+stage in a test. `write_one_layer_llama` writes a one-layer llama file of given
+F32 matrices (no tokenizer) for llama.cpp's quantizer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,29 @@ needs_llama = pytest.mark.skipif(
 
 TOKENIZER_SOURCE = FIXTURES_DIR / "reference" / "ref-qwen3moe-q8_0.gguf"
 OLMOE = {"n_layers": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 4, "n_ff": 32, "n_experts": 8, "n_used": 2}
+
+
+LLAMA_MATRICES = ("token_embd", "output", "blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v", "blk.0.attn_output",
+                  "blk.0.ffn_gate", "blk.0.ffn_up", "blk.0.ffn_down")
+
+
+def write_one_layer_llama(path: Path, matrices: dict[str, np.ndarray]) -> None:
+    """A one-layer llama F32 file of `matrices` (numpy order, every name of LLAMA_MATRICES + ".weight"), its norms
+    ones, 4 heads and no tokenizer: what llama.cpp's quantizer reads."""
+    d, ff = matrices["token_embd.weight"].shape[1], matrices["blk.0.ffn_gate.weight"].shape[0]
+    w = GGUFWriter(str(path), "llama")
+    for add, value in ((w.add_block_count, 1), (w.add_context_length, 256), (w.add_embedding_length, d),
+                       (w.add_feed_forward_length, ff), (w.add_head_count, 4), (w.add_head_count_kv, 4),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0), (w.add_file_type, 0)):
+        add(value)
+    for name in LLAMA_MATRICES:
+        w.add_tensor(name + ".weight", matrices[name + ".weight"])
+    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
+        w.add_tensor(name, np.ones(d, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_olmoe(path: Path, seed: int = 0) -> Path:

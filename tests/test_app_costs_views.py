@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import pytest
 from app_support import SIZES, app_for, play_the_answer, settle, stage_key, widget_text
 from textual.widgets import Static
@@ -16,6 +18,17 @@ COSTS = stage_key("costs")
 MESSAGES = [{"role": "user", "content": "What does the record say about warfarin?"}]
 
 
+@asynccontextmanager
+async def costs_stage(fixtures_dir, model: str, size: tuple[int, int]):
+    """(app, pilot) with the reference `model` open on the Costs stage at `size`."""
+    app = app_for(fixtures_dir / "reference" / model, MESSAGES)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press(COSTS)
+        await pilot.pause()
+        yield app, pilot
+
+
 def text_of(screen, selector: str) -> str:
     """A Static's content as plain text, laid out at the screen's width."""
     return widget_text(screen.query_one(selector, Static), screen.size.width)
@@ -23,11 +36,7 @@ def text_of(screen, selector: str) -> str:
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_knobs_move_every_figure_and_reset(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press(COSTS)
-        await pilot.pause()
+    async with costs_stage(fixtures_dir, "ref-qwen3-f16.gguf", size) as (app, pilot):
         screen = app.screen
         state = app.state
         base = RequestSize(None, len(state.prompt_ids), state.max_new_tokens)
@@ -52,11 +61,7 @@ async def test_knobs_move_every_figure_and_reset(fixtures_dir, size):
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_v_cycles_table_and_three_plots_with_the_numbers_as_text(fixtures_dir, size):
-    app = app_for(fixtures_dir / "reference" / "ref-qwen35moe-f32.gguf", MESSAGES)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press(COSTS)
-        await pilot.pause()
+    async with costs_stage(fixtures_dir, "ref-qwen35moe-f32.gguf", size) as (app, pilot):
         screen = app.screen
         card = app.state.card
         curves = text_of(screen, "#costs-curves")
@@ -204,11 +209,7 @@ async def test_a_curve_above_zero_keeps_its_axis_labels_apart(fixtures_dir, size
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 async def test_a_key_of_another_view_says_which_view_is_its(fixtures_dir, size):
     # t, b, + / -, i, [ / ] and s greyed in the footer outside their views and did nothing when pressed
-    app = app_for(fixtures_dir / "reference" / "ref-qwen3-f16.gguf", MESSAGES)
-    async with app.run_test(size=size) as pilot:
-        await settle(pilot)
-        await pilot.press(COSTS)
-        await pilot.pause()
+    async with costs_stage(fixtures_dir, "ref-qwen3-f16.gguf", size) as (app, pilot):
         screen = app.screen
         assert screen.view == "table"
         for key, opens in (("b", "e"), ("t", "w"), ("plus", "x"), ("right_square_bracket", "d"), ("s", "m")):

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter, quants
+from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
+from llama_support import write_one_layer_llama
 
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.kquants import WRITERS
@@ -56,24 +57,7 @@ def write_f32_model(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
                 "blk.0.attn_v.weight": mat(D, D), "blk.0.attn_output.weight": mat(D, D),
                 "blk.0.ffn_gate.weight": mat(FF, D), "blk.0.ffn_up.weight": mat(FF, D),
                 "blk.0.ffn_down.weight": mat(D, FF)}
-    w = GGUFWriter(str(path), "llama")
-    w.add_block_count(1)
-    w.add_context_length(256)
-    w.add_embedding_length(D)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(4)
-    w.add_head_count_kv(4)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_file_type(0)
-    for name, value in matrices.items():
-        w.add_tensor(name, value)
-    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
-        w.add_tensor(name, np.ones(D, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_one_layer_llama(path, matrices)
     return matrices
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
 from gguf.constants import GGMLQuantizationType as Q
+from llama_support import write_one_layer_llama
 
 from walkthrough.inspect.gguf import open_gguf
 from walkthrough.inspect.requant import converted_type, file_size_at
@@ -23,22 +23,11 @@ FTYPES = {Q.Q2_K: "Q2_K", Q.Q3_K: "Q3_K_S", Q.Q4_K: "Q4_K_S", Q.Q5_K: "Q5_K_S", 
 
 def _write(path: Path) -> None:
     rng = np.random.default_rng(0)
-    w = GGUFWriter(str(path), "llama")
-    for add, value in ((w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, D),
-                       (w.add_feed_forward_length, FF), (w.add_head_count, 4), (w.add_head_count_kv, 4),
-                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0), (w.add_file_type, 0)):
-        add(value)
     shapes = {"token_embd.weight": (N_VOCAB, D), "output.weight": (N_VOCAB, D), "blk.0.attn_q.weight": (D, D),
               "blk.0.attn_k.weight": (D, D), "blk.0.attn_v.weight": (D, D), "blk.0.attn_output.weight": (D, D),
               "blk.0.ffn_gate.weight": (FF, D), "blk.0.ffn_up.weight": (FF, D), "blk.0.ffn_down.weight": (D, FF)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
-    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
-        w.add_tensor(name, np.ones(D, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_one_layer_llama(path, {name: (rng.standard_normal(shape) * 0.02).astype(np.float32)
+                                 for name, shape in shapes.items()})
 
 
 @pytest.mark.parametrize("qtype", FTYPES, ids=lambda q: q.name)
