@@ -26,8 +26,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGMLQuantizationType
-
 from walkthrough.costs.budget import compute_buffer_bytes
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
@@ -85,21 +83,20 @@ def default_budget(free: int | None = None) -> int:
 
 
 def dequantized_bytes(f: GGUFFile) -> int:
-    """Bytes of every weight as the numpy engine holds it once used: float32, or float64 for F32 matrices
-    (`glassbox.meter.Meter.product_dtype`), plus the block offsets of Q4_1/Q5_1 matrices (`quantdot.block_offsets`,
-    float32, one per 32 weights). A token embedding that is not also the output head is read a row at a time and
-    never held."""
+    """Bytes of every weight as the numpy engine holds it once used: each matrix in `weights.product_dtype` (float32,
+    float64 for F32 matrices), other tensors in float32, plus the block offsets of Q4_1/Q5_1 matrices
+    (`quantdot.block_offsets`, float32, one per 32 weights). A token embedding that is not also the output head is
+    read a row at a time and never held."""
+    import numpy as np
+
     from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
+    from walkthrough.engine.glassbox.weights import product_dtype
 
     total = 0
     for t in f.tensors.values():
         if t.name == "token_embd.weight" and "output.weight" in f.tensors:
             continue
-        if len(t.shape) >= 2 and t.ggml_type == GGMLQuantizationType.F32:
-            width = 8  # an F32 matrix is multiplied in float64, its sums rounded once
-        else:
-            width = 4
-        total += t.n_elements * width
+        total += t.n_elements * np.dtype(product_dtype(t)).itemsize
         if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET:
             total += t.n_elements // 32 * 4
     return total

@@ -40,7 +40,7 @@ from gguf.constants import GGMLQuantizationType
 
 from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
-from walkthrough.engine.glassbox.weights import Weights, row_nbytes, with_offsets
+from walkthrough.engine.glassbox.weights import Weights, product_dtype, row_nbytes, with_offsets
 
 Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
 
@@ -104,13 +104,8 @@ class Meter:
         return self.match_llama_cpp and self.weights.info(name).ggml_type in quantdot.WITH_OFFSET
 
     def product_dtype(self, name: str) -> type:
-        """The dtype `ops.linear` multiplies a matrix in: float64 for an F32 matrix, its sums rounded once (ggml sums
-        them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it than a
-        sum rounded once); float32, row by row, for any other."""
-        info = self.weights.info(name)
-        if info.ggml_type == GGMLQuantizationType.F32 and len(info.shape) >= 2:
-            return np.float64
-        return np.float32
+        """The dtype `ops.linear` multiplies matrix `name` in (`weights.product_dtype`)."""
+        return product_dtype(self.weights.info(name))
 
     def rounded_input(self, name: str, x: np.ndarray) -> np.ndarray:
         """x as llama.cpp's CPU backend feeds it to a product with tensor `name` (see `activations`)."""

@@ -61,6 +61,13 @@ def row_nbytes(t: TensorInfo) -> int:
     return t.shape[0] // block * size
 
 
+def product_dtype(t: TensorInfo) -> type:
+    """The dtype a matrix is held and multiplied in: float64 for an F32 matrix, its sums rounded once (ggml sums
+    them in float32 in tinyBLAS's order, `ggml_math.f32_matmul`: a float32 BLAS order is further from it than a
+    sum rounded once); float32, row by row (`ops.linear`), for any other."""
+    return np.float64 if t.ggml_type == GGMLQuantizationType.F32 and len(t.shape) >= 2 else np.float32
+
+
 def _key(name: str, dtype: type, offsets: bool) -> tuple:
     """The cache key of a whole tensor in `dtype`, with or without its block offsets as extra columns."""
     return (name, dtype, offsets)
@@ -246,7 +253,7 @@ class Weights:
         if key not in self._stackable:
             infos = [self.file.tensors[n] for n in names]
             first = infos[0]
-            ok = (len(names) > 1 and first.ggml_type != GGMLQuantizationType.F32
+            ok = (len(names) > 1 and product_dtype(first) is np.float32
                   and all(len(t.shape) == 2 and t.ggml_type == first.ggml_type and t.shape[0] == first.shape[0]
                           for t in infos)
                   and all(t.shape[1] % row_group == 0 for t in infos[:-1])
