@@ -97,7 +97,10 @@ async def test_visitors_beyond_the_cap_are_refused_with_a_message_the_page_shows
                 async with session.get(server.url) as page:
                     assert page.status == 503 and "--max-visitors 1" in await page.text()
                 assert len(server.apps()) == 1
-            assert await wait_until(lambda: server.apps() == [], END_WAIT)
+            assert await wait_until(lambda: server.apps() == [], END_WAIT), "the app outlived its visitor"
+            # The app is gone a moment before the server frees its place (it reaps the app and drains its
+            # output first); the line saying the visitor ended is written once the place is free.
+            assert await wait_until(lambda: server.log_lines("visitor 1 ended"), END_WAIT), server.console()
             async with session.ws_connect(server.ws_url()) as third:  # the place is free again
                 assert screen_size(await read_screen(third))
     assert len(server.log_lines("refused visitor")) == 2, server.console()
