@@ -43,10 +43,30 @@ def test_attention_maps_are_cropped_to_the_cache_and_masked():
 def test_first_difference_follows_the_computing_order():
     same = np.ones((2, 4), np.float32)
     ours = {"attn_norm-0": [same], "Qcur-0": [same, same], "kqv_out-0": [same]}
-    theirs = {"attn_norm-0": [same], "Qcur-0": [same, same, same * 2], "kqv_out-0": [same * 3]}
+    theirs = {"attn_norm-0": [same], "Qcur-0": [same, same * 2, same * 2], "kqv_out-0": [same * 3]}
     diffs = op_diff.layer_diffs(ours, theirs, 0, np.arange(2))
     assert [d.label for d in diffs] == ["attn_norm", "Qcur", "Qcur (roped)", "kqv_out"]
     assert op_diff.first_difference(diffs).label == "Qcur (roped)"  # the last Qcur node of each side
+
+
+def test_a_point_agrees_with_a_neighbouring_node_of_its_name_but_never_the_far_end():
+    x = np.ones((2, 4), np.float32)
+    ours = {"Qcur-0": [x + 1, x * 3]}  # the projection with its bias, the roped result
+    theirs = {"Qcur-0": [x, x + 1, x * 3, x * 6]}  # projection, + bias, roped, scaled (gemma4, phi3)
+    diffs = op_diff.layer_diffs(ours, theirs, 0, np.arange(2))
+    assert [(d.label, d.exact) for d in diffs] == [("Qcur", True), ("Qcur (roped)", True)]
+    ours = {"Qcur-0": [x * 6, x]}  # the projection as the last node, the result as the first: no match
+    diffs = op_diff.layer_diffs(ours, theirs, 0, np.arange(2))
+    assert [(d.label, d.exact) for d in diffs] == [("Qcur", False), ("Qcur (roped)", False)]
+    assert diffs[0].max_abs == 5 and diffs[1].max_abs == 5  # reported against the point's own node
+
+
+def test_a_name_that_labels_only_the_projection_and_its_reshapes_has_no_roped_point():
+    x = np.arange(8, dtype=np.float32)
+    ours = {"Qcur-0": [x.reshape(2, 4), x.reshape(2, 4) * 2]}
+    theirs = {"Qcur-0": [x.reshape(1, 1, 2, 4), x.reshape(1, 2, 2, 2)]}  # lfm2: projection, reshape
+    diffs = op_diff.layer_diffs(ours, theirs, 0, np.arange(2))
+    assert [(d.label, d.exact) for d in diffs] == [("Qcur", True)]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +86,8 @@ def test_the_probe_sees_every_point_under_llama_cpps_names_and_changes_nothing(l
     assert np.array_equal(plain, probed)
     n_layers = llama_ref.config.n_layers
     for layer in range(n_layers):
-        names = {p.name for p in op_diff.LAYER_POINTS} - {"ffn_geglu"}  # llama's gate is SiLU
+        names = {p.name for p in op_diff.LAYER_POINTS if not p.name.startswith("model.layers")}  # lfm2's own
+        names -= {"ffn_geglu"}  # llama's gate is SiLU
         assert {f"{n}-{layer}" for n in names} <= set(seen)
         assert len(seen[f"Qcur-{layer}"]) == 2  # the projection, then the roped queries
     assert seen["result_output"][-1].shape == plain.shape
