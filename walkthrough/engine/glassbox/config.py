@@ -17,7 +17,6 @@ scaling (`{arch}.rope.scaling.type`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 from walkthrough.architectures.declarations import ARCHITECTURES, Architecture, Router
 from walkthrough.architectures.layer_kinds import LAYER_KINDS, resolve
 from walkthrough.engine import numeric_checks
-from walkthrough.engine.glassbox import ops
+from walkthrough.engine.glassbox import ggml_math, ops
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import ModelCard
 from walkthrough.inspect.gguf import GGUFFile
@@ -169,27 +168,38 @@ def _rope_freq_scale(f: GGUFFile, arch: str) -> float:
     return 1.0 if scaling == "none" or not factor else 1.0 / float(factor)
 
 
-def _yarn_mscale(factor: float, mscale: float) -> float:
-    """llama.cpp's get_mscale (src/llama-context.cpp): 1 + 0.1 mscale ln(factor) above a factor of 1."""
-    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+def _yarn_mscale(factor: np.float32, mscale: float) -> np.float32:
+    """llama.cpp's get_mscale (src/llama-context.cpp): 0.1 mscale ln(factor) + 1 above a factor of 1, in float32
+    one rounding per step (libllama is built without fused multiply-adds), libm's logf."""
+    f32 = np.float32
+    if factor <= 1:
+        return f32(1)
+    return f32(f32(f32(0.1) * f32(mscale)) * ggml_math.libm.logf(factor)) + f32(1)
 
 
 def _yarn(hp: Hparams, spec: Architecture, card: ModelCard, freq_scale: float) -> ops.Yarn | None:
-    """YaRN settings as `llama_context` derives them; None unless `rope.scaling.type` is yarn."""
+    """YaRN settings as `llama_context` derives them; None unless `rope.scaling.type` is yarn.
+
+    The attention factor in float32, step by step as llama.cpp takes it: get_mscale(factor) (or the ratio
+    `yarn_log_multiplier` sets), times 1 / (1 + 0.1 logf(factor)) to cancel the growth `rope_yarn` applies,
+    times `rope.scaling.attn_factor`.
+    """
     if hp.raw("rope.scaling.type") != "yarn":
         return None
-    factor = 1.0 / freq_scale
+    f32 = np.float32
+    factor = f32(1) / f32(freq_scale)
     log_mul = (hp.float("rope.scaling.yarn_log_multiplier") or 0.0) if spec.yarn_keys else 0.0
     if log_mul:  # mscale taken as 1 (llama.cpp's note; deepseek2 aside)
-        mscale = _yarn_mscale(factor, 1.0) / _yarn_mscale(factor, log_mul)
+        attn = _yarn_mscale(factor, 1.0) / _yarn_mscale(factor, log_mul)
     else:
-        mscale = _yarn_mscale(factor, 1.0)
+        attn = _yarn_mscale(factor, 1.0)
+    attn = attn * (f32(1) / (f32(1) + f32(f32(0.1) * ggml_math.libm.logf(factor))))
     betas = {"beta_fast": 32.0, "beta_slow": 1.0}
     if spec.yarn_keys:
         betas = {k: hp.float(f"rope.scaling.yarn_{k}") or v for k, v in betas.items()}
     return ops.Yarn(
         n_ctx_orig=hp.int("rope.scaling.original_context_length") or card.context_length or 0,
-        mscale=mscale * (hp.float("rope.scaling.attn_factor") or 1.0),
+        attn_factor=float(attn * f32(hp.float("rope.scaling.attn_factor") or 1.0)),
         **betas,
     )
 

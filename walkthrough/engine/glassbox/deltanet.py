@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from walkthrough.engine.glassbox import ops
+from walkthrough.engine.glassbox import ggml_math, ops
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.engine.glassbox.layers import PassInput
 from walkthrough.engine.glassbox.qwen35 import HybridDims
@@ -58,7 +58,7 @@ def causal_conv(x: np.ndarray, state: np.ndarray, w: np.ndarray) -> tuple[np.nda
     window = np.concatenate([state, x])  # [K-1+n, C]
     y = np.zeros_like(x)
     for j in range(kernel):
-        y += window[j : j + n] * w[:, j]
+        y = ggml_math.fma32(window[j : j + n], w[:, j], y)
     return y, window[n:].copy()
 
 

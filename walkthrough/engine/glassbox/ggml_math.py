@@ -226,13 +226,21 @@ def exp_sum(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return y, total
 
 
-def soft_max_rows(x: np.ndarray) -> np.ndarray:
+def soft_max_rows(x: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
     """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
 
     `ggml_compute_forward_soft_max_f32`: the exps and their double sum (`exp_sum`), then y * (float)(1 / sum).
+    sinks [...] (gpt-oss), one logit per row: the maximum is at least the sink and libm's expf(sink - max)
+    joins the double sum.
     """
     x = np.asarray(x, F32)
-    y, total = exp_sum(x, np.max(x, axis=-1, keepdims=True))
+    top = np.max(x, axis=-1, keepdims=True)  # [..., 1]
+    if sinks is not None:
+        sinks = np.asarray(sinks, F32)[..., None]
+        top = np.maximum(top, sinks)
+    y, total = exp_sum(x, top)
+    if sinks is not None:
+        total = total + libm.expf(sinks - top)[..., 0].astype(np.float64)
     return y * (1.0 / total).astype(F32)[..., None]
 
 
@@ -320,15 +328,16 @@ def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 F32_SLAB = 1 << 20  # output values per step of `f32_matmul` (bounds its memory)
 
 
-def f32_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def f32_matmul(x: np.ndarray, w: np.ndarray, *, per_row: bool = False) -> np.ndarray:
     """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight.
 
     A pass of 2 tokens or more goes to llamafile's tinyBLAS when it takes the shape (k a multiple
-    of 8, o of 4: `tinyblas_dot`), anything else to `ggml_vec_dot_f32` row by row.
+    of 8, o of 4: `tinyblas_dot`), anything else to `ggml_vec_dot_f32` row by row; `per_row`: always
+    the latter, as `ggml_compute_forward_mul_mat_id` (an expert's product) takes it.
     """
     n, k = x.shape
     o = w.shape[0]
-    dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 else vec_dot_f32
+    dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 and not per_row else vec_dot_f32
     step = max(1, F32_SLAB // max(1, n * 8))
     parts = [dot(w[None, o0 : o0 + step], x[:, None]) for o0 in range(0, o, step)]  # [n, slab] each
     return np.concatenate(parts, axis=1)
@@ -363,7 +372,7 @@ class _Libm:
         name = ctypes.util.find_library("m")
         lib = ctypes.CDLL(name) if name else None
         self._fns = {}
-        for fn in ("cosf", "sinf", "expf", "tanhf"):
+        for fn in ("cosf", "sinf", "expf", "tanhf", "logf"):
             f = getattr(lib, fn, None) if lib is not None else None
             if f is not None:
                 f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
@@ -391,6 +400,9 @@ class _Libm:
 
     def tanhf(self, x: np.ndarray) -> np.ndarray:
         return self._map("tanhf", np.tanh, x)
+
+    def logf(self, x: np.ndarray) -> np.ndarray:
+        return self._map("logf", np.log, x)
 
     def powf(self, a: float, b: float) -> np.float32:
         if self._pow is None:

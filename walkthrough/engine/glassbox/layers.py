@@ -154,7 +154,7 @@ def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.
     else:
         gate, up = m.linears([pre + "ffn_gate.weight", pre + "ffn_up.weight"], x, [pre + "ffn_gate.bias", pre + "ffn_up.bias"])
         gate, up = m.look("ffn_gate", layer, gate), m.look("ffn_up", layer, up)
-    act = m.look(GATED_NAMES[c.spec.activation], layer, ops.GATED[c.spec.activation](gate, up))  # [n, ff]
+    act = m.look(GATED_NAMES[c.spec.activation], layer, ops.gated_unit(c.spec.activation, m.exact_products)(gate, up))  # [n, ff]
     return m.linear(pre + "ffn_down.weight", act, pre + "ffn_down.bias")
 
 
@@ -162,14 +162,14 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
     """[n, d] -> [n, d]: router, top-k experts per token (only those dequantized), shared expert if any."""
     c, m, pre = p.config, p.meter, f"blk.{layer}."
     router_logits = m.linear(pre + "ffn_gate_inp.weight", x, pre + "ffn_gate_inp.bias")  # [n, E]
-    act = ops.GATED[c.spec.activation]
+    act = ops.gated_unit(c.spec.activation, m.exact_products)
     r = c.router
     chosen, weights = ops.route(
         router_logits, c.n_experts_used, r.normalize, r.gating, bias=m.optional(pre + "exp_probs_b.bias"),
-        groups=r.groups, groups_used=r.groups_used, scale=r.scale,
+        groups=r.groups, groups_used=r.groups_used, scale=r.scale, exact=m.exact_products,
     )  # [n, k], [n, k]
     trace.experts, trace.expert_weights = chosen, weights
-    out = np.zeros_like(x)
+    by_slot = np.zeros((*chosen.shape, x.shape[1]), np.float32)  # [n, k, d]: each token's weighted experts
     gate, up, down = (pre + f"ffn_{w}_exps" for w in ("gate", "up", "down"))
 
     def expert(name: str, e: int, xe: np.ndarray) -> np.ndarray:  # [t, d_in] -> [t, d_out], + bias if any
@@ -180,12 +180,16 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
         tokens, slot = np.nonzero(chosen == e)  # which tokens chose e, and in which of their k slots
         xe = x[tokens]  # [t, d]
         h = act(expert(gate, e, xe), expert(up, e, xe))  # [t, ff_exp]
-        out[tokens] += weights[tokens, slot, None] * expert(down, e, h)
+        by_slot[tokens, slot] = expert(down, e, h) * weights[tokens, slot, None]
+    out = by_slot[:, 0].copy()  # [n, d]: added slot by slot, best first, as llama.cpp's graph adds them
+    for j in range(1, chosen.shape[1]):
+        out += by_slot[:, j]
     if m.weights.has(pre + "ffn_up_shexp.weight"):
         h = act(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
         shared = m.linear(pre + "ffn_down_shexp.weight", h)  # [n, d]
         if m.weights.has(pre + "ffn_gate_inp_shexp.weight"):
-            shared = shared * ops.sigmoid(m.linear(pre + "ffn_gate_inp_shexp.weight", x))  # [n, 1]: a gate per token
+            gate = ops.sigmoid(m.linear(pre + "ffn_gate_inp_shexp.weight", x), m.exact_products)  # [n, 1]
+            shared = shared * gate  # a gate per token
         out += shared
     return out
 

@@ -199,6 +199,11 @@ class Meter:
             self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
                         info.n_elements // info.shape[2], x.shape[0])
             return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
+        if self.exact_products and self.weights.info(name).ggml_type == GGMLQuantizationType.F32:
+            info = self.weights.info(name)
+            self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
+                        info.n_elements // info.shape[2], x.shape[0])
+            return self.wrote(ggml_math.f32_matmul(x, self.weights.expert(name, e, np.float32), per_row=True))
         return self.wrote(self._rounded_product(name, x, self.expert(name, e, x.shape[0])))
 
     def look(self, name: str, layer: int, a: np.ndarray) -> np.ndarray:

@@ -75,8 +75,10 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return np.where(x <= -10, np.float32(0), np.where(x >= 10, x, y))
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def sigmoid(x: np.ndarray, exact: bool = False) -> np.ndarray:
+    """[...] -> [...]: 1 / (1 + e^-x); with `exact` as `ggml_vec_sigmoid_f32` (libm's expf, one call per value)."""
+    e = ggml_math.libm.expf(-x) if exact else np.exp(-x)
+    return np.float32(1) / (np.float32(1) + e)
 
 
 def softcap(x: np.ndarray, cap: float, exact: bool = False) -> np.ndarray:
@@ -101,24 +103,26 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e * inv
 
 
-def cache_softmax(scores: np.ndarray) -> np.ndarray:
+def cache_softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
     """[..., L] scaled and masked (-inf) attention logits -> weights, as llama.cpp's CPU backend computes them.
 
     `ggml_compute_forward_soft_max_f32` over rows that llama.cpp pads (masked) to a multiple of 256
     cache cells: ggml sums their exps 8 at a time (`ggml_math.soft_max_rows`), so the rows are padded
     here to a multiple of 8 with masked cells, which add nothing. A block of rows at a time: a prefill's
     scores whole took 10.3 ms a layer, in blocks 2.4 (measured here, SmolLM2's 9 heads x 128 x 128).
+    sinks [...] (one logit per row, broadcast over the rows' leading axes) join as ggml adds them: the
+    maximum is at least the sink, and expf(sink - max) joins the double sum.
     """
     big_l = scores.shape[-1]
     pad = -big_l % 8
     if pad:
         scores = np.concatenate([scores, np.full((*scores.shape[:-1], pad), -np.inf, np.float32)], axis=-1)
     rows = scores.reshape(-1, scores.shape[-1])  # [rows, L + pad]
+    sink_rows = None if sinks is None else np.broadcast_to(sinks, scores.shape[:-1]).reshape(-1)  # [rows]
     step = max(1, ggml_math.CHUNK // rows.shape[1])  # rows at a time (`ggml_math.elementwise_in_chunks`)
-    if len(rows) > step:
-        weights = np.concatenate([ggml_math.soft_max_rows(rows[i : i + step]) for i in range(0, len(rows), step)])
-    else:
-        weights = ggml_math.soft_max_rows(rows)
+    weights = np.concatenate([ggml_math.soft_max_rows(rows[i : i + step],
+                                                      None if sink_rows is None else sink_rows[i : i + step])
+                              for i in range(0, len(rows), step)])
     return weights.reshape(scores.shape)[..., :big_l]
 
 
@@ -128,13 +132,21 @@ class Yarn:
 
     Pairs turning faster than `beta_fast` turns over the original context keep their angle (extrapolate),
     pairs slower than `beta_slow` turns take the scaled one (interpolate), a ramp mixes those between;
-    cos and sin are multiplied by `mscale`.
+    cos and sin are multiplied by `attn_factor` times 1 + 0.1 ln(1 / freq_scale) (`rope_yarn`).
     """
 
     n_ctx_orig: int  # context the model was trained on (`rope.scaling.original_context_length`)
     beta_fast: float = 32.0  # llama.cpp's defaults (src/llama-hparams.h)
     beta_slow: float = 1.0
-    mscale: float = 1.0  # magnitude of cos and sin: 1 + 0.1 ln(factor), or the ratio set by `yarn_log_multiplier`
+    attn_factor: float = 1.0  # float32 as `llama_context` leaves it (`config._yarn`): rope_yarn's growth cancelled
+
+
+def yarn_magnitude(attn_factor: float, freq_scale: float) -> np.float32:
+    """The factor on cos and sin: attn_factor * (1 + 0.1 logf(1 / freq_scale)) in float32, the sum one fma
+    (`rope_yarn`, ggml-cpu/ops.cpp; libm's logf)."""
+    log = ggml_math.libm.logf(np.float32(1) / np.float32(freq_scale))
+    growth = ggml_math.fma32(np.float32(0.1), log, np.float32(1))
+    return np.float32(attn_factor) * np.float32(growth)
 
 
 def _yarn_corr_dim(n_rot: int, n_ctx_orig: int, turns: float, base: float) -> float:
@@ -157,7 +169,8 @@ def rope_angles(
     context), times freq_scale; cos and sin are the C library's `cosf` and `sinf`, as ggml calls them.
     With YaRN (`rope_yarn`), pair i mixes the scaled angle with the unscaled one by
     ramp_i = 1 - clip((i - low) / max(0.001, high - low), 0, 1), low and high the pairs that turn
-    beta_fast and beta_slow times over the original context, and cos and sin are multiplied by mscale.
+    beta_fast and beta_slow times over the original context (in float32, the mix one fma), and cos and
+    sin are multiplied by `yarn_magnitude`.
     """
     libm = ggml_math.libm
     step = libm.powf(base, np.float32(-2.0) / np.float32(n_rot))
@@ -173,10 +186,12 @@ def rope_angles(
         return libm.cosf(scaled), libm.sinf(scaled)
     low = max(0.0, math.floor(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_fast, base)))
     high = min(n_rot - 1.0, math.ceil(_yarn_corr_dim(n_rot, yarn.n_ctx_orig, yarn.beta_slow, base)))
-    ramp = (1 - np.clip((np.arange(n_rot // 2) - low) / max(0.001, high - low), 0, 1)).astype(np.float32)
-    mixed = scaled * (np.float32(1) - ramp) + theta * ramp  # [n, n_rot/2]
-    mscale = np.float32(yarn.mscale)
-    return libm.cosf(mixed) * mscale, libm.sinf(mixed) * mscale
+    f32 = np.float32
+    y = (np.arange(n_rot // 2, dtype=f32) - f32(low)) / f32(max(0.001, high - low))  # [n_rot/2] float32
+    ramp = f32(1) - np.minimum(f32(1), np.maximum(f32(0), y))  # times ext_factor, 1 for YaRN
+    mixed = ggml_math.fma32(scaled, f32(1) - ramp, theta * ramp)  # [n, n_rot/2]
+    magnitude = yarn_magnitude(yarn.attn_factor, freq_scale)
+    return libm.cosf(mixed) * magnitude, libm.sinf(mixed) * magnitude
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
@@ -257,6 +272,8 @@ def attention(
     scores = np.where(masked, -np.inf, scores)
     if sinks is None:
         weights = cache_softmax(scores)  # [h_kv, group, n, L]
+    elif exact:
+        weights = cache_softmax(scores, sinks.reshape(h_kv, group, 1).astype(np.float32))  # [h_kv, group, n, L]
     else:
         sink = sinks.reshape(h_kv, group, 1, 1).astype(np.float32)  # [h_kv, group, 1, 1]
         top = np.maximum(np.max(scores, axis=-1, keepdims=True), sink)
@@ -432,18 +449,29 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     return gelu(gate) * up
 
 
-def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = 1.702, limit: float = 7.0) -> np.ndarray:
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = 1.702, limit: float = 7.0, *,
+               exact: bool = False) -> np.ndarray:
     """[n, ff], [n, ff] -> [n, ff]: gpt-oss's clamped SwiGLU (`ggml_swiglu_oai`, ggml-cpu/ops.cpp).
 
     x = min(gate, limit), y = clip(up, -limit, limit): x * sigmoid(alpha x) * (y + 1).
-    alpha and limit are the constants llama.cpp passes (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE).
+    alpha and limit are the constants llama.cpp passes (src/llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE);
+    with `exact` the exponential is libm's expf, as ggml's loop calls it (one call per value).
     """
     x = np.minimum(gate, np.float32(limit))
     y = np.clip(up, np.float32(-limit), np.float32(limit))
-    return x / (np.float32(1) + np.exp(np.float32(alpha) * -x)) * (y + np.float32(1))
+    t = np.float32(alpha) * -x
+    e = ggml_math.libm.expf(t) if exact else np.exp(t)
+    return x / (np.float32(1) + e) * (y + np.float32(1))
 
 
 GATED = {"silu": swiglu, "gelu": geglu, "swiglu_oai": swiglu_oai}  # the declarations' `activation` -> gated unit
+
+
+def gated_unit(activation: str, exact: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The gated unit for an activation, following ggml's own exponential when `exact` (SiLU and GELU always do)."""
+    if activation == "swiglu_oai" and exact:
+        return lambda gate, up: swiglu_oai(gate, up, exact=True)
+    return GATED[activation]
 
 
 def route(
@@ -456,6 +484,7 @@ def route(
     groups: int = 1,
     groups_used: int = 1,
     scale: float = 0.0,
+    exact: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Router: [n, E] logits -> the top-k experts [n, k] (best first) and their weights [n, k].
 
@@ -465,12 +494,15 @@ def route(
     left as they are otherwise (qwen2moe). gating "softmax_weight" (gpt-oss): the top-k logits, then a
     softmax over those k only. `bias` [E] moves which experts are chosen but not their weights
     (`exp_probs_b`); with `groups` > 1 only experts in the `groups_used` groups whose two best scores sum
-    highest can be chosen. `scale` (if not 0 or 1) multiplies the weights.
+    highest can be chosen. `scale` (if not 0 or 1) multiplies the weights. With `exact`, each step as ggml's
+    CPU ops compute it: `soft_max` (`ggml_math.soft_max_rows`), `sigmoid` with libm's expf, the weights' sum
+    in double (`ggml_vec_sum_f32`) rounded to float32.
     """
+    soft = ggml_math.soft_max_rows if exact else softmax
     if gating == "softmax_weight":
         top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]  # [n, k]
-        return top, softmax(np.take_along_axis(logits, top, axis=-1), axis=-1)
-    probs = softmax(logits, axis=-1) if gating == "softmax" else sigmoid(logits)  # [n, E]
+        return top, soft(np.take_along_axis(logits, top, axis=-1))
+    probs = soft(logits) if gating == "softmax" else sigmoid(logits, exact)  # [n, E]
     select = probs if bias is None else probs + bias  # [n, E]
     if groups > 1:
         n, n_exp = select.shape
@@ -483,7 +515,11 @@ def route(
     top = np.argsort(-select, axis=-1, kind="stable")[:, :k]  # [n, k]
     weights = np.take_along_axis(probs, top, axis=-1)  # [n, k]
     if normalize:
-        weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MOE_WEIGHT_SUM_MIN)
+        if exact:  # in index order in double, rounded once
+            total = np.cumsum(weights.astype(np.float64), axis=-1)[:, -1:].astype(np.float32)  # [n, 1]
+        else:
+            total = weights.sum(axis=-1, keepdims=True)  # [n, 1]
+        weights = weights / np.maximum(total, np.float32(MOE_WEIGHT_SUM_MIN))
     if scale and scale != 1.0:
         weights = weights * np.float32(scale)
     return top, weights

@@ -51,17 +51,23 @@ def layer_shapes(config: Config, layer: int) -> dict[str, tuple[int, ...]]:
     }
 
 
+# llama.cpp's graph names for the layer's steps (src/models/lfm2.cpp), shown to the op-by-op differ
+IN_PROJ, CONV, OUT_PROJ = (f"model.layers.{{}}.conv.{step}" for step in ("in_proj", "conv", "out_proj"))
+
+
 def short_conv(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:
     """[n, d] -> [n, d]: one gated short convolution, reading and advancing the layer's fixed state."""
     m, n, pre = p.meter, x.shape[0], f"blk.{layer}."
     state = p.cache.states[layer]
-    b, c, v = np.split(m.linear(pre + "shortconv.in_proj.weight", x), 3, axis=-1)  # [n, d] each
+    bcx = m.look(IN_PROJ, layer, m.linear(pre + "shortconv.in_proj.weight", x))  # [n, 3d]
+    b, c, v = np.split(bcx, 3, axis=-1)  # [n, d] each
     w = m.tensor(pre + "shortconv.conv.weight")  # [d, L]
     conv, state["conv"] = causal_conv(b * v, state["conv"], w)  # [n, d]
+    m.look(CONV, layer, conv)
     nbytes = p.cache.state_bytes_by_layer[layer]
     m.read_state(nbytes, n * 2 * w.size)
     trace.state_bytes = nbytes
-    return m.linear(pre + "shortconv.out_proj.weight", c * conv)
+    return m.look(OUT_PROJ, layer, m.linear(pre + "shortconv.out_proj.weight", c * conv))
 
 
 def new_state(config: Config, layer: int) -> dict[str, np.ndarray]:
