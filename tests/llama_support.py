@@ -6,7 +6,9 @@ OLMoE file (llama.cpp's src/models/olmoe.cpp: full-width q/k RMSNorm, routed
 experts whose weights are not renormalised) with seeded random F32 weights and
 the reference fixtures' tokenizer and chat template, small enough to run every
 stage in a test. `write_one_layer_llama` writes a one-layer llama file of given
-F32 matrices (no tokenizer) for llama.cpp's quantizer.
+F32 matrices (no tokenizer) for llama.cpp's quantizer. `both_engines` runs one
+prefill and a few decode passes through llama.cpp and the numpy engine's exact
+products, for the bit-for-bit tests.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import pytest
 from conftest import FIXTURES_DIR
 from gguf import GGUFWriter
 
+from walkthrough.engine import op_diff
+from walkthrough.engine.glassbox.model import Model
+from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.llama.model import INSTALL_HINT, llama_available
 from walkthrough.inspect.gguf import open_gguf
 
@@ -147,3 +152,30 @@ def llama_cpp_completion(path: Path, text: str, n: int, *, f32_cache: bool = Fal
         return prompt, greedy
     finally:
         llm.close()
+
+
+def both_engines(path: Path, ids: list[int], decode: int):
+    """(ours, theirs): each the named intermediates of one prefill over ids and the logits of that prefill
+    then of `decode` greedy decode passes (llama.cpp's greedy tokens fed to both); ours with exact
+    products, llama.cpp on one thread with an F32 KV cache and no flash attention. Ours also carries the
+    model's layer count."""
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
+
+    llama_model = LlamaModel.open(path, n_threads=1)
+    llama = LlamaSession(llama_model, kv_type="f32", flash_attention=False, named=op_diff.NAMES)
+    theirs_logits = [llama.feed(ids, phase="prefill", all_logits=True).all_logits]
+    theirs = llama.capture.tensors
+    model = Model(open_gguf(path), exact_products=True)
+    ours: op_diff.Tensors = {}
+    model.probe = lambda name, a: ours.setdefault(name, []).append(np.array(a))
+    session = Session(model, kv_type="f32")
+    ours_logits = [session.feed(ids, phase="prefill", all_logits=True).all_logits]
+    model.probe = None
+    for _ in range(decode):
+        token = [int(np.argmax(theirs_logits[-1][-1]))]
+        theirs_logits.append(llama.feed(token, phase="decode").logits[None])
+        ours_logits.append(session.feed(token, phase="decode").logits[None])
+    llama.close()
+    llama_model.close()
+    return (ours, ours_logits, model.config.n_layers), (theirs, theirs_logits)

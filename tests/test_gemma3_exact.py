@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_support import needs_llama
+from llama_support import both_engines, needs_llama
 from real_weights_support import request_ids
 from test_base_model import gemma3_270m
 
 from walkthrough.engine import op_diff
 from walkthrough.engine.glassbox.model import Model
-from walkthrough.engine.glassbox.session import Session
 from walkthrough.inspect.gguf import open_gguf
 
 DECODE = 2  # decode passes after the prefill whose logits are compared
@@ -54,31 +53,6 @@ def _requantized(src: Path, dst: Path, ftype: str) -> Path:
     return dst
 
 
-def _both(path, ids: list[int], decode: int):
-    """(ours, theirs): each the named intermediates of one prefill over ids and the logits of that prefill
-    then of `decode` greedy decode passes (llama.cpp's greedy tokens fed to both)."""
-    from walkthrough.engine.llama.model import LlamaModel
-    from walkthrough.engine.llama.session import LlamaSession
-
-    llama_model = LlamaModel.open(path, n_threads=1)
-    llama = LlamaSession(llama_model, kv_type="f32", flash_attention=False, named=op_diff.NAMES)
-    theirs_logits = [llama.feed(ids, phase="prefill", all_logits=True).all_logits]
-    theirs = llama.capture.tensors
-    model = Model(open_gguf(path), exact_products=True)
-    ours: op_diff.Tensors = {}
-    model.probe = lambda name, a: ours.setdefault(name, []).append(np.array(a))
-    session = Session(model, kv_type="f32")
-    ours_logits = [session.feed(ids, phase="prefill", all_logits=True).all_logits]
-    model.probe = None
-    for _ in range(decode):
-        token = [int(np.argmax(theirs_logits[-1][-1]))]
-        theirs_logits.append(llama.feed(token, phase="decode").logits[None])
-        ours_logits.append(session.feed(token, phase="decode").logits[None])
-    llama.close()
-    llama_model.close()
-    return (ours, ours_logits, model.config.n_layers), (theirs, theirs_logits)
-
-
 @pytest.mark.app  # llama.cpp runs and exact numpy passes over a 270M model: about a minute each
 @needs_llama
 @pytest.mark.parametrize("ftype, n_tokens, decode", [(None, 24, DECODE), (None, 6, 0), ("Q2_K", 12, 1),
@@ -89,7 +63,7 @@ def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_toke
         path = _requantized(path, tmp_path / f"gemma3-270m-{ftype}.gguf", ftype)
     ids = request_ids(open_gguf(path))[:n_tokens]
     assert len(ids) == n_tokens
-    (ours, ours_logits, n_layers), (theirs, theirs_logits) = _both(path, ids, decode)
+    (ours, ours_logits, n_layers), (theirs, theirs_logits) = both_engines(path, ids, decode)
     for layer in [*range(n_layers), -1]:
         diffs = op_diff.layer_diffs(ours, theirs, layer, np.arange(len(ids)))
         assert len(diffs) >= (14 if layer >= 0 else 2)  # every point was seen on both sides
@@ -122,7 +96,7 @@ def test_sliding_layers_past_their_window_give_llama_cpps_logits_bit_for_bit(tmp
     f = open_gguf(path)
     assert Model(f).config.sliding_window == 8
     ids = request_ids(f)[:20]
-    (_, ours_logits, _), (_, theirs_logits) = _both(path, ids, 1)
+    (_, ours_logits, _), (_, theirs_logits) = both_engines(path, ids, 1)
     for a, b in zip(ours_logits, theirs_logits):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
     from walkthrough.engine.llama.model import LlamaModel

@@ -58,13 +58,14 @@ def numpy_tensors(path: Path, ids: list[int], exact: bool, kv_type: str = "f32")
     return seen, step.seconds
 
 
-def report(ours: op_diff.Tensors, theirs: op_diff.Tensors, n_layers: int, n_tokens: int, every: bool) -> int:
+def report(ours: op_diff.Tensors, theirs: op_diff.Tensors, n_layers: int, n_tokens: int, every: bool,
+           arch: str = "") -> int:
     """Print the first difference per layer (every op with `every`); returns the number of layers that differ."""
     positions = np.arange(n_tokens)
     clean = True  # every op so far agreed bit for bit
     parted = 0
     for layer in [*range(n_layers), -1]:
-        diffs = op_diff.layer_diffs(ours, theirs, layer, positions)
+        diffs = op_diff.layer_diffs(ours, theirs, layer, positions, arch)
         first = op_diff.first_difference(diffs)
         where = f"layer {layer:2d}" if layer >= 0 else "output  "
         if every:
@@ -101,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("op_diff needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
         return 2
-    ids = request_ids(open_gguf(path))[: min(args.tokens or MICRO_BATCH, MICRO_BATCH)]
+    f = open_gguf(path)
+    ids = request_ids(f)[: min(args.tokens or MICRO_BATCH, MICRO_BATCH)]
     t0 = time.perf_counter()
     theirs, their_s = llama_tensors(path, ids, args.kv)
     ours, our_s = numpy_tensors(path, ids, args.exact_products, args.kv)
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{path.name}: one pass of {len(ids)} tokens, {args.kv.upper()} KV cache, no flash attention, 1 thread "
           f"(llama.cpp {their_s:.2f} s, numpy {our_s:.2f} s; products: "
           f"{'exact (quantdot)' if args.exact_products else 'rounded input'})")
-    parted = report(ours, theirs, n_layers, len(ids), args.all)
+    parted = report(ours, theirs, n_layers, len(ids), args.all, str(f.get("general.architecture") or ""))
     a, b = ours["result_output"][-1].reshape(len(ids), -1), theirs["result_output"][-1].reshape(len(ids), -1)
     top1 = float(np.mean(a.argmax(axis=1) == b.argmax(axis=1)))
     print(f"  logits: max |d| {np.abs(a - b).max():.3g}, top-1 agreement {top1:.2%}; "

@@ -80,6 +80,8 @@ class Router:
     by their sum. groups / groups_used: expert groups (`expert_group_count` / `expert_group_used_count`).
     scale: multiplies the weights (0: none). With `from_metadata`, the file's `expert_weights_norm`,
     `expert_weights_scale`, `expert_gating_func` and group counts replace these where present.
+    shared_gate: how a gated shared expert's gate is squashed: "sigmoid" (`ggml_sigmoid`), or "silu_ratio",
+    silu(x) / x, the same function as qwen2moe's graph computes it (src/models/qwen2moe.cpp).
     """
 
     gating: str = "softmax"
@@ -88,6 +90,7 @@ class Router:
     groups_used: int = 1
     scale: float = 0.0
     from_metadata: bool = False
+    shared_gate: str = "sigmoid"
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture(
             "qwen2moe", rope="neox", block=PRE_NORMS,
             mixers={"full": ATTENTION + ATTENTION_BIASES}, ffns={"moe": EXPERTS + SHARED_EXPERT},
-            router=Router(normalize=False),
+            router=Router(normalize=False, shared_gate="silu_ratio"),
         ),
         Architecture(
             "qwen3", rope="neox", tensors=GLOBALS_ROPE, block=PRE_NORMS,

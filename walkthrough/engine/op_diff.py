@@ -28,6 +28,7 @@ class Point:
     name: str
     node: int = 0  # 0: the first node so named in the pass, -1: the last
     attention: bool = False  # [n_head, n_tokens, n_kv] with llama.cpp's n_kv padded (kq, kq_soft_max)
+    common: bool = True  # shown by every attention layer; False: by some architectures' layers only
 
 
 LAYER_POINTS = (
@@ -37,9 +38,18 @@ LAYER_POINTS = (
     Point("Vcur", "Vcur"),
     Point("Qcur (roped)", "Qcur", -1),
     Point("Kcur (roped)", "Kcur", -1),
-    Point("conv in_proj", "model.layers.{}.conv.in_proj"),  # lfm2's short convolution (src/models/lfm2.cpp)
-    Point("conv", "model.layers.{}.conv.conv"),
-    Point("conv out_proj", "model.layers.{}.conv.out_proj"),
+    Point("conv in_proj", "model.layers.{}.conv.in_proj", common=False),  # lfm2's short convolution (src/models/lfm2.cpp)
+    Point("conv", "model.layers.{}.conv.conv", common=False),
+    Point("conv out_proj", "model.layers.{}.conv.out_proj", common=False),
+    Point("linear_attn_qkv_mixed", "linear_attn_qkv_mixed", common=False),  # qwen35's Gated DeltaNet (src/models/qwen35.cpp)
+    Point("z", "z", common=False),
+    Point("beta_sigmoid", "beta_sigmoid", common=False),
+    Point("a_softplus", "a_softplus", common=False),
+    Point("gate", "gate", common=False),
+    Point("conv_output_raw", "conv_output_raw", common=False),
+    Point("conv_output_silu", "conv_output_silu", common=False),
+    Point("final_output", "final_output", common=False),
+    Point("linear_attn_out", "linear_attn_out", common=False),
     Point("kq", "kq", attention=True),
     Point("kq_soft_max", "kq_soft_max", attention=True),
     Point("kqv_out", "kqv_out"),
@@ -50,6 +60,10 @@ LAYER_POINTS = (
     Point("ffn_up", "ffn_up"),
     Point("ffn_swiglu", "ffn_swiglu"),
     Point("ffn_geglu", "ffn_geglu"),
+    Point("ffn_moe_logits", "ffn_moe_logits", common=False),  # an MoE layer (build_moe_ffn, src/llama-graph.cpp)
+    Point("ffn_moe_logits_biased", "ffn_moe_logits_biased", common=False),
+    Point("ffn_moe_out", "ffn_moe_out", common=False),
+    Point("ffn_shexp", "ffn_shexp", common=False),
     Point("l_out", "l_out"),
 )
 HEAD_POINTS = (Point("result_norm", "result_norm"), Point("result_output", "result_output"))
@@ -157,11 +171,23 @@ def only_reshapes(nodes: list[np.ndarray]) -> bool:
     return all(n.size == first.size and np.array_equal(n.reshape(-1), first, equal_nan=True) for n in nodes[1:])
 
 
-def layer_diffs(ours: Tensors, theirs: Tensors, layer: int, positions: np.ndarray) -> list[Diff]:
-    """Every point both engines showed for one layer (layer -1: the output head), in computing order."""
+# Graphs that give a point's name to another stage: architecture -> {our name: llama.cpp's name for that
+# value}; a name llama.cpp reuses so is then not compared under its own. gemma4 labels the residual sum after
+# attention (our `ffn_inp`) "attn_out" (src/models/gemma4.cpp).
+GRAPH_NAMES = {"gemma4": {"ffn_inp": "attn_out"}}
+
+
+def layer_diffs(ours: Tensors, theirs: Tensors, layer: int, positions: np.ndarray, arch: str = "") -> list[Diff]:
+    """Every point both engines showed for one layer (layer -1: the output head), in computing order;
+    `arch` (the file's architecture) picks the names its graph gives (`GRAPH_NAMES`)."""
+    renamed = GRAPH_NAMES.get(arch, {})
+    taken = set(renamed.values())
     out = []
     for point in LAYER_POINTS if layer >= 0 else HEAD_POINTS:
-        a, b = pick(ours, point, layer), nodes_of(theirs, point, layer)
+        if point.name in taken and point.name not in renamed:
+            continue
+        their_point = Point(point.label, renamed.get(point.name, point.name), point.node, point.attention)
+        a, b = pick(ours, point, layer), nodes_of(theirs, their_point, layer)
         if a is None or not b or (point.node == -1 and only_reshapes(b)):
             continue
         out.append(compare_point(point, layer, a, b, positions))

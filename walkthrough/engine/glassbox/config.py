@@ -18,7 +18,7 @@ scaling (`{arch}.rope.scaling.type`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -213,13 +213,13 @@ def _router(hp: Hparams, router: Router) -> Router:
     if not router.from_metadata:
         return router
     norm = hp.raw("expert_weights_norm")
-    return Router(
+    return replace(
+        router,
         gating=_GATING.get(hp.int("expert_gating_func") or 0, router.gating),
         normalize=bool(norm) if isinstance(norm, (bool, int)) else router.normalize,
         groups=hp.int("expert_group_count") or router.groups,
         groups_used=hp.int("expert_group_used_count") or router.groups_used,
         scale=hp.float("expert_weights_scale") or router.scale,
-        from_metadata=True,
     )
 
 

@@ -194,9 +194,28 @@ def v_expf_general(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(n) > F32(192), huge, np.where(big, scaled, out)).astype(F32)
 
 
+def _v_silu(x: np.ndarray) -> np.ndarray:
+    """`ggml_v_silu` (vec.h): x / (1 + v_expf(-x)) on float32 values."""
+    return x / (F32(1) + _v_expf_chunk(F32(0) - x))
+
+
 def silu(x: np.ndarray) -> np.ndarray:
-    """x / (1 + e^-x) as `ggml_v_silu` (vec.h): [...] float32 -> [...] float32."""
-    return elementwise_in_chunks(lambda c: c / (F32(1) + _v_expf_chunk(F32(0) - c)), x)
+    """x / (1 + e^-x) as `ggml_vec_silu_f32` (vec.cpp) computes each row (the last axis): [..., n] float32.
+
+    8 values at a time through `ggml_v_silu` (vec.h, its own exp); a row's n % 8 last values through
+    `ggml_silu_f32`, libm's expf.
+    """
+    x = np.asarray(x, F32)
+    n = x.shape[-1] if x.ndim else 1
+    body = n - n % 8
+    if body == n:
+        return elementwise_in_chunks(_v_silu, x)
+    out = np.empty_like(x)
+    if body:
+        out[..., :body] = elementwise_in_chunks(_v_silu, np.ascontiguousarray(x[..., :body]))
+    tail = x[..., body:]
+    out[..., body:] = tail / (F32(1) + libm.expf(-tail))
+    return out
 
 
 def hsum8(v: np.ndarray) -> np.ndarray:
@@ -328,16 +347,19 @@ def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 F32_SLAB = 1 << 20  # output values per step of `f32_matmul` (bounds its memory)
 
 
-def f32_matmul(x: np.ndarray, w: np.ndarray, *, per_row: bool = False) -> np.ndarray:
-    """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight.
+def f32_matmul(x: np.ndarray, w: np.ndarray, *, per_row: bool = False, f16: bool = False) -> np.ndarray:
+    """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight (an F16 one with `f16`).
 
     A pass of 2 tokens or more goes to llamafile's tinyBLAS when it takes the shape (k a multiple
     of 8, o of 4: `tinyblas_dot`), anything else to `ggml_vec_dot_f32` row by row; `per_row`: always
-    the latter, as `ggml_compute_forward_mul_mat_id` (an expert's product) takes it.
+    the latter, as `ggml_compute_forward_mul_mat_id` (an expert's product) takes it. With `f16`, x and w
+    hold F16 values (x rounded to F16 as `mul_mat` converts it) and the row-by-row kernel is
+    `ggml_vec_dot_f16`; tinyBLAS sums F16 values widened to float32 in the same 8-lane order.
     """
     n, k = x.shape
     o = w.shape[0]
-    dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 and not per_row else vec_dot_f32
+    row_dot = vec_dot_f16 if f16 else vec_dot_f32
+    dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 and not per_row else row_dot
     step = max(1, F32_SLAB // max(1, n * 8))
     parts = [dot(w[None, o0 : o0 + step], x[:, None]) for o0 in range(0, o, step)]  # [n, slab] each
     return np.concatenate(parts, axis=1)

@@ -162,6 +162,8 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
     """[n, d] -> [n, d]: router, top-k experts per token (only those dequantized), shared expert if any."""
     c, m, pre = p.config, p.meter, f"blk.{layer}."
     router_logits = m.linear(pre + "ffn_gate_inp.weight", x, pre + "ffn_gate_inp.bias")  # [n, E]
+    biased = m.weights.has(pre + "ffn_gate_inp.bias")  # llama.cpp names the sum apart (gpt-oss)
+    m.look("ffn_moe_logits_biased" if biased else "ffn_moe_logits", layer, router_logits)
     act = ops.gated_unit(c.spec.activation, m.exact_products)
     r = c.router
     chosen, weights = ops.route(
@@ -184,12 +186,17 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
     out = by_slot[:, 0].copy()  # [n, d]: added slot by slot, best first, as llama.cpp's graph adds them
     for j in range(1, chosen.shape[1]):
         out += by_slot[:, j]
+    m.look("ffn_moe_out", layer, out)
     if m.weights.has(pre + "ffn_up_shexp.weight"):
         h = act(m.linear(pre + "ffn_gate_shexp.weight", x), m.linear(pre + "ffn_up_shexp.weight", x))
-        shared = m.linear(pre + "ffn_down_shexp.weight", h)  # [n, d]
+        shared = m.look("ffn_shexp", layer, m.linear(pre + "ffn_down_shexp.weight", h))  # [n, d]
         if m.weights.has(pre + "ffn_gate_inp_shexp.weight"):
-            gate = ops.sigmoid(m.linear(pre + "ffn_gate_inp_shexp.weight", x), m.exact_products)  # [n, 1]
-            shared = shared * gate  # a gate per token
+            logit = m.linear(pre + "ffn_gate_inp_shexp.weight", x)  # [n, 1]: a gate per token
+            if r.shared_gate == "silu_ratio":
+                gate = ops.silu(logit) / logit
+            else:
+                gate = ops.sigmoid(logit, m.exact_products)
+            shared = shared * gate
         out += shared
     return out
 

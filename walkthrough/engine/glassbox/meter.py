@@ -134,9 +134,12 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             y = quantdot.matmul(x, self.weights.packed(name))
             return self.wrote(y + b if b is not None else y)
-        if self.exact_products and self.weights.info(name).ggml_type == GGMLQuantizationType.F32:
+        float_type = self.weights.info(name).ggml_type
+        if self.exact_products and float_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             self._count_matrix(name, x.shape[0], group)
-            y = ggml_math.f32_matmul(x, self.weights.get(name).reshape(-1, x.shape[-1]))
+            f16 = float_type == GGMLQuantizationType.F16  # the input converted to F16 first (`mul_mat`)
+            w = self.weights.get(name).reshape(-1, x.shape[-1]).astype(np.float32)
+            y = ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, f16=f16)
             return self.wrote(y + b if b is not None else y)
         dtype = self.product_dtype(name)
         if not self.weights.whole(name, dtype):
@@ -199,11 +202,13 @@ class Meter:
             self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
                         info.n_elements // info.shape[2], x.shape[0])
             return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
-        if self.exact_products and self.weights.info(name).ggml_type == GGMLQuantizationType.F32:
-            info = self.weights.info(name)
+        info = self.weights.info(name)
+        if self.exact_products and info.ggml_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
                         info.n_elements // info.shape[2], x.shape[0])
-            return self.wrote(ggml_math.f32_matmul(x, self.weights.expert(name, e, np.float32), per_row=True))
+            f16 = info.ggml_type == GGMLQuantizationType.F16
+            w = self.weights.expert(name, e, np.float32)
+            return self.wrote(ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, per_row=True, f16=f16))
         return self.wrote(self._rounded_product(name, x, self.expert(name, e, x.shape[0])))
 
     def look(self, name: str, layer: int, a: np.ndarray) -> np.ndarray:
