@@ -8,11 +8,14 @@ the reference fixtures' tokenizer and chat template, small enough to run every
 stage in a test. `write_one_layer_llama` writes a one-layer llama file of given
 F32 matrices (no tokenizer) for llama.cpp's quantizer. `both_engines` runs one
 prefill and a few decode passes through llama.cpp and the numpy engine's exact
-products, for the bit-for-bit tests.
+products, for the bit-for-bit tests; `write_llama` a llama of any width with the
+fixtures' vocabulary, and `requantize` has llama.cpp's quantizer turn a file into
+another type.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +60,54 @@ def write_one_layer_llama(path: Path, matrices: dict[str, np.ndarray]) -> None:
     w.close()
 
 
+def add_tokenizer(w: GGUFWriter, src, chat_template: bool = True) -> None:
+    """A file's vocabulary (the reference fixtures': 268 tokens) and its chat template, copied from `src`."""
+    w.add_tokenizer_model(src.get("tokenizer.ggml.model"))
+    w.add_tokenizer_pre(src.get("tokenizer.ggml.pre"))
+    w.add_token_list(src.get("tokenizer.ggml.tokens"))
+    w.add_token_types([int(t) for t in src.get("tokenizer.ggml.token_type")])
+    w.add_token_merges(src.get("tokenizer.ggml.merges"))
+    w.add_bos_token_id(src.get("tokenizer.ggml.bos_token_id"))
+    w.add_eos_token_id(src.get("tokenizer.ggml.eos_token_id"))
+    if chat_template:
+        w.add_chat_template(src.get("tokenizer.chat_template"))
+
+
+def write_llama(path: Path, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
+    """A llama F32 file with random weights of any width (4 heads, 2 KV heads) and the fixtures' vocabulary:
+    a source for llama.cpp's quantizer whose rows suit 256-value blocks."""
+    src = open_gguf(TOKENIZER_SOURCE)
+    vocab = len(src.get("tokenizer.ggml.tokens"))
+    d, kv = n_embd, n_embd // 2
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape: int) -> np.ndarray:  # numpy order (ggml's reversed)
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("test-llama")
+    for add, value in ((w.add_block_count, n_layers), (w.add_context_length, 256), (w.add_embedding_length, d),
+                       (w.add_feed_forward_length, n_ff), (w.add_head_count, 4), (w.add_head_count_kv, 2),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0), (w.add_file_type, 0)):
+        add(value)
+    add_tokenizer(w, src)
+    src.close()
+    w.add_tensor("token_embd.weight", weights(vocab, d))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("output.weight", weights(vocab, d))
+    for i in range(n_layers):
+        for name, shape in (("attn_q", (d, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)), ("attn_output", (d, d)),
+                            ("ffn_gate", (n_ff, d)), ("ffn_up", (n_ff, d)), ("ffn_down", (d, n_ff))):
+            w.add_tensor(f"blk.{i}.{name}.weight", weights(*shape))
+        for name in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def write_olmoe(path: Path, seed: int = 0) -> Path:
     """A 2-layer OLMoE with 8 experts (2 used) and random weights; numpy's engine refuses the architecture.
 
@@ -82,14 +133,7 @@ def write_olmoe(path: Path, seed: int = 0) -> Path:
     w.add_rope_freq_base(10000.0)
     w.add_expert_count(h["n_experts"])
     w.add_expert_used_count(h["n_used"])
-    w.add_tokenizer_model(src.get("tokenizer.ggml.model"))
-    w.add_tokenizer_pre(src.get("tokenizer.ggml.pre"))
-    w.add_token_list(tokens)
-    w.add_token_types([int(t) for t in src.get("tokenizer.ggml.token_type")])
-    w.add_token_merges(src.get("tokenizer.ggml.merges"))
-    w.add_bos_token_id(src.get("tokenizer.ggml.bos_token_id"))
-    w.add_eos_token_id(src.get("tokenizer.ggml.eos_token_id"))
-    w.add_chat_template(src.get("tokenizer.chat_template"))
+    add_tokenizer(w, src)
     src.close()
     kv = h["n_head_kv"] * head
     w.add_tensor("token_embd.weight", weights(len(tokens), d))
@@ -179,3 +223,23 @@ def both_engines(path: Path, ids: list[int], decode: int):
     llama.close()
     llama_model.close()
     return (ours, ours_logits, model.config.n_layers), (theirs, theirs_logits)
+
+
+def requantize(src: Path, dst: Path, ftype: str) -> Path:
+    """src requantized by llama.cpp's llama_model_quantize to the pure file type `ftype` (one thread)."""
+    import llama_cpp.llama_cpp as llama_c
+
+    params = llama_c.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_c, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True
+    params.pure = True  # every matrix the type can hold at it (the others at llama.cpp's fallback)
+    params.nthread = 1
+    saved = os.dup(2)
+    with open(os.devnull, "w") as quiet:  # llama.cpp logs every tensor on fd 2
+        os.dup2(quiet.fileno(), 2)
+        try:
+            assert llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) == 0
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    return dst

@@ -14,14 +14,13 @@ positions past a window (the whole file's 512 would take minutes of exact passes
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_support import both_engines, needs_llama
+from llama_support import both_engines, needs_llama, requantize
 from real_weights_support import request_ids
 from test_base_model import gemma3_270m
 
@@ -33,26 +32,6 @@ DECODE = 2  # decode passes after the prefill whose logits are compared
 WINDOW_KEY = b"gemma3.attention.sliding_window"
 
 
-def _requantized(src: Path, dst: Path, ftype: str) -> Path:
-    """src requantized by llama.cpp's llama_model_quantize to the pure file type `ftype` (one thread)."""
-    import llama_cpp.llama_cpp as llama_c
-
-    params = llama_c.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_c, f"LLAMA_FTYPE_MOSTLY_{ftype}")
-    params.allow_requantize = True
-    params.pure = True  # every matrix the type can hold at it (the others at llama.cpp's fallback)
-    params.nthread = 1
-    saved = os.dup(2)
-    with open(os.devnull, "w") as quiet:  # llama.cpp logs every tensor on fd 2
-        os.dup2(quiet.fileno(), 2)
-        try:
-            assert llama_c.llama_model_quantize(str(src).encode(), str(dst).encode(), params) == 0
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-    return dst
-
-
 @pytest.mark.app  # llama.cpp runs and exact numpy passes over a 270M model: about a minute each
 @needs_llama
 @pytest.mark.parametrize("ftype, n_tokens, decode", [(None, 24, DECODE), (None, 6, 0), ("Q2_K", 12, 1),
@@ -60,7 +39,7 @@ def _requantized(src: Path, dst: Path, ftype: str) -> Path:
 def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_tokens, decode, tmp_path):
     path = gemma3_270m()
     if ftype is not None:
-        path = _requantized(path, tmp_path / f"gemma3-270m-{ftype}.gguf", ftype)
+        path = requantize(path, tmp_path / f"gemma3-270m-{ftype}.gguf", ftype)
     ids = request_ids(open_gguf(path))[:n_tokens]
     assert len(ids) == n_tokens
     (ours, ours_logits, n_layers), (theirs, theirs_logits) = both_engines(path, ids, decode)

@@ -22,9 +22,14 @@ from walkthrough.engine.glassbox import kquant_low, kquant_tiled, quantdot
 TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
 # Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
 SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-                Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108]}
+                Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108],
+                Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: []}
 PARTNER = {Q.Q8_0: "q8_0", Q.Q4_0: "q8_0", Q.Q5_0: "q8_0", Q.Q4_1: "q8_1", Q.Q5_1: "q8_1",
-           Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K", Q.Q2_K: "q8_K", Q.Q3_K: "q8_K"}
+           Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K", Q.Q2_K: "q8_K", Q.Q3_K: "q8_K",
+           Q.IQ4_NL: "q8_0", Q.IQ4_XS: "q8_K", Q.MXFP4: "q8_0"}
+# Types whose products of 2+ tokens take another kernel than one token's `ggml_vec_dot_*` (another float order):
+# IQ4_NL goes to tinyBLAS (one chain where vec_dot keeps two)
+SECOND_KERNEL_FROM_2 = frozenset({Q.IQ4_NL})
 
 
 def random_rows(qtype: Q, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
@@ -35,6 +40,8 @@ def random_rows(qtype: Q, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
     for off in SCALE_FIELDS[qtype]:
         scales = rng.uniform(0.001, 0.05, size=raw.shape[:2]).astype(np.float16)
         raw[..., off : off + 2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+    if qtype == Q.MXFP4:  # the E8M0 exponent byte: scales 2^-11 .. 2^-4
+        raw[..., 0] = rng.integers(117, 125, size=raw.shape[:2], dtype=np.uint8)
     return np.ascontiguousarray(raw.reshape(n_out, -1))
 
 
@@ -61,6 +68,8 @@ def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
         ours = d[..., None, None] * sc * c.reshape(n_out, -1, 16, 16) - m[..., None, None] * mn
     elif qtype == Q.Q3_K:
         ours = d[..., None, None] * sub[..., None] * c.reshape(n_out, -1, 16, 16)
+    elif qtype == Q.IQ4_XS:
+        ours = d[..., None, None] * sub[..., None] * c.reshape(n_out, -1, 8, 32)
     else:
         ours = d[..., None] * c + (m[..., None] if m is not None else 0)
     ref = quants.dequantize(raw, qtype).reshape(n_out, n_in)
@@ -73,8 +82,14 @@ def test_rows_do_not_depend_on_the_other_rows(qtype):
     (vec_dot) against 3 together; 17 together against 8 then 9 (k-quants: the tiled kernel, `kquant_tiled`)."""
     raw, x = random_rows(qtype, 40, 512), activations(17, 512)
     packed = quantdot.pack(raw, qtype, 512)
-    assert np.array_equal(quantdot.matmul(x[:3], packed),
-                          np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(3)]))
+    singles = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(3)])
+    if qtype in SECOND_KERNEL_FROM_2:  # rows of 2+ tokens agree among themselves, not with one token's kernel
+        three = quantdot.matmul(x[:3], packed)
+        assert np.array_equal(three, np.concatenate([quantdot.matmul(x[:2], packed), quantdot.matmul(x[1:3], packed)[1:]]))
+        np.testing.assert_allclose(three, singles, rtol=1e-5, atol=1e-6 * np.abs(singles).max())
+        assert not np.array_equal(three, singles)
+    else:
+        assert np.array_equal(quantdot.matmul(x[:3], packed), singles)
     together = quantdot.matmul(x, packed)
     assert np.array_equal(together, np.concatenate([quantdot.matmul(x[:8], packed), quantdot.matmul(x[8:], packed)]))
     if qtype in kquant_low.TYPES or kquant_tiled.applies(qtype, len(x)):  # another float order than the per-row kernel, the same integer sums
@@ -116,5 +131,8 @@ def ggml_products(lib, qtype: Q, raw: np.ndarray, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_products_are_ggmls_bit_for_bit(ggml_cpu, qtype):
     raw, x = random_rows(qtype, 48, 1536), activations(4, 1536)
-    ours = quantdot.matmul(x, quantdot.pack(raw, qtype, 1536))
+    packed = quantdot.pack(raw, qtype, 1536)
+    ours = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(len(x))])  # one token: vec_dot
     assert np.array_equal(ours, ggml_products(ggml_cpu, qtype, raw, x))
+    if qtype not in SECOND_KERNEL_FROM_2 and not kquant_tiled.applies(qtype, len(x)):
+        assert np.array_equal(quantdot.matmul(x, packed), ours)

@@ -19,6 +19,7 @@ import pytest
 from conftest import FIXTURES_DIR
 from gguf import GGUFWriter, quants
 from gguf.constants import GGMLQuantizationType as Q
+from llama_support import add_tokenizer
 
 from walkthrough.engine.glassbox import deltanet
 from walkthrough.engine.glassbox.config import build_config
@@ -152,13 +153,7 @@ def write_qwen35moe(
     w.add_ssm_group_count(s.n_k)
     w.add_file_type(0 if qtype == Q.F32 else int(qtype))
     with open_gguf(FIXTURE) as ref:
-        w.add_tokenizer_model(ref.get("tokenizer.ggml.model"))
-        w.add_tokenizer_pre(ref.get("tokenizer.ggml.pre"))
-        w.add_token_list(ref.get("tokenizer.ggml.tokens"))
-        w.add_token_types([int(t) for t in ref.get("tokenizer.ggml.token_type")])
-        w.add_token_merges(ref.get("tokenizer.ggml.merges"))
-        w.add_bos_token_id(ref.get("tokenizer.ggml.bos_token_id"))
-        w.add_eos_token_id(ref.get("tokenizer.ggml.eos_token_id"))
+        add_tokenizer(w, ref, chat_template=False)
         w.add_add_bos_token(False)
     for key in omit:
         w.kv_data[0].pop(f"{arch}.{key}", None)

@@ -19,7 +19,9 @@ exactly as the kernel's integer correction does). The 16 x 16 micro-tiles and 25
 choose which outputs are computed together, so the result is the same for every token count of 8
 or more: a pass's logits do not depend on its chunking as long as every chunk has 8+ tokens.
 
-Not handled: Q2_K, Q3_K and the IQ types, which the tiled kernel also takes (the engine rounds their
+IQ4_XS goes the same way as Q6_K without its bias (the kernel's own +128 shift cancels in its integers).
+
+Not handled: Q2_K, Q3_K and the other IQ types, which the tiled kernel also takes (the engine rounds their
 input and multiplies in float); the AVX512-VNNI kernel (another machine's build; same float order,
 not checked here).
 
@@ -36,7 +38,7 @@ from gguf.constants import GGMLQuantizationType as Q
 from walkthrough.engine.glassbox import ggml_math, quantdot
 
 MIN_ROWS = 8  # `ggml_tiled_min_batch`: the tiled kernel takes passes of this many tokens or more
-TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K})  # of `quantdot`'s types, those the tiled kernel takes
+TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS})  # of `quantdot`'s types, those the tiled kernel takes
 SLAB_ELEMENTS = 1 << 22  # integer sums held at once (bounds memory: 32 MiB float64)
 
 
@@ -76,6 +78,8 @@ def matmul(x: np.ndarray, w: quantdot.Packed) -> np.ndarray:
         s1 = np.matmul(xb, wb.transpose(0, 2, 1))  # [nb, n, slab]: exact integer sums
         if w.qtype == Q.Q6_K:  # the codes are stored unsigned: take off 32 * sc * (16 x codes summed)
             s1 = s1 - 32 * np.einsum("tbk,obk->bto", sums16, w.sub[o].astype(np.float64))
+            out[:, o] = combine(s1, None, w.d[o], None, dy)
+        elif w.qtype == Q.IQ4_XS:  # signed codes times their sub-block scale, no mins
             out[:, o] = combine(s1, None, w.d[o], None, dy)
         else:  # mins per 32-value sub-block, times the sum of that sub-block's 32 x codes
             q8s = sums16.reshape(n, nb, 8, 2).sum(axis=-1)  # [n, nb, 8]

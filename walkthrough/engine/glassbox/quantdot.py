@@ -22,8 +22,13 @@ one rounding to float32, so this module reproduces llama.cpp's products bit
 for bit, whatever the number of tokens in the pass: logits do not depend on
 the chunk size.
 
+IQ4_NL (Q4_0's blocks, codes through `KVALUES_IQ4NL`; a single token's `ggml_vec_dot_iq4_nl_q8_0` keeps
+two chains, even and odd blocks, and an odd last block added alone) and IQ4_XS (Q4_K's blocks, signed
+6-bit sub-block scales, no mins) follow the same scheme, and MXFP4 (gpt-oss) as IQ4_NL with its own table and
+a power-of-two block scale (E8M0, halved), two chains for every pass (no tinyBLAS or tiled kernel takes it).
+
 Not handled (the engine falls back to rounding the input and a float product):
-IQ*, TQ*, MXFP4 (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
+the other IQ types, TQ* (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
 more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
 another float order).
 
@@ -46,8 +51,13 @@ LANES = 8  # float32 lanes of one AVX register
 QK_K = 256
 SLAB_ELEMENTS = 1 << 22  # lane sums held at once (bounds memory: 16 MiB float32)
 
-SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
-K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K})
+SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4})
+K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS})  # 256-value blocks against Q8_K
+# IQ4_NL / IQ4_XS codes index this table (`kvalues_iq4nl`, ggml-common.h)
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int32)
+KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int32)  # `kvalues_fp4`: 2 x E2M1
+TWO_CHAINS = frozenset({Q.IQ4_NL, Q.MXFP4})  # whose AVX2 kernel keeps even and odd blocks in two chains
 WITH_OFFSET = frozenset({Q.Q4_1, Q.Q5_1})  # their activations are Q8_1 (codes, scale, and fp16(d * sum of codes))
 
 
@@ -137,6 +147,20 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
             high = np.unpackbits(b[..., 16:48, None], axis=-1, bitorder="little")  # [.., 32, 8]
             high = np.moveaxis(high, -2, -1).reshape(*b.shape[:-1], 4, 2, 32)
             codes = (_kquant_halves(b[..., 48:176]) | (high << 4)).astype(np.int32)
+    elif qtype == Q.IQ4_NL:
+        d, codes = _f16(b[..., 0:2]), KVALUES_IQ4NL[_nibbles(b[..., 2:18])]
+    elif qtype == Q.MXFP4:  # e (E8M0: 2^(e - 128) as `ggml_e8m0_to_fp32_half` gives it), 16 bytes of nibbles
+        e = b[..., 0].astype(np.uint32)
+        d = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << 23).astype(np.uint32).view(np.float32)
+        codes = KVALUES_MXFP4[_nibbles(b[..., 1:17])]
+    elif qtype == Q.IQ4_XS:  # d, scales_h (uint16), scales_l (4 bytes), then 8 sub-blocks of 16 bytes of nibbles
+        d = _f16(b[..., 0:2])
+        high = b[..., 2:4].copy().view(np.uint16)[..., 0].astype(np.int32)  # [.., nb]
+        low = b[..., 4:8].astype(np.int32)
+        ib = np.arange(8)
+        ls = ((low[..., ib // 2] >> (4 * (ib % 2))) & 15) | (((high[..., None] >> (2 * ib)) & 3) << 4)
+        sub = (ls - 32).astype(np.float32)  # [.., nb, 8]: signed sub-block scales
+        codes = KVALUES_IQ4NL[_nibbles(b[..., 8:136].reshape(*b.shape[:-1], 8, 16))]
     elif qtype == Q.Q6_K:
         ql = b[..., 0:128].reshape(*b.shape[:-1], 2, 2, 32)  # [.., half, ql 0:32 | 32:64, l]
         qh = b[..., 128:192].reshape(*b.shape[:-1], 2, 1, 32)
@@ -168,6 +192,9 @@ def pack(raw: np.ndarray, qtype: Q, n_in: int) -> Packed:
         if qtype == Q.Q6_K:  # scale of 16 values: index 2 * sub-block + lane // 4
             scale = sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]  # [o, b, 8, lane, 1]
             c = c.astype(np.float64) * scale
+        elif qtype == Q.IQ4_XS:  # one scale per sub-block of 32, no mins
+            c = c * sub[:, :, :, None, None]
+            sub = None
         else:
             c = c * sub[:, :, 0, :, None, None].astype(np.float32)
             sub = sub[:, :, 1, :].astype(np.float32)  # keep the mins
@@ -243,6 +270,19 @@ def _fma_chain(lanes: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _two_chains(lanes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The AVX2 `ggml_vec_dot_iq4_nl_q8_0` and `ggml_vec_dot_mxfp4_q8_0`: even blocks in one chain, odd in another, the two added lane by
+    lane and summed (`hsum_float_8`); an odd last block's whole integer sum then joins, times its scale.
+
+    lanes [nb, 8, n, o] float32 integers, scale [nb, n, o] -> [n, o] float32.
+    """
+    pairs = lanes.shape[0] - lanes.shape[0] % 2
+    y = _hsum8(_fma_chain(lanes[0:pairs:2], scale[0:pairs:2]) + _fma_chain(lanes[1:pairs:2], scale[1:pairs:2]))
+    if pairs < lanes.shape[0]:  # sumf += d * (sumi1 + sumi2): the product rounded, then the sum (no fma in
+        y = scale[-1] * lanes[-1].sum(axis=0) + y  # quants.c, measured with rows of 9 and 17 blocks)
+    return y
+
+
 def _serial_sum(terms: np.ndarray) -> np.ndarray:
     """[nb, n, o] float32 -> [n, o]: a float32 sum in block order (`summs += ...`)."""
     total = np.zeros(terms.shape[1:], dtype=np.float32)
@@ -282,7 +322,10 @@ def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
             bs = sums16.reshape(n, nb, LANES, 2)
             lanes = lanes - 32 * np.einsum("tblk,oblk->blto", bs, sc)
         scale = dx.T[:, :, None] * dw[:, None, :]  # [nb, n, slab]: fp16 x fp16 (exact), or Q8_K's y.d x fp16 (rounded)
-        y = _hsum8(_fma_chain(lanes.astype(np.float32), scale))
+        if w.qtype in TWO_CHAINS and (n == 1 or w.qtype == Q.MXFP4):  # 2+ tokens of IQ4_NL: tinyBLAS, one chain
+            y = _two_chains(lanes.astype(np.float32), scale)
+        else:
+            y = _hsum8(_fma_chain(lanes.astype(np.float32), scale))
         if w.qtype in WITH_OFFSET:
             y = y + _serial_sum(sx.T[:, :, None] * w.m[o].T[:, None, :])
         elif w.qtype in (Q.Q4_K, Q.Q5_K):
