@@ -198,22 +198,23 @@ def llama_cpp_completion(path: Path, text: str, n: int, *, f32_cache: bool = Fal
         llm.close()
 
 
-def both_engines(path: Path, ids: list[int], decode: int):
+def both_engines(path: Path, ids: list[int], decode: int, *, kv_type: str = "f32", flash: bool = False):
     """(ours, theirs): each the named intermediates of one prefill over ids and the logits of that prefill
     then of `decode` greedy decode passes (llama.cpp's greedy tokens fed to both); ours with exact
-    products, llama.cpp on one thread with an F32 KV cache and no flash attention. Ours also carries the
-    model's layer count."""
+    products, llama.cpp on one thread; both with a `kv_type` KV cache and flash attention as `flash` says (an
+    F32 cache without flash attention by default). Ours also carries the model's layer count."""
     from walkthrough.engine.llama.model import LlamaModel
     from walkthrough.engine.llama.session import LlamaSession
 
     llama_model = LlamaModel.open(path, n_threads=1)
-    llama = LlamaSession(llama_model, kv_type="f32", flash_attention=False, named=op_diff.NAMES)
+    llama = LlamaSession(llama_model, kv_type=kv_type, flash_attention=flash, named=op_diff.NAMES,
+                         n_ctx=max(256, len(ids) + decode))
     theirs_logits = [llama.feed(ids, phase="prefill", all_logits=True).all_logits]
     theirs = llama.capture.tensors
     model = Model(open_gguf(path), exact_products=True)
     ours: op_diff.Tensors = {}
     model.probe = lambda name, a: ours.setdefault(name, []).append(np.array(a))
-    session = Session(model, kv_type="f32")
+    session = Session(model, kv_type=kv_type, flash_attention=flash)
     ours_logits = [session.feed(ids, phase="prefill", all_logits=True).all_logits]
     model.probe = None
     for _ in range(decode):

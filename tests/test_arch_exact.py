@@ -42,6 +42,21 @@ def test_exact_products_give_llama_cpps_numbers_bit_for_bit(path):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
 
 
+SINKS = [p for p in FILES if p.stem.startswith("ref-gpt-oss")]
+
+
+@needs_llama
+@pytest.mark.parametrize("n_tokens", [24, 70])  # flash attention's per-cell kernel, and its tiled one from 64
+@pytest.mark.parametrize("path", SINKS, ids=[p.stem for p in SINKS])
+def test_attention_sinks_under_flash_attention_give_llama_cpps_logits_bit_for_bit(path, n_tokens):
+    """gpt-oss's sinks join flash attention's online softmax after the cells, in both of ggml's kernels."""
+    f = open_gguf(path)
+    ids = (request_ids(f) * 4)[:n_tokens]
+    (_, ours_logits, _), (_, theirs_logits) = both_engines(path, ids, 2, kv_type="f16", flash=True)
+    for a, b in zip(ours_logits, theirs_logits, strict=True):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+
+
 def test_every_architecture_the_engine_runs_has_a_reference_file_here():
     from walkthrough.architectures.declarations import ARCHITECTURES
 

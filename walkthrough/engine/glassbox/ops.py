@@ -244,7 +244,7 @@ def attention(
         probe: if given, sees q.k before the scale ("kq", [h, n, L]) and the weights ("kq_soft_max").
         exact: with an F32 or F16 cache, sum q.k and weights.v in the order llama.cpp's CPU backend
             does (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
-        flash: with `exact` (and no sinks), compute the output as llama.cpp's flash attention does
+        flash: with `exact`, compute the output as llama.cpp's flash attention does
             (`flash_attention`); the weights returned are still the plain softmax's, for display.
 
     Returns:
@@ -282,12 +282,13 @@ def attention(
         weights = e * (1.0 / total).astype(np.float32)
     if probe is not None:
         probe("kq_soft_max", weights.reshape(h, n, big_l))
-    if exact and flash and sinks is None:  # llama.cpp casts an F32 cache to F16 for flash attention
+    if exact and flash:  # llama.cpp casts an F32 cache to F16 for flash attention
         k16, v16 = round_activations(k, "f16"), round_activations(v, "f16")
+        head_sinks = None if sinks is None else sinks.reshape(h_kv, group)
         if n >= FA_TILE:  # the tiled kernel reads q as float32
-            out = flash_attention_tiled(q_in, k16, v16, ~masked, np.float32(scale))  # [h_kv, group, n, hd_v]
+            out = flash_attention_tiled(q_in, k16, v16, ~masked, np.float32(scale), head_sinks)  # [h_kv, group, n, hd_v]
         else:
-            out = flash_attention(round_activations(q_in, "f16"), k16, v16, ~masked, np.float32(scale))
+            out = flash_attention(round_activations(q_in, "f16"), k16, v16, ~masked, np.float32(scale), head_sinks)
     elif exact:
         out = exact_values(round_activations(weights, kv_format), v, kv_format)
     else:
@@ -345,7 +346,7 @@ def exact_values(weights: np.ndarray, v: np.ndarray, kv_format: str = "f32") -> 
 
 
 def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
-                    scale: np.float32) -> np.ndarray:
+                    scale: np.float32, sinks: np.ndarray | None = None) -> np.ndarray:
     """Attention as `ggml_compute_forward_flash_attn_ext_f16_one_chunk` (ggml-cpu/ops.cpp) computes it.
 
     qg [h_kv, group, n, hd], k [L, h_kv, hd], v [L, h_kv, hd_v], all F16-valued (llama.cpp casts an
@@ -355,9 +356,10 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
     rescales the running sum S and output by expf(M_old - M) (libm's expf), any other cell weighs
     expf(s - M); the output gathers v * weight with one fma per value, held in F16
     (`ggml_vec_scale_f16`, `ggml_vec_mad_f16`: every step rounded to F16); S = fma(S, ms, weight);
-    at the end the output is multiplied by 1 / S.
+    at the end the output (in float32 from there) meets the sinks if any (`_join_sinks`) and is multiplied
+    by 1 / S.
 
-    Passes of 64 tokens or more take the tiled kernel instead (`flash_attention_tiled`). Not followed: sinks.
+    Passes of 64 tokens or more take the tiled kernel instead (`flash_attention_tiled`).
     """
     kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
     scores = np.concatenate([ggml_math.vec_dot_f16(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
@@ -384,15 +386,34 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
         added = ggml_math.fma32(row, vs[..., None], scaled).astype(np.float16).astype(np.float32)
         out = np.where(seen[..., None], added, out)
         total = np.where(seen, ggml_math.fma32(total, ms, vs), total)
+    if sinks is not None:
+        out, total = _join_sinks(out, top, total, sinks, fused=False)
     inv = np.where(total == 0, np.float32(0), np.float32(1) / np.where(total == 0, np.float32(1), total))
     return out * inv[..., None]
+
+
+def _join_sinks(out: np.ndarray, top: np.ndarray, total: np.ndarray, sinks: np.ndarray,
+                fused: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Flash attention's sinks, after the cells (both kernels of ops.cpp): one more logit per head that joins the
+    sum and reads no value. A sink above the row's maximum M rescales the output and S by expf(M - sink);
+    otherwise it adds expf(sink - M) to S: S = S ms + vs, one fma in the tiled kernel, a rounded product then a
+    sum in the per-cell one (measured against llama.cpp, gpt-oss's references at 70 and 24 tokens).
+
+    out [h_kv, group, n, hd_v], top (M) and total (S) [h_kv, group, n], sinks [h_kv, group] float32.
+    """
+    s = np.broadcast_to(sinks.astype(np.float32)[..., None], top.shape)
+    above = s > top
+    ms, vs = np.ones(top.shape, np.float32), np.ones(top.shape, np.float32)
+    ms[above] = ggml_math.libm.expf(top[above] - s[above])
+    vs[~above] = ggml_math.libm.expf(s[~above] - top[~above])
+    return out * ms[..., None], ggml_math.fma32(total, ms, vs) if fused else total * ms + vs
 
 
 FA_TILE = 64  # query rows and cache cells of one tile of ggml's tiled flash attention (GGML_FA_TILE_Q/_KV)
 
 
 def flash_attention_tiled(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
-                          scale: np.float32) -> np.ndarray:
+                          scale: np.float32, sinks: np.ndarray | None = None) -> np.ndarray:
     """Attention as `ggml_compute_forward_flash_attn_ext_tiled` (ggml-cpu/ops.cpp), llama.cpp's flash attention
     for passes of 64 tokens or more.
 
@@ -402,7 +423,8 @@ def flash_attention_tiled(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: 
     times scale, masked cells -inf; a row whose tile is all masked is left as it was; otherwise its
     maximum M grows to the tile's (rescaling S and the output by libm's expf(M_old - M)), S adds the
     tile's exps in double (`ggml_vec_soft_max_f32`, `ggml_math.exp_sum`) and the output gathers
-    exps times v as `simd_gemm` does (one fma chain over the tile's cells). At the end, times 1 / S.
+    exps times v as `simd_gemm` does (one fma chain over the tile's cells). At the end the sinks if any
+    (`_join_sinks`), then times 1 / S.
     """
     shape = q.shape[:3]
     top = np.full(shape, -np.inf, np.float32)  # M
@@ -430,11 +452,13 @@ def flash_attention_tiled(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: 
         out = out * ms[..., None]
         total = total * ms
         top = np.where(live, new_top, top)
-        e, tile_sum = ggml_math.exp_sum(kq, top[..., None])
+        e, tile_sum = ggml_math.exp_sum(kq, np.where(live, top, np.float32(0))[..., None])  # (dead rows: all -inf)
         total = np.where(live, (total.astype(np.float64) + tile_sum).astype(np.float32), total)
         e = np.where(live[..., None], e, np.float32(0))
         vv = vt.transpose(1, 2, 0)[:, None, None]  # [h_kv, 1, 1, hd_v, 64]
         out = ggml_math.fma_chain(vv, e[..., None, :], out)
+    if sinks is not None:
+        out, total = _join_sinks(out, top, total, sinks, fused=True)
     inv = np.where(total == 0, np.float32(0), np.float32(1) / np.where(total == 0, np.float32(1), total))
     return out * inv[..., None]
 
