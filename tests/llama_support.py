@@ -8,8 +8,8 @@ the reference fixtures' tokenizer and chat template, small enough to run every
 stage in a test. `write_one_layer_llama` writes a one-layer llama file of given
 F32 matrices (no tokenizer) for llama.cpp's quantizer. `both_engines` runs one
 prefill and a few decode passes through llama.cpp and the numpy engine's exact
-products, for the bit-for-bit tests; `write_llama` a llama of any width with the
-fixtures' vocabulary, and `requantize` has llama.cpp's quantizer turn a file into
+products, for the bit-for-bit tests; `write_llama` and `write_qwen3moe` a llama or an
+MoE of any width with the fixtures' vocabulary, and `requantize` has llama.cpp's quantizer turn a file into
 another type.
 """
 
@@ -101,6 +101,45 @@ def write_llama(path: Path, n_embd: int = 256, n_ff: int = 512, n_layers: int = 
             w.add_tensor(f"blk.{i}.{name}.weight", weights(*shape))
         for name in ("attn_norm", "ffn_norm"):
             w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts: int = 4, n_used: int = 2,
+                   seed: int = 0) -> Path:
+    """A one-layer qwen3moe F32 file with random weights (4 heads of 64, 2 KV heads, q/k norms, experts whose
+    weights are renormalised) and the fixtures' vocabulary: rows of whole 256-value blocks for k-quant experts."""
+    src = open_gguf(TOKENIZER_SOURCE)
+    vocab = len(src.get("tokenizer.ggml.tokens"))
+    d, head, kv = n_embd, 64, 2 * 64
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape: int) -> np.ndarray:  # numpy order (ggml's reversed)
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    w = GGUFWriter(str(path), "qwen3moe")
+    w.add_name("test-qwen3moe")
+    for add, value in ((w.add_block_count, 1), (w.add_context_length, 256), (w.add_embedding_length, d),
+                       (w.add_feed_forward_length, n_ff_exp), (w.add_expert_feed_forward_length, n_ff_exp),
+                       (w.add_head_count, 4), (w.add_head_count_kv, 2), (w.add_key_length, head),
+                       (w.add_value_length, head), (w.add_layer_norm_rms_eps, 1e-6), (w.add_rope_freq_base, 10000.0),
+                       (w.add_expert_count, n_experts), (w.add_expert_used_count, n_used), (w.add_file_type, 0)):
+        add(value)
+    add_tokenizer(w, src)
+    src.close()
+    w.add_tensor("token_embd.weight", weights(vocab, d))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("output.weight", weights(vocab, d))
+    for name, shape in (("attn_q", (4 * head, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)),
+                        ("attn_output", (d, 4 * head)), ("ffn_gate_inp", (n_experts, d)),
+                        ("ffn_gate_exps", (n_experts, n_ff_exp, d)), ("ffn_up_exps", (n_experts, n_ff_exp, d)),
+                        ("ffn_down_exps", (n_experts, d, n_ff_exp))):
+        w.add_tensor(f"blk.0.{name}.weight", weights(*shape))
+    for name, size in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", head), ("attn_k_norm", head)):
+        w.add_tensor(f"blk.0.{name}.weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
