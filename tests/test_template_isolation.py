@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from conftest import FIXTURES_DIR
@@ -52,6 +53,30 @@ def test_stop_all_cancels_a_waiting_render():
     thread.join(30)
     assert not thread.is_alive()
     assert errors and "cancelled" in errors[0]
+
+
+def test_stop_all_while_a_new_helper_is_still_starting_reports_a_cancel():
+    """stop_all kills a helper before it has said it is ready: the render says cancelled, not that it could not
+    start (a CI run under load saw that message)."""
+    render_process.stop_all()  # no idle helper: the render below starts a new one
+    errors: list[str] = []
+
+    def worker():
+        try:
+            render("{{ messages[0].content }}", HI)
+        except TemplateError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not any(not h.ready for h in list(render_process._POOL.busy)) and time.monotonic() < deadline:
+        time.sleep(0.001)  # until the new helper exists and has not yet said it is ready
+    assert any(not h.ready for h in list(render_process._POOL.busy))
+    render_process.stop_all()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors and "cancelled" in errors[0], errors
 
 
 def test_memory_cap_turns_growth_into_an_error():

@@ -73,9 +73,11 @@ class _Helper:
                 if self.conn.poll(POLL_SECONDS):
                     self.ready = self.conn.recv_bytes() == READY
                     continue
-            except (EOFError, OSError):
+            except (EOFError, OSError):  # it died starting: killed by `stop_all` or a cancel, or it failed
+                if _cancelled(generation, cancel):
+                    raise TemplateError(f"{origin} rendering was cancelled") from None
                 raise TemplateError(f"{origin}: the rendering process could not start") from None
-            if _POOL.generation != generation or (cancel is not None and cancel.is_set()):
+            if _cancelled(generation, cancel):
                 raise TemplateError(f"{origin} rendering was cancelled")
             if time.monotonic() > deadline:
                 raise TemplateError(f"{origin}: the rendering process did not start within {STARTUP_SECONDS:g} s")
@@ -132,6 +134,11 @@ class _Pool:
 
 
 _POOL = _Pool()
+
+
+def _cancelled(generation: int, cancel: threading.Event | None) -> bool:
+    """Whether a render that began in `generation` was cancelled: by `stop_all` since, or by its caller."""
+    return _POOL.generation != generation or (cancel is not None and cancel.is_set())
 
 
 def stop_all() -> None:
@@ -192,6 +199,8 @@ def _exchange(helper: _Helper, generation: int, payload: bytes, limits: Limits,
     try:
         helper.conn.send_bytes(payload)
     except OSError:
+        if _cancelled(generation, cancel):
+            raise TemplateError(f"{origin} rendering was cancelled") from None
         raise TemplateError(f"{origin}: the rendering process could not be reached") from None
     deadline = time.monotonic() + limits.seconds + GRACE_SECONDS
     while True:
@@ -200,13 +209,13 @@ def _exchange(helper: _Helper, generation: int, payload: bytes, limits: Limits,
                 return json.loads(helper.conn.recv_bytes())
         except (EOFError, OSError):
             break  # the helper died
-        if _POOL.generation != generation or (cancel is not None and cancel.is_set()):
+        if _cancelled(generation, cancel):
             raise TemplateError(f"{origin} rendering was cancelled")
         if time.monotonic() > deadline:
             raise TemplateError(
                 f"{origin} ran longer than {limits.seconds:g} s and was stopped (one operation that does not end?)"
             )
-    if _POOL.generation != generation:
+    if _cancelled(generation, cancel):
         raise TemplateError(f"{origin} rendering was cancelled")
     raise TemplateError(
         f"{origin} stopped the rendering process (over {limits.memory_bytes >> 20:,} MiB of memory?)"
