@@ -6,7 +6,8 @@ downloads it and sets GEMMA3_270M_GGUF; without it, or without llama-cpp-python,
 llama.cpp runs here at test time (one thread, F32 KV cache, no flash attention) and the engine with
 exact products must give its numbers bit for bit: every op of a 24-token prefill (k-quant products
 through llama.cpp's tiled kernel, `kquant_tiled`) and of a 6-token one (the per-row `ggml_vec_dot_*`
-kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md). The same
+kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md); with an F16
+cache, flash attention (per-cell at 24 tokens, tiled at 70) or both, the logits likewise. The same
 file requantized by llama.cpp at test time to pure Q2_K and Q3_K_S (its rows of 640 values fall back to
 Q4_0) checks `kquant_low` the same way, and a copy whose sliding window is cut to 8 cells checks the
 positions past a window (the whole file's 512 would take minutes of exact passes).
@@ -50,6 +51,21 @@ def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_toke
         assert first is None, f"layer {layer}: {first.describe()}"
     assert len(ours_logits) == len(theirs_logits) == 1 + decode
     for a, b in zip(ours_logits, theirs_logits):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+
+
+@pytest.mark.app  # llama.cpp and exact numpy passes over a 270M model: under a minute each
+@needs_llama
+@pytest.mark.parametrize(("kv_type", "flash", "n_tokens"), [("f16", False, 24), ("f32", True, 24), ("f16", True, 70)],
+                         ids=["f16-cache", "flash-attention", "flash-attention-tiled"])
+def test_gemma3_logits_are_llama_cpps_at_its_other_settings(kv_type, flash, n_tokens):
+    """The F16 cache and flash attention (its per-cell kernel, and its tiled one from 64 tokens), on the real
+    file: the prefill's logits and a decode pass's, bit for bit."""
+    path = gemma3_270m()
+    ids = request_ids(open_gguf(path))[:n_tokens]
+    assert len(ids) == n_tokens
+    (_, ours_logits, _), (_, theirs_logits) = both_engines(path, ids, 1, kv_type=kv_type, flash=flash)
+    for a, b in zip(ours_logits, theirs_logits, strict=True):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
 
 
