@@ -58,6 +58,33 @@ def test_logits_rows_match_llama_cpp(capsys):
     assert np.abs(decoded - np.asarray(ref["decode_logits"][:2])).max() < 1e-3
 
 
+@needs_llama
+def test_exact_products_give_llama_cpps_logits_bit_for_bit(capsys):
+    """trace --exact-products --logits against llama.cpp run here on the same ids and passes (10-token chunks,
+    then decode): every row as JSON prints it (5 decimals) identical; without the switch some differ."""
+    from walkthrough.engine.llama.model import LlamaModel
+    from walkthrough.engine.llama.session import LlamaSession
+
+    ids = _reference(QWEN2MOE)["prompt_ids"]
+    records = _trace_json(capsys, str(QWEN2MOE), "--ids", ",".join(map(str, ids)), "--steps", "3", "--chunk", "10",
+                          "--kv-type", "f32", "--logits", "--exact-products")
+    ours = [np.asarray(r["logits"]) for r in records]
+    model = LlamaModel.open(QWEN2MOE, n_threads=1)
+    session = LlamaSession(model, kv_type="f32", flash_attention=False)
+    theirs = [session.feed(ids[a:b], phase="prefill", all_logits=True).all_logits for a, b in ((0, 10), (10, 20), (20, 24))]
+    for r in records[3:]:
+        theirs.append(session.feed(r["input_ids"], phase="decode").logits[None])
+    session.close()
+    model.close()
+    theirs = [np.round(t.astype(np.float64), 5) for t in theirs]  # as `Step.to_json` prints logits
+    assert len(ours) == len(theirs) == 5
+    for a, b in zip(ours, theirs, strict=True):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+    default = _trace_json(capsys, str(QWEN2MOE), "--ids", ",".join(map(str, ids)), "--steps", "3", "--chunk", "10",
+                          "--kv-type", "f32", "--logits")
+    assert any(not np.array_equal(np.asarray(r["logits"]), b) for r, b in zip(default, theirs, strict=True))
+
+
 def test_sampling_is_reproducible_for_a_seed(capsys):
     args = [str(QWEN2MOE), "--ids", "5,6,7", "--steps", "8", "--temperature", "1.5", "--top-k", "0", "--top-p", "1",
             "--min-p", "0"]
@@ -147,6 +174,7 @@ def test_special_token_text_typed_in_a_message_stays_plain(capsys):
         ([str(QWEN2MOE), "--ids", "1", "--steps", "0"], "at least 1 token"),
         ([str(REFERENCE / "no-such-model.gguf"), "--ids", "1"], "no-such-model"),
         ([str(FIXTURES_DIR / "vocab" / "ggml-vocab-gpt-2.gguf"), "--ids", "1"], "gpt2"),
+        ([str(QWEN2MOE), "--ids", "1", "--engine", "llama.cpp", "--exact-products"], "numpy engine's"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):

@@ -107,6 +107,9 @@ def add_parser(subparsers) -> None:
                    help=f"prompt tokens per prefill pass (default {DEFAULT_CHUNK})")
     p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0", "f32"],
                    help="KV cache type (default f16, as llama.cpp)")
+    p.add_argument("--exact-products", action="store_true",
+                   help="numpy engine: multiply as ggml's CPU kernels do, for llama.cpp's logits bit for bit "
+                   "(one thread, F32 or F16 cache, flash attention off, the same --chunk; 10 to 25 times slower)")
     p.add_argument("--four-calls", action="store_true",
                    help="play the scripted four calls from the request: follow-up, edit, new chat (needs a template)")
     p.add_argument("--measure", action="store_true",
@@ -160,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "numpy" and (args.measure or speculate):
         raise WalkthroughError(f"--{'measure' if args.measure else 'speculate'} runs on the numpy engine only; "
                                "leave out --engine llama.cpp (for llama.cpp's speed: walkthrough bench)")
+    if args.exact_products and args.engine != "numpy":
+        raise WalkthroughError("--exact-products is the numpy engine's: leave out --engine llama.cpp")
     if args.arrows is not None and (args.engine != "numpy" or speculate or args.four_calls or args.json
                                     or args.logits):
         raise WalkthroughError("--arrows draws one plain numpy run as text: leave out --engine, --speculate, "
@@ -167,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     f = open_model(args.model, runs="trace")
     # the model first: a file the engine cannot run is refused before its vocabulary is built (a second
     # for 128k tokens)
-    model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split)
+    model = load_model(args.engine, f, max_memory=args.max_memory, rpc=args.rpc, split=args.split,
+                       exact_products=args.exact_products)
     tok = tokenizer(f, required=args.ids is None)
     settings = SamplerSettings(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
     as_json = args.json or args.logits

@@ -49,12 +49,14 @@ def use_workers(rpc: list[Endpoint] | None, split: list[int] | None) -> None:
 
 
 def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory: int | None = None,
-               rpc: list[Endpoint] | None = None, split: list[int] | None = None) -> Engine:
+               rpc: list[Endpoint] | None = None, split: list[int] | None = None, *,
+               exact_products: bool = False) -> Engine:
     """The file prepared by the named engine (numpy: header only; llama.cpp: loaded, weights mmapped).
 
     `max_memory` bounds the numpy engine's dequantized weights (default: `memory.default_budget`, a share
     of the free memory); llama.cpp maps the file as stored and ignores it. `rpc` (workers) and `split`
     (layers per host) place llama.cpp's layers over this host and the workers (`llama_placement`).
+    `exact_products`: the numpy engine multiplies as ggml's CPU kernels do (`Model(exact_products=True)`).
 
     Raises:
         WalkthroughError: the engine cannot run the file, or llama.cpp is not installed (says how to install).
@@ -72,7 +74,7 @@ def load_model(name: str, f: GGUFFile, card: ModelCard | None = None, max_memory
     from walkthrough.costs.memory import default_budget
     from walkthrough.engine.glassbox.model import Model
 
-    return Model(f, card=card, max_cache_bytes=max_memory or default_budget())
+    return Model(f, card=card, max_cache_bytes=max_memory or default_budget(), exact_products=exact_products)
 
 
 def new_session(model: Engine, *, kv_type: str = "f16", record_attention: bool = False, n_ctx: int | None = None,
