@@ -54,10 +54,7 @@ def write_one_layer_llama(path: Path, matrices: dict[str, np.ndarray]) -> None:
         w.add_tensor(name + ".weight", matrices[name + ".weight"])
     for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
         w.add_tensor(name, np.ones(d, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
 
 
 def add_tokenizer(w: GGUFWriter, src, chat_template: bool = True) -> None:
@@ -73,38 +70,53 @@ def add_tokenizer(w: GGUFWriter, src, chat_template: bool = True) -> None:
         w.add_chat_template(src.get("tokenizer.chat_template"))
 
 
-def write_llama(path: Path, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
-    """A llama F32 file with random weights of any width (4 heads, 2 KV heads) and the fixtures' vocabulary:
-    a source for llama.cpp's quantizer whose rows suit 256-value blocks."""
+def _random_model(path: Path, arch: str, n_embd: int, metadata: tuple, seed: int):
+    """A writer for a random-weight `arch` file: its metadata ((GGUFWriter.add_..., value) pairs), the fixtures'
+    vocabulary and template, and random embedding and output matrices with their norm. Returns the writer and
+    `weights(*shape)`, random float32 of that numpy shape scaled by 1/sqrt(its last size), and the generator."""
     src = open_gguf(TOKENIZER_SOURCE)
     vocab = len(src.get("tokenizer.ggml.tokens"))
-    d, kv = n_embd, n_embd // 2
     rng = np.random.default_rng(seed)
 
     def weights(*shape: int) -> np.ndarray:  # numpy order (ggml's reversed)
         return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
 
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("test-llama")
-    for add, value in ((w.add_block_count, n_layers), (w.add_context_length, 256), (w.add_embedding_length, d),
-                       (w.add_feed_forward_length, n_ff), (w.add_head_count, 4), (w.add_head_count_kv, 2),
-                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0), (w.add_file_type, 0)):
-        add(value)
+    w = GGUFWriter(str(path), arch)
+    w.add_name(f"test-{arch}")
+    for add, value in metadata:
+        add(w, value)
     add_tokenizer(w, src)
     src.close()
-    w.add_tensor("token_embd.weight", weights(vocab, d))
-    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
-    w.add_tensor("output.weight", weights(vocab, d))
+    w.add_tensor("token_embd.weight", weights(vocab, n_embd))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output.weight", weights(vocab, n_embd))
+    return w, weights, rng
+
+
+def _finish(w: GGUFWriter) -> None:
+    """Write the header, metadata and tensors, and close the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_llama(path: Path, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
+    """A llama F32 file with random weights of any width (4 heads, 2 KV heads) and the fixtures' vocabulary:
+    a source for llama.cpp's quantizer whose rows suit 256-value blocks."""
+    d, kv = n_embd, n_embd // 2
+    G = GGUFWriter
+    w, weights, rng = _random_model(path, "llama", d, (
+        (G.add_block_count, n_layers), (G.add_context_length, 256), (G.add_embedding_length, d),
+        (G.add_feed_forward_length, n_ff), (G.add_head_count, 4), (G.add_head_count_kv, 2),
+        (G.add_layer_norm_rms_eps, 1e-5), (G.add_rope_freq_base, 10000.0), (G.add_file_type, 0)), seed)
     for i in range(n_layers):
         for name, shape in (("attn_q", (d, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)), ("attn_output", (d, d)),
                             ("ffn_gate", (n_ff, d)), ("ffn_up", (n_ff, d)), ("ffn_down", (d, n_ff))):
             w.add_tensor(f"blk.{i}.{name}.weight", weights(*shape))
         for name in ("attn_norm", "ffn_norm"):
             w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return path
 
 
@@ -112,27 +124,14 @@ def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts
                    seed: int = 0) -> Path:
     """A one-layer qwen3moe F32 file with random weights (4 heads of 64, 2 KV heads, q/k norms, experts whose
     weights are renormalised) and the fixtures' vocabulary: rows of whole 256-value blocks for k-quant experts."""
-    src = open_gguf(TOKENIZER_SOURCE)
-    vocab = len(src.get("tokenizer.ggml.tokens"))
     d, head, kv = n_embd, 64, 2 * 64
-    rng = np.random.default_rng(seed)
-
-    def weights(*shape: int) -> np.ndarray:  # numpy order (ggml's reversed)
-        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
-
-    w = GGUFWriter(str(path), "qwen3moe")
-    w.add_name("test-qwen3moe")
-    for add, value in ((w.add_block_count, 1), (w.add_context_length, 256), (w.add_embedding_length, d),
-                       (w.add_feed_forward_length, n_ff_exp), (w.add_expert_feed_forward_length, n_ff_exp),
-                       (w.add_head_count, 4), (w.add_head_count_kv, 2), (w.add_key_length, head),
-                       (w.add_value_length, head), (w.add_layer_norm_rms_eps, 1e-6), (w.add_rope_freq_base, 10000.0),
-                       (w.add_expert_count, n_experts), (w.add_expert_used_count, n_used), (w.add_file_type, 0)):
-        add(value)
-    add_tokenizer(w, src)
-    src.close()
-    w.add_tensor("token_embd.weight", weights(vocab, d))
-    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
-    w.add_tensor("output.weight", weights(vocab, d))
+    G = GGUFWriter
+    w, weights, rng = _random_model(path, "qwen3moe", d, (
+        (G.add_block_count, 1), (G.add_context_length, 256), (G.add_embedding_length, d),
+        (G.add_feed_forward_length, n_ff_exp), (G.add_expert_feed_forward_length, n_ff_exp),
+        (G.add_head_count, 4), (G.add_head_count_kv, 2), (G.add_key_length, head), (G.add_value_length, head),
+        (G.add_layer_norm_rms_eps, 1e-6), (G.add_rope_freq_base, 10000.0), (G.add_expert_count, n_experts),
+        (G.add_expert_used_count, n_used), (G.add_file_type, 0)), seed)
     for name, shape in (("attn_q", (4 * head, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)),
                         ("attn_output", (d, 4 * head)), ("ffn_gate_inp", (n_experts, d)),
                         ("ffn_gate_exps", (n_experts, n_ff_exp, d)), ("ffn_up_exps", (n_experts, n_ff_exp, d)),
@@ -140,10 +139,7 @@ def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts
         w.add_tensor(f"blk.0.{name}.weight", weights(*shape))
     for name, size in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", head), ("attn_k_norm", head)):
         w.add_tensor(f"blk.0.{name}.weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return path
 
 
@@ -188,10 +184,7 @@ def write_olmoe(path: Path, seed: int = 0) -> Path:
             w.add_tensor(b + name + ".weight", weights(*shape))
         for name, size in (("attn_norm", d), ("attn_q_norm", d), ("attn_k_norm", d), ("ffn_norm", d)):
             w.add_tensor(b + name + ".weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
     return path
 
 

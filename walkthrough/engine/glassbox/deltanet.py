@@ -62,7 +62,7 @@ def causal_conv(x: np.ndarray, state: np.ndarray, w: np.ndarray) -> tuple[np.nda
     n, kernel = x.shape[0], w.shape[1]
     window = np.concatenate([state, x])  # [K-1+n, C]
     y = np.zeros_like(x)
-    vector = kernel - kernel % 4  # terms the compiled loop takes 4 at a time (see below)
+    vector = kernel - kernel % 4  # terms the compiled loop takes 4 at a time (the docstring says why)
     for j in range(kernel):
         if j < vector:
             y = y + window[j : j + n] * w[:, j]
@@ -159,7 +159,7 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     v = mixed[:, 2 * hk * dk :].reshape(n, hv, dv)  # [n, Hv, dv]
     key_head = np.arange(hv) % hk  # value head h reads key head h mod Hk
     out = delta_rule(state["recurrent"], q[:, key_head], k[:, key_head], v, decay, beta, exact)  # [n, Hv, dv]
-    out = ops.rmsnorm(m.look("deltanet_out", layer, out), m.tensor(pre + "ssm_norm.weight"), c.norm_eps)
+    out = ops.rmsnorm(out, m.tensor(pre + "ssm_norm.weight"), c.norm_eps)
     out = m.look("final_output", layer, out * ops.silu(z))  # [n, Hv, dv]
     nbytes = p.cache.state_bytes_by_layer[layer]
     m.read_state(nbytes, n * (2 * dims.conv_kernel * dims.conv_channels + STATE_FLOPS_PER_VALUE * hv * dv * dk))
