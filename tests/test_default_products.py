@@ -6,6 +6,8 @@
 - Matrices sharing an input (q/k/v, gate/up) multiplied as one stacked matrix (`Meter.linears`) give each
   output the bits the matrices give alone.
 - `ggml_math.v_expf`'s shortcut and its general path agree, and the shortcut hands over when it must.
+- A matrix held by columns (`ops.linear_columns`, the output head) gives a row the same bits whatever the
+  number of rows in the pass, held whole or a block at a time.
 """
 
 from __future__ import annotations
@@ -96,8 +98,10 @@ def test_weights_cache_a_stacked_matrix_once():
     assert np.array_equal(a[:128], w.get(names[0])) and np.array_equal(a[128:], w.get(names[1]))
 
 
-def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeypatch):
-    """A Q4_1 matrix multiplied a block of rows at a time (`Weights.row_blocks`) as one held whole."""
+@pytest.mark.parametrize("by_columns", [False, True], ids=["by rows", "by columns"])
+def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeypatch, by_columns):
+    """A Q4_1 matrix multiplied a block at a time (`Weights.row_blocks`, `Weights.column_blocks`) as one held whole;
+    by columns (the head's way, `ops.linear_columns`) the same product in other bits."""
     from real_weights_support import find_smollm2
 
     path = find_smollm2()
@@ -108,10 +112,29 @@ def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeyp
     f = open_gguf(path)
     name = "blk.0.ffn_gate.weight"  # 1,536 rows of 576 Q4_1 values
     x = np.random.default_rng(6).standard_normal((3, 576)).astype(np.float32)
-    whole = Model(f).meter().linear(name, x)
-    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 700 * 576 * 4)  # blocks of about 700 rows
+    whole_model = Model(f)
+    whole = whole_model.meter().linear(name, x, by_columns=by_columns)
+    assert whole_model.weights.holds_columns(name, offsets=True) == by_columns
+    if by_columns:
+        by_rows = whole_model.meter().linear(name, x)
+        assert np.allclose(whole, by_rows, rtol=1e-4, atol=1e-4 * np.abs(whole).max())
+    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 700 * 576 * 4)  # blocks of about 700 rows (512 by columns)
     small = Model(f, max_cache_bytes=1 << 20)  # the matrix's 3.5 MB is over a share of it: never held whole
     for rows in (x, x[:1]):
-        assert np.array_equal(small.meter().linear(name, rows), whole[: len(rows)])
+        assert np.array_equal(small.meter().linear(name, rows, by_columns=by_columns), whole[: len(rows)])
+        assert np.array_equal(whole_model.meter().linear(name, rows, by_columns=by_columns), whole[: len(rows)])
     held = [key for key in small.weights.cached() if name in repr(key) and key[0] != "offsets"]
     assert not held  # its values went by blocks (only its small block offsets are kept)
+
+
+@pytest.mark.parametrize("d_in, d_out", [(37, 300), (594, 1000), (1584, 576), (2053, 513)])
+def test_a_matrix_by_columns_gives_a_row_the_same_bits_in_any_pass(d_in, d_out):
+    rng = np.random.default_rng(d_in)
+    w = rng.standard_normal((d_out, d_in)).astype(np.float32)
+    wt = np.zeros((d_in, -(-d_out // ops.COLUMN_SLAB) * ops.COLUMN_SLAB), np.float32)
+    wt[:, :d_out] = w.T  # as `Weights.columns` holds it
+    x = rng.standard_normal((33, d_in)).astype(np.float32)
+    alone = np.concatenate([ops.linear_columns(row[None], wt, d_out) for row in x])  # [33, d_out], decode's way
+    for n in (2, 5, 9, 33):
+        assert np.array_equal(ops.linear_columns(x[:n], wt, d_out), alone[:n])
+    assert np.allclose(alone, x @ w.T, rtol=1e-4, atol=1e-4 * np.abs(alone).max())  # the same product

@@ -127,8 +127,14 @@ class Meter:
         self._rounded = (x, (fmt, offset), out)
         return out
 
-    def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None) -> np.ndarray:
-        """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted."""
+    def linear(self, name: str, x: np.ndarray, bias: str | None = None, *, group: str | None = None,
+               by_columns: bool = False) -> np.ndarray:
+        """[n, d_in] -> [n, d_out]: x @ W.T (+ the bias tensor if named and present), bytes and FLOPs counted.
+
+        `by_columns` holds a float32 matrix transposed (`ops.linear_columns`): its one-row product is faster,
+        a pass of many rows slower. The output head takes it (a pass multiplies it by one row unless it asks
+        for every position's logits); either way is chunk-invariant, but the two differ in their last bits.
+        """
         b = self.optional(bias) if bias else None
         if self.exact_products and self.weights.can_pack(name):
             self._count_matrix(name, x.shape[0], group)
@@ -142,6 +148,9 @@ class Meter:
             y = ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, f16=f16)
             return self.wrote(y + b if b is not None else y)
         dtype = self.product_dtype(name)
+        if by_columns and dtype is np.float32:
+            self._count_matrix(name, x.shape[0], group)
+            return self.wrote(self._product_by_columns(name, x, b))
         if not self.weights.whole(name, dtype):
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_blocks(name, x, dtype, b))
@@ -162,6 +171,20 @@ class Meter:
         for r0, r1, block in self.weights.row_blocks(name, dtype, ops.ROW_SLAB):
             w = block if offsets is None else with_offsets(block, offsets[r0:r1], dtype)
             y[:, r0:r1] = ops.linear(xr, w)
+        return y + b if b is not None else y
+
+    def _product_by_columns(self, name: str, x: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """x @ W.T (+ b) with W held by columns (`ops.linear_columns`), whole or, too large for the weight budget,
+        a block of columns at a time (whole `ops.COLUMN_SLAB`s: the same sums)."""
+        xr, err = self._input(name, x)
+        if err is not None:
+            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
+        offsets, d_out = err is not None, self.weights.info(name).shape[1]
+        if self.weights.whole(name, np.float32):
+            return ops.linear_columns(xr, self.weights.columns(name, ops.COLUMN_SLAB, offsets=offsets), d_out, b)
+        y = np.empty((x.shape[0], d_out), np.float32)  # [n, d_out]
+        for r0, r1, wt in self.weights.column_blocks(name, ops.COLUMN_SLAB, offsets=offsets):
+            y[:, r0:r1] = ops.linear_columns(xr, wt, r1 - r0)
         return y + b if b is not None else y
 
     def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:

@@ -208,14 +208,16 @@ class Model:
         info = self.weights.info(name)
         meter = self.meter()
         dtype, offsets = meter.product_dtype(name), meter.folds_offsets(name)
-        if self.weights.whole(name, dtype) and self.weights.holds(name, dtype, offsets=offsets):
+        held = (self.weights.holds_columns(name, offsets=offsets) if dtype is np.float32  # `head`: by columns
+                else self.weights.holds(name, dtype, offsets=offsets))
+        if self.weights.whole(name, dtype) and held:
             return 0
         return info.n_elements * np.dtype(dtype).itemsize
 
     def head(self, x: np.ndarray, meter: Meter) -> np.ndarray:
         """[n, d] normed hidden rows -> [n, n_vocab] logits (the tied embedding when there is no output matrix)."""
         head = EMBEDDING if self.tied_output else OUTPUT
-        logits = meter.linear(head, x, "output.bias", group="output")  # [n, n_vocab]
+        logits = meter.linear(head, x, "output.bias", group="output", by_columns=True)  # [n, n_vocab]
         if self.config.final_softcap:
             logits = ops.softcap(logits, self.config.final_softcap, exact=meter.exact_products)
         return meter.look("result_output", -1, logits)

@@ -181,21 +181,60 @@ class Weights:
         """Whether a matrix is held whole in `dtype` (cached already, or small enough a share of the budget,
         `WHOLE_SHARE`); otherwise `row_blocks` multiplies it a block of rows at a time."""
         t = self.file.tensors[name]
-        return self.holds(name, dtype) or t.n_elements * (8 if dtype is np.float64 else 4) <= self.max_cache_bytes * WHOLE_SHARE
+        return (self.holds(name, dtype) or self.holds_columns(name) or self.holds_columns(name, offsets=True)
+                or t.n_elements * (8 if dtype is np.float64 else 4) <= self.max_cache_bytes * WHOLE_SHARE)
 
-    def row_blocks(self, name: str, dtype: type, multiple: int = 1) -> Iterator[tuple[int, int, np.ndarray]]:
+    def row_blocks(self, name: str, dtype: type, multiple: int = 1, *,
+                   offsets: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
         """A matrix (numpy order [n_out, n_in]) a block of output rows at a time: (first row, end row,
-        [rows, n_in] in `dtype`), each block at most `BLOCK_BYTES` (or `multiple` rows) and a whole number of
-        `multiple` rows but the last, none of them cached."""
+        [rows, n_in] in `dtype`, or [rows, n_in + n_in / 32] with `offsets`, as `get`), each block at most
+        `BLOCK_BYTES` (or `multiple` rows) and a whole number of `multiple` rows but the last, none of them cached."""
+        for r0, r1, block in self._row_blocks(name, dtype, multiple, offsets):
+            with self._lock:
+                self.dequantized_bytes += block.nbytes
+            yield r0, r1, block
+
+    def _row_blocks(self, name: str, dtype: type, multiple: int,
+                    offsets: bool) -> Iterator[tuple[int, int, np.ndarray]]:
+        """`row_blocks` without counting the work (a caller that keeps the result counts it once)."""
         t = self.file.tensors[name]
         raw = self.file.tensor_bytes(name).reshape(-1, row_nbytes(t))  # [n_out, stored bytes per row]
         step = max(multiple, BLOCK_BYTES // (t.shape[0] * np.dtype(dtype).itemsize) // multiple * multiple)
         for r0 in range(0, raw.shape[0], step):
             r1 = min(r0 + step, raw.shape[0])
-            block = dequantize_rows(np.ascontiguousarray(raw[r0:r1]), t.ggml_type, t.shape[0], name)
-            with self._lock:
-                self.dequantized_bytes += block.nbytes
+            rows = np.ascontiguousarray(raw[r0:r1])
+            block = dequantize_rows(rows, t.ggml_type, t.shape[0], name)
+            if offsets:
+                block = with_offsets(block, quantdot.block_offsets(rows, t.ggml_type, t.shape[0]))
             yield r0, r1, block.astype(dtype, copy=False)
+
+    def holds_columns(self, name: str, *, offsets: bool = False) -> bool:
+        """Whether the cache holds the matrix by columns (`columns`) now."""
+        return ("columns", name, offsets) in self._cache
+
+    def columns(self, name: str, multiple: int, *, offsets: bool = False) -> np.ndarray:
+        """A float32 matrix held by columns, as `ops.linear_columns` takes it: [n_in (+ n_in / 32 with `offsets`),
+        n_out padded with zero columns to a whole number of `multiple`], C order. Built a block of rows at a
+        time, so it never takes twice its size on the way; cached as one value."""
+        return self._load(("columns", name, offsets), lambda: self._columns(name, multiple, offsets))
+
+    def _columns(self, name: str, multiple: int, offsets: bool) -> np.ndarray:
+        t = self.file.tensors[name]
+        width = t.shape[0] + (t.shape[0] // 32 if offsets else 0)
+        out = np.zeros((width, -(-t.shape[1] // multiple) * multiple), np.float32)  # [n_in (+ offsets), padded n_out]
+        for r0, r1, block in self._row_blocks(name, np.float32, multiple, offsets):
+            out[:, r0:r1] = block.T
+        return out
+
+    def column_blocks(self, name: str, multiple: int, *,
+                      offsets: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
+        """A matrix too large to hold, by columns a block at a time (`row_blocks`' blocks transposed): (first
+        output, end output, [n_in (+ offsets), end - first padded to a whole number of `multiple`]), uncached."""
+        for r0, r1, block in self.row_blocks(name, np.float32, multiple, offsets=offsets):
+            wt = np.zeros((block.shape[1], -(-(r1 - r0) // multiple) * multiple), np.float32)
+            wt[:, : r1 - r0] = block.T
+            yield r0, r1, wt
+
     def _load(self, key: object, make: Callable[[], np.ndarray | quantdot.Packed]):
         """The cached value of `key`, or `make()`'s (timed: its first production is one-time work)."""
         value = self._cached(key)

@@ -95,7 +95,7 @@ class MTPBlock:
         trace = LayerTrace(L, "full", c.ffns[L])
         x = block(p, L, x, trace)  # [n, d]
         out = ops.rmsnorm(x, meter.tensor(self.head_norm), c.norm_eps)  # [n, d]
-        return meter.linear(self.head, out, group="output"), out, trace
+        return meter.linear(self.head, out, group="output", by_columns=True), out, trace
 
 
 class MTPDrafter:
