@@ -233,10 +233,14 @@ def exp_sum(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, F32)
     n = x.shape[-1]
     body = n - n % 8
-    y = np.zeros_like(x)
     shifted = x[..., :body] - top
     seen = shifted > -np.inf  # masked cells give 0: only the others go through v_expf
-    y[..., :body][seen] = v_expf(shifted[seen])
+    if seen.all():  # nothing masked (a decode row whose cache fills whole groups of 8)
+        y = np.empty_like(x)
+        y[..., :body] = v_expf(shifted)
+    else:
+        y = np.zeros_like(x)
+        y[..., :body][seen] = v_expf(shifted[seen])
     groups = hsum8(y[..., :body].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., n/8]
     total = np.cumsum(groups, axis=-1)[..., -1] if body else np.zeros(x.shape[:-1])
     if body < n:

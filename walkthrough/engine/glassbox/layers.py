@@ -98,7 +98,8 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     if not (every and (layer + 1) % every == 0):  # NoPE layers see positions only through the causal mask
         neox = c.spec.rope == "neox"
         cos, sin = p.angles(layer)
-        q, k = m.look("Qcur", layer, ops.rope(q, cos, sin, neox)), m.look("Kcur", layer, ops.rope(k, cos, sin, neox))
+        q, k = ops.rope_qk(q, k, cos, sin, neox)
+        q, k = m.look("Qcur", layer, q), m.look("Kcur", layer, k)
     if c.spec.scale_q:
         q = q * np.float32(c.attention_scale(layer))
     out = m.look("kqv_out", layer, attend(p, layer, q, k, v, trace).reshape(n, -1))  # [n, h * hd_v]

@@ -240,6 +240,15 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
     return out
 
 
+def rope_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`rope` of q [n, h, hd] and k [n, h_kv, hd] -> (q, k) rotated: one call when their heads are the same size
+    (rope is elementwise, so the same numbers in half the numpy calls a decode pass makes)."""
+    if q.shape[-1] != k.shape[-1]:
+        return rope(q, cos, sin, neox), rope(k, cos, sin, neox)
+    both = rope(np.concatenate([q, k], axis=1), cos, sin, neox)  # [n, h + h_kv, hd]
+    return both[:, : q.shape[1]], both[:, q.shape[1] :]
+
+
 def attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -296,7 +305,8 @@ def attention(
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
     if window:
         masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
-    scores = np.where(masked, -np.inf, scores)
+    if masked.any():  # (a decode pass at the cache's end sees every cell)
+        scores = np.where(masked, -np.inf, scores)
     if sinks is None:
         weights = cache_softmax(scores)  # [h_kv, group, n, L]
     elif exact:
