@@ -288,7 +288,8 @@ def test_top_level_help_lists_the_commands_and_the_app_options(capsys):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [(["--template", "missing.jinja"], "missing.jinja"),
-     (["--template", "t.jinja", "--template-name", "tool_use"], "give one of them")],
+     (["--template", "t.jinja", "--template-name", "tool_use"], "give one of them"),
+     (["--exact-products", "--engine", "llama.cpp"], "numpy engine's")],
 )
 def test_the_apps_options_are_checked_before_the_screen_is_taken(argv, needle, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

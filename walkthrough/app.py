@@ -150,7 +150,7 @@ class WalkthroughApp(TypeaheadKeys, EndsAtOnce, LoadsTheRequest, RunsTheStage, S
         self.switch_mode(stages.STAGES[0].id)
         s = self.state
         self.load_request(s.spec, list(s.messages), s.template_name, s.template_file, s.engine,
-                          s.max_memory)
+                          s.max_memory, s.exact_products)
         self.set_interval(PLAY_SECONDS, self._play_tick, name="play")
         if self.walk is not None:
             self.set_interval(self.walk.interval, self.walk.tick, name="autoplay")
@@ -218,6 +218,7 @@ def make_app(
     beside: str | None = None,
     mmproj: str | Path | None = None,
     media: Media | None = None,
+    exact_products: bool = False,
 ) -> WalkthroughApp:
     """The app for a model spec (None: the bundled tiny model) and a messages file or list.
 
@@ -233,7 +234,7 @@ def make_app(
                          hardware=hardware, max_new_tokens=max_tokens, template_name=template_name,
                          draft=Path(draft) if draft is not None else None,
                          template_file=Path(template) if template is not None else None,
-                         engine=engine, max_memory=max_memory, beside=beside,
+                         engine=engine, max_memory=max_memory, exact_products=exact_products, beside=beside,
                          mmproj=Path(mmproj) if mmproj is not None else None,
                          media=media if media is not None or mmproj is None else _one_image())
     messages_file = messages if not isinstance(messages, list) else None

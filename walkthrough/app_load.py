@@ -49,7 +49,7 @@ class LoadsTheRequest(App):
     @work(thread=True, exclusive=True, group="load", name="load request")
     def load_request(self, spec: str | None, messages: list[dict[str, str]],
                      template_name: str | None, template_file: Path | None, engine: str,
-                     max_memory: int | None = None) -> None:
+                     max_memory: int | None = None, exact_products: bool = False) -> None:
         """Open the file, then build what the later stages need; each part is posted when built."""
         worker = get_current_worker()
         self.post_record(events.Progress("opening the file"))
@@ -73,7 +73,7 @@ class LoadsTheRequest(App):
         if worker.is_cancelled:
             return
         self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, opened.file, opened.card,
-                                                               max_memory), failed)
+                                                               max_memory, exact_products), failed)
         self.post_record(events.PartReady(Part.RUN, None))
         self.post_record(events.Progress(""))
 
@@ -150,11 +150,11 @@ class LoadsTheRequest(App):
 
     @work(thread=True, exclusive=True, group="engine", name="prepare the engine again")
     def _reload_engine(self, engine: str, file: GGUFFile, card: ModelCard,
-                       max_memory: int | None = None) -> None:
+                       max_memory: int | None = None, exact_products: bool = False) -> None:
         """(Worker) the model again; a newer unload cancels it, and then what it posts is dropped.
         Its own group: an unload while the request loads must not cancel the loading of the other
         parts."""
-        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card, max_memory), {})
+        self._build(Part.ENGINE, lambda: parts.prepare_engine(engine, file, card, max_memory, exact_products), {})
         self.post_record(events.PartReady(Part.RUN, None))
         self.post_record(events.Progress(""))
 

@@ -95,7 +95,7 @@ class RunsTheStage(App):
         state.loaded = state.loaded - {Part.ENGINE, Part.RUN}
         state.unloads += 1
         self.start_run()
-        self._reload_engine(state.engine, state.file, state.card, state.max_memory)
+        self._reload_engine(state.engine, state.file, state.card, state.max_memory, state.exact_products)
 
     @property
     def stepping(self) -> bool:

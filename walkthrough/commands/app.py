@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_media_arguments(parser, "the File stage counts the tokens --images become (i there changes them), "
                         "and Costs adds them to the prompt")
     add_engine_argument(parser)
+    parser.add_argument("--exact-products", action="store_true",
+                        help="numpy engine: multiply as ggml's CPU kernels do, llama.cpp's numbers bit for bit "
+                        "(10 to 25 times slower; docs/op-diff.md)")
     add_rpc_arguments(parser)
     add_memory_argument(parser)
     parser.add_argument("--autoplay", action="store_true", help="walk through every stage at a steady pace")
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         picture_format=args.format,
         max_memory=args.max_memory,
+        exact_products=args.exact_products,
     )
     # q on a terminal ends the process at once (walkthrough/app_quit.py); elsewhere (textual-serve's
     # pipes) Textual closes the app in order.
@@ -234,6 +238,8 @@ def check_inputs(args: argparse.Namespace) -> Path | None:
         media_tokens(open_projector(args.mmproj), media)  # a type this cannot count: one line now, not later
     elif args.images is not None:
         raise WalkthroughError("--images needs the model's projector: add --mmproj mmproj-....gguf")
+    if args.exact_products and args.engine != "numpy":
+        raise WalkthroughError("--exact-products is the numpy engine's: leave out --engine llama.cpp")
     if args.raw and (args.template is not None or args.template_name is not None):
         raise WalkthroughError("--raw uses no template; drop --template / --template-name")
     if args.template is not None:

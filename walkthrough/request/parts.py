@@ -131,12 +131,13 @@ def build_tokens(
     return chat_tokens(tokenizer, source, messages, origin=origin, cancel=cancel)
 
 
-def prepare_engine(engine: str, f: GGUFFile, card: ModelCard, max_memory: int | None = None) -> Engine:
+def prepare_engine(engine: str, f: GGUFFile, card: ModelCard, max_memory: int | None = None,
+                   exact_products: bool = False) -> Engine:
     """The named engine's model for this file (`engine.engines.load_model`, the numpy engine's weights
-    bounded by `max_memory`); its WalkthroughError says why not."""
+    bounded by `max_memory`, its products ggml's own with `exact_products`); its WalkthroughError says why not."""
     from walkthrough.engine.engines import load_model
 
-    return load_model(engine, f, card, max_memory)
+    return load_model(engine, f, card, max_memory, exact_products=exact_products)
 
 
 def missing(part: Part, unavailable: dict[str, str], what: str) -> WalkthroughError:

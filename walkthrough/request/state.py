@@ -147,6 +147,7 @@ class RequestState:
     chat: ChatTokens | None = None  # rendered text, tokens (with their message), regions
     engine: str = "numpy"  # which engine runs the passes: "numpy" or "llama.cpp" (walkthrough.engine.engines)
     max_memory: int | None = None  # --max-memory: the numpy engine's weight budget (None: a share of free memory)
+    exact_products: bool = False  # --exact-products: the numpy engine multiplies as ggml's CPU kernels do
     model: Engine | None = None  # the engine's model (Model or LlamaModel), once it accepts the file
     settings: SamplerSettings | None = None  # the knobs for the passes still to run
     # The run.

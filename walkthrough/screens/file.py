@@ -146,8 +146,13 @@ with more, ] and [ turn the pages.
             return Text.assemble(("The engine cannot run this file: ", "bold"), safe_text(reason))
         if self.state.engine_ready:
             steps = [stage.number for stage in stages.STAGES if issubclass(stage.screen(), SteppingScreen)]
-            note = Text(f"The {self.state.engine} engine can run this file: stages {min(steps)} to {max(steps)} "
+            engine = self.state.engine + (" engine, with exact products," if self.state.exact_products else " engine")
+            note = Text(f"The {engine} can run this file: stages {min(steps)} to {max(steps)} "
                         "step through it.", style="bold")
+            if self.state.exact_products:
+                note.append("\nExact products: ", style="bold")
+                note.append("every product as ggml's CPU kernels compute it, so each pass gives llama.cpp's numbers "
+                            "bit for bit (F32 or F16 cache; the types docs/op-diff.md lists; 10 to 25 times slower).")
             advice = self.state.engine_advice()
             if advice:
                 note.append("\nTry llama.cpp: ", style="bold")
@@ -159,7 +164,8 @@ with more, ] and [ turn the pages.
                 note.append("\nWill not fit: ", style="bold yellow")
                 note.append(problem, style="yellow")
             f, card = self.state.file, self.state.card
-            measured = closeness.note(f.path.name, f.file_size, set(card.bytes_by_type))
+            measured = None if self.state.exact_products else closeness.note(  # (measured on the default products)
+                f.path.name, f.file_size, set(card.bytes_by_type))
             if measured:
                 note.append("\n")
                 note.append_text(safe_text(measured))
