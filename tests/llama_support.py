@@ -8,8 +8,8 @@ the reference fixtures' tokenizer and chat template, small enough to run every
 stage in a test. `write_one_layer_llama` writes a one-layer llama file of given
 F32 matrices (no tokenizer) for llama.cpp's quantizer. `both_engines` runs one
 prefill and a few decode passes through llama.cpp and the numpy engine's exact
-products, for the bit-for-bit tests; `write_llama` and `write_qwen3moe` a llama or an
-MoE of any width with the fixtures' vocabulary, and `requantize` has llama.cpp's quantizer turn a file into
+products, for the bit-for-bit tests; `write_llama`, `write_qwen3moe` and `write_gemma3` a llama, an
+MoE or a gemma3 of any width with the fixtures' vocabulary, and `requantize` has llama.cpp's quantizer turn a file into
 another type.
 """
 
@@ -139,6 +139,29 @@ def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts
         w.add_tensor(f"blk.0.{name}.weight", weights(*shape))
     for name, size in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", head), ("attn_k_norm", head)):
         w.add_tensor(f"blk.0.{name}.weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
+    _finish(w)
+    return path
+
+
+def write_gemma3(path: Path, n_layers: int, n_embd: int = 64, n_head: int = 2, head: int = 16, seed: int = 0) -> Path:
+    """A gemma3 F32 file with random weights (one KV head, q/k norms, post-norms, five sliding layers of window 6
+    per global one) and the fixtures' vocabulary; n_embd / n_head need not be the head size (gemma3 27B's is not)."""
+    d, ff = n_embd, 64
+    G = GGUFWriter
+    w, weights, rng = _random_model(path, "gemma3", d, (
+        (G.add_block_count, n_layers), (G.add_context_length, 256), (G.add_embedding_length, d),
+        (G.add_feed_forward_length, ff), (G.add_head_count, n_head), (G.add_head_count_kv, 1),
+        (G.add_key_length, head), (G.add_value_length, head), (G.add_layer_norm_rms_eps, 1e-6),
+        (G.add_rope_freq_base, 1e6), (G.add_sliding_window, 6), (G.add_file_type, 0)), seed)
+    w.add_float32("gemma3.rope.freq_base_swa", 10000.0)
+    for i in range(n_layers):
+        for name, shape in (("attn_q", (n_head * head, d)), ("attn_k", (head, d)), ("attn_v", (head, d)),
+                            ("attn_output", (d, n_head * head)), ("ffn_gate", (ff, d)), ("ffn_up", (ff, d)),
+                            ("ffn_down", (d, ff))):
+            w.add_tensor(f"blk.{i}.{name}.weight", weights(*shape))
+        for name, size in (("attn_norm", d), ("post_attention_norm", d), ("ffn_norm", d), ("post_ffw_norm", d),
+                           ("attn_q_norm", head), ("attn_k_norm", head)):
+            w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
     _finish(w)
     return path
 

@@ -119,6 +119,9 @@ class Architecture:
     no_rope_every: int = 0  # if n > 0, layers i with (i + 1) % n == 0 skip RoPE (smollm3's NoPE layers)
     swa_rope_global: bool = False  # sliding layers default to the global RoPE base and scaling (gpt-oss)
     attention_scale: float | None = None  # q.k multiplier when not 1/sqrt(key size) (gemma4: 1)
+    # with this many layers, q.k is multiplied by 1/sqrt(n_embd / n_head) instead (the model size llama.cpp
+    # infers from the layer count: gemma3's 27B, 62 layers, src/models/gemma3.cpp `load_arch_hparams`)
+    width_scale_layers: tuple[int, ...] = ()
     scale_q: bool = False  # the scale multiplies q (after RoPE), not q.k: llama.cpp's order (gemma3, phi3)
     v_from_k: bool = False  # a layer without `attn_v` uses the key projection as values (gemma4)
     v_norm: bool = False  # values RMS-normalised per head without a weight (gemma4)
@@ -233,6 +236,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             mixers={"full": ATTENTION + QK_NORM, "sliding": ATTENTION + QK_NORM}, ffns={"dense": DENSE},
             attn_post_norm="post_attention_norm.weight", ffn_post_norm="post_ffw_norm.weight",
             activation="gelu", embed_scale=True, qk_norm=True, softcap=True, scale_q=True,
+            width_scale_layers=(62,),
         ),
         # src/models/gemma4.cpp (text, without per-layer embeddings or shared KV caches): gemma3's sandwich,
         # GeGLU, embedding scale and soft-cap; attention scale 1 with q/k norms and values RMS-normalised

@@ -110,9 +110,13 @@ class Config:
 
     def attention_scale(self, layer: int) -> float:
         """What q.k is multiplied by: the declaration's constant, else 1 / sqrt(key size) in float32 (as
-        llama.cpp's `1.0f/sqrtf(float(n_embd_head))`)."""
+        llama.cpp's `1.0f/sqrtf(float(n_embd_head))`), or 1 / sqrt(n_embd / n_head) (integer division) for a
+        layer count the declaration names (`Architecture.width_scale_layers`: gemma3 27B)."""
         scale = self.spec.attention_scale
-        return scale if scale is not None else float(np.float32(1) / np.sqrt(np.float32(self.head_k(layer))))
+        if scale is not None:
+            return scale
+        width = self.n_embd // self.n_head if self.n_layers in self.spec.width_scale_layers else self.head_k(layer)
+        return float(np.float32(1) / np.sqrt(np.float32(width)))
 
     @property
     def embed_scale(self) -> float:
