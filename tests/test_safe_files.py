@@ -127,6 +127,7 @@ def test_the_child_runs_every_option_as_parsed():
         "mmproj-x.gguf",
         "--images",
         "v16x640x360",
+        "--exact-products",
     ]
     parser = app_parser()
     args = parser.parse_args(given[1:] + ["--", given[0]])
