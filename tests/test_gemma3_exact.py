@@ -7,7 +7,8 @@ llama.cpp runs here at test time (one thread, F32 KV cache, no flash attention) 
 exact products must give its numbers bit for bit: every op of a 24-token prefill (k-quant products
 through llama.cpp's tiled kernel, `kquant_tiled`) and of a 6-token one (the per-row `ggml_vec_dot_*`
 kernels, `quantdot`), and the logits of two decode passes after the first (docs/op-diff.md); with an F16
-cache, flash attention (per-cell at 24 tokens, tiled at 70) or both, the logits likewise. The same
+cache, flash attention (per-cell at 24 tokens, tiled at 70) or both, or a Q8_0 or Q4_0 cache, the logits
+likewise. The same
 file requantized by llama.cpp at test time to pure Q2_K and Q3_K_S (its rows of 640 values fall back to
 Q4_0) checks `kquant_low` the same way, and a copy whose sliding window is cut to 8 cells checks the
 positions past a window (the whole file's 512 would take minutes of exact passes).
@@ -56,11 +57,13 @@ def test_exact_products_give_llama_cpps_gemma3_numbers_bit_for_bit(ftype, n_toke
 
 @pytest.mark.app  # llama.cpp and exact numpy passes over a 270M model: under a minute each
 @needs_llama
-@pytest.mark.parametrize(("kv_type", "flash", "n_tokens"), [("f16", False, 24), ("f32", True, 24), ("f16", True, 70)],
-                         ids=["f16-cache", "flash-attention", "flash-attention-tiled"])
+@pytest.mark.parametrize(("kv_type", "flash", "n_tokens"), [("f16", False, 24), ("f32", True, 24), ("f16", True, 70),
+                                                           ("q8_0", True, 24), ("q4_0", True, 24)],
+                         ids=["f16-cache", "flash-attention", "flash-attention-tiled", "q8_0-cache", "q4_0-cache"])
 def test_gemma3_logits_are_llama_cpps_at_its_other_settings(kv_type, flash, n_tokens):
-    """The F16 cache and flash attention (its per-cell kernel, and its tiled one from 64 tokens), on the real
-    file: the prefill's logits and a decode pass's, bit for bit."""
+    """The F16 cache and flash attention (its per-cell kernel, and its tiled one from 64 tokens), and quantized
+    caches (their Walsh-Hadamard turns of 256-value keys and 64-value values), on the real file: the prefill's
+    logits and a decode pass's, bit for bit."""
     path = gemma3_270m()
     ids = request_ids(open_gguf(path))[:n_tokens]
     assert len(ids) == n_tokens

@@ -29,6 +29,7 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from walkthrough.architectures.layer_kinds import LAYER_KINDS, keeps, resolve
+from walkthrough.engine.glassbox import quantdot
 from walkthrough.engine.glassbox.config import Config
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.card import type_bytes_per_value
@@ -42,9 +43,39 @@ def _round_to_type(x: np.ndarray, cache_type: str) -> np.ndarray:
         return x
     if cache_type == "f16":
         return x.astype(np.float16).astype(np.float32)
-    qtype = GGMLQuantizationType[cache_type.upper()]
     rows = x.reshape(x.shape[0], -1)  # one row per position, as ggml lays out K and V
+    if cache_type == "q8_0":  # ggml stores rows with the CPU's `quantize_row_q8_0` (x86: ties to even)
+        codes, d, _ = quantdot.quantize_q8(rows)  # [n, blocks, 32], [n, blocks]
+        return (codes * d[..., None]).astype(np.float32).reshape(x.shape)
+    qtype = GGMLQuantizationType[cache_type.upper()]  # q4_0: `quantize_row_q4_0_ref`, as gguf.quants
     return quants.dequantize(quants.quantize(rows, qtype), qtype).reshape(x.shape)
+
+
+ROTATION_MIN = 64  # the smallest Walsh-Hadamard rotation llama.cpp gives a quantized cache (src/llama-kv-cache.cpp)
+
+
+def _rotations(config: Config, layers: list[int], cache_type: str) -> dict[int, tuple[int, int]]:
+    """Per attention layer, the rotations llama.cpp applies with a quantized cache (llama_kv_cache's `attn_rot_k`,
+    `attn_rot_v`; `LLAMA_ATTN_ROT_DISABLE` turns them off there): when every layer of a cache (the sliding
+    layers keep a cache of their own) has one key size, a multiple of 64, q and k turn in runs of the largest
+    power of 2 from 64 up that divides it (`build_input_k_rot`); likewise v, in runs of 64 (`build_input_v_rot`),
+    and the attention output turns back. An orthonormal rotation leaves q.k and the weighted sum of values as they
+    were; it spreads each block's largest values so the 8- or 4-bit codes lose less."""
+    if not cache_type.startswith("q"):
+        return {}
+    out = {}
+    for group in ([i for i in layers if config.mixers[i] == "sliding"], [i for i in layers if config.mixers[i] != "sliding"]):
+        keys, values = {config.head_k(i) for i in group}, {config.head_v(i) for i in group}
+        n_k = n_v = 0
+        if len(keys) == 1 and keys.pop() % ROTATION_MIN == 0:
+            size = config.head_k(group[0])
+            n_k = ROTATION_MIN
+            while size % (2 * n_k) == 0:
+                n_k *= 2
+        if len(values) == 1 and values.pop() % ROTATION_MIN == 0:
+            n_v = ROTATION_MIN
+        out.update(dict.fromkeys(group, (n_k, n_v)))
+    return out
 
 
 class KVCache:
@@ -75,6 +106,7 @@ class KVCache:
                     )
             self._k[i] = np.zeros((capacity, h, config.head_k(i)), np.float32)
             self._v[i] = np.zeros((capacity, h, config.head_v(i)), np.float32)
+        self._rotations = _rotations(config, self.layers, cache_type)
         self.states: dict[int, dict[str, np.ndarray]] = {}  # linear-attention layers: name -> fixed-size array
         self.state_bytes_by_layer: dict[int, int] = {}
         for i in range(len(config.mixers)):
@@ -82,6 +114,11 @@ class KVCache:
                 kind = LAYER_KINDS[config.mixer_key(i)]
                 self.states[i] = resolve(kind.state)(config, i)
                 self.state_bytes_by_layer[i] = sum(a.nbytes for a in self.states[i].values())
+
+    def rotation(self, layer: int) -> tuple[int, int]:
+        """(n_k, n_v): the Walsh-Hadamard rotations llama.cpp gives an attention layer's q and k, and its v, runs of
+        that many values (`ops.hadamard_rows`; 0: none). See `_rotations`."""
+        return self._rotations.get(layer, (0, 0))
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:

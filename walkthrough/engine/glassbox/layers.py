@@ -102,7 +102,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
         q, k = m.look("Qcur", layer, q), m.look("Kcur", layer, k)
     if c.spec.scale_q:
         q = q * np.float32(c.attention_scale(layer))
-    out = m.look("kqv_out", layer, attend(p, layer, q, k, v, trace).reshape(n, -1))  # [n, h * hd_v]
+    out = attend(p, layer, q, k, v, trace).reshape(n, -1)  # [n, h * hd_v]
     return m.linear(pre + "attn_output.weight", out, pre + "attn_output.bias")
 
 
@@ -110,10 +110,17 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     """Write k [n, h_kv, hd], v [n, h_kv, hd_v] to the cache, attend q [n, h, hd] over it -> [n, h, hd_v].
 
     Counts the cached bytes read and the attention FLOPs, and fills the trace's KV length and bytes
-    (and the last token's attention weights, or every row of them, when the pass records them).
+    (and the last token's attention weights, or every row of them, when the pass records them). With a
+    quantized cache q, k and v turn as llama.cpp turns them before the cache stores them, and the output turns
+    back (`KVCache.rotation`); the probe sees "kqv_out" before that, as llama.cpp's graph names it.
     """
     c = p.config
     start = int(p.positions[0])
+    turn_k, turn_v = p.cache.rotation(layer)  # llama.cpp's rotations for a quantized cache
+    if turn_k:
+        q, k = ops.hadamard_rows(q, turn_k), ops.hadamard_rows(k, turn_k)
+    if turn_v:
+        v = ops.hadamard_rows(v, turn_v)
     keys, values = p.cache.write(layer, start, k, v)  # [L, h_kv, hd], [L, h_kv, hd_v]
     # llama.cpp's CPU backend rounds q and the attention weights to F16 against an F16 cache.
     fmt = "f16" if p.cache.cache_type == "f16" and p.meter.match_llama_cpp else "f32"
@@ -123,7 +130,7 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     out, weights = ops.attention(
         q, keys, values, p.positions, 1.0 if c.spec.scale_q else c.attention_scale(layer), fmt, window=window,
         sinks=sinks, probe=probe,
-        exact=p.meter.exact_products, flash=p.cache.flash_attention,
+        exact=p.meter.exact_products, flash=p.cache.flash_attention, cache_type=p.cache.cache_type,
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
@@ -140,7 +147,8 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
         trace.queries = ops.round_activations(q, fmt).astype(np.float32)  # [n, h, hd] as the products saw them
         trace.keys = keys[start:].copy()  # [n, h_kv, hd] as the cache stores them
         trace.score_scale = 1.0 if c.spec.scale_q else c.attention_scale(layer)
-    return out
+    p.meter.look("kqv_out", layer, out.reshape(out.shape[0], -1))  # (as llama.cpp names it: before the turn back)
+    return ops.hadamard_rows(out, turn_v) if turn_v else out  # the values' rotation undone
 
 
 def dense_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.ndarray:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import quants
+from gguf.constants import GGMLQuantizationType
 
-from walkthrough.engine.glassbox import ggml_math
+from walkthrough.engine.glassbox import ggml_math, quantdot
 from walkthrough.engine.glassbox.activations import round_activations
 
 # llama.cpp clamps the sum of the routed weights before dividing (smallest normal F16),
@@ -240,6 +242,22 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
     return out
 
 
+def hadamard_rows(x: np.ndarray, n: int) -> np.ndarray:
+    """[..., d] float32 (d a multiple of n, n a power of 2) -> each run of n values through the orthonormal
+    Walsh-Hadamard transform, as `ggml_compute_forward_fwht` (ggml-cpu/ops.cpp) computes it: times
+    1 / sqrtf(n) first, then butterflies (u + v, u - v) over pairs 1, 2, 4, ... apart, each rounded to float32.
+    The transform is its own inverse (up to rounding). llama.cpp turns q, k and v with it before a quantized
+    cache stores them, and the attention output back (`KVCache.rotation`)."""
+    rows = np.ascontiguousarray(x, np.float32).reshape(-1, n) * (np.float32(1) / np.sqrt(np.float32(n)))  # [r, n]
+    half = 1
+    while half < n:
+        pairs = rows.reshape(rows.shape[0], n // (2 * half), 2, half)  # [r, groups, 2, half]
+        u, v = pairs[:, :, 0], pairs[:, :, 1]
+        rows = np.stack([u + v, u - v], axis=2).reshape(-1, n)
+        half *= 2
+    return rows.reshape(x.shape)
+
+
 def rope_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> tuple[np.ndarray, np.ndarray]:
     """`rope` of q [n, h, hd] and k [n, h_kv, hd] -> (q, k) rotated: one call when their heads are the same size
     (rope is elementwise, so the same numbers in half the numpy calls a decode pass makes)."""
@@ -262,6 +280,7 @@ def attention(
     probe: Callable[[str, np.ndarray], object] | None = None,
     exact: bool = False,
     flash: bool = False,
+    cache_type: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal softmax attention over the cache, with grouped KV heads.
 
@@ -282,6 +301,8 @@ def attention(
             does (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
         flash: with `exact`, compute the output as llama.cpp's flash attention does
             (`flash_attention`); the weights returned are still the plain softmax's, for display.
+        cache_type: the cache's type; with `exact` and `flash`, a Q8_0 or Q4_0 cache (k and v its blocks'
+            values) is read as ggml reads it (`flash_attention_quantized`).
 
     Returns:
         out [n, h, hd_v] and the attention weights [h, n, L] (0 for masked positions).
@@ -319,7 +340,10 @@ def attention(
         weights = e * (1.0 / total).astype(np.float32)
     if probe is not None:
         probe("kq_soft_max", weights.reshape(h, n, big_l))
-    if exact and flash:  # llama.cpp casts an F32 cache to F16 for flash attention
+    if exact and flash and cache_type in ("q8_0", "q4_0"):
+        head_sinks = None if sinks is None else sinks.reshape(h_kv, group)
+        out = flash_attention_quantized(q_in, k, v, ~masked, np.float32(scale), cache_type, head_sinks)
+    elif exact and flash:  # llama.cpp casts an F32 cache to F16 for flash attention
         k16, v16 = round_activations(k, "f16"), round_activations(v, "f16")
         head_sinks = None if sinks is None else sinks.reshape(h_kv, group)
         if n >= FA_TILE:  # the tiled kernel reads q as float32
@@ -401,12 +425,58 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
     kk = k.transpose(1, 0, 2)[:, None, None]  # [h_kv, 1, 1, L, hd]
     scores = np.concatenate([ggml_math.vec_dot_f16(kk, qg[:, :, i : i + EXACT_ROWS, None, :])
                              for i in range(0, qg.shape[2], EXACT_ROWS)], axis=2) * scale  # [h_kv, group, n, L]
+
+    def gather_f16(out: np.ndarray, ms: np.ndarray, vs: np.ndarray, row: np.ndarray) -> np.ndarray:
+        scaled = (out * ms[..., None]).astype(np.float16).astype(np.float32)  # (by 1 where the maximum held)
+        return ggml_math.fma32(row, vs[..., None], scaled).astype(np.float16).astype(np.float32)
+
+    return _online_softmax(scores, v, visible, sinks, gather_f16)
+
+
+def flash_attention_quantized(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
+                              scale: np.float32, cache_type: str, sinks: np.ndarray | None = None) -> np.ndarray:
+    """Flash attention over a Q8_0 or Q4_0 cache, as `ggml_compute_forward_flash_attn_ext_f16_one_chunk` takes it
+    (the tiled kernel wants an F32 or F16 cache, so this one serves every pass).
+
+    q [h_kv, group, n, hd] float32, k [L, h_kv, hd] and v [L, h_kv, hd_v] as the cache holds them (its blocks'
+    values), visible [n, L] -> [h_kv, group, n, hd_v]. Each q row is converted to Q8_0 (`quantize_row_q8_0`)
+    and meets each cell's key through the cache type's own dot (`ggml_vec_dot_q8_0_q8_0`,
+    `ggml_vec_dot_q4_0_q8_0`: `quantdot`, one row at a time as ggml takes it); the online softmax is
+    `flash_attention`'s, but the output is held in float32: each cell's value row is dequantized and added
+    with `ggml_vec_mad_f32` (`_mad_f32`), and a new maximum scales it with `ggml_vec_scale_f32`.
+    """
+    qtype = GGMLQuantizationType[cache_type.upper()]
+    h_kv, group, n, hd = q.shape
+    scores = np.empty((h_kv, group, n, k.shape[0]), np.float32)  # [h_kv, group, n, L]
+    for h in range(h_kv):
+        cells = quants.quantize(np.ascontiguousarray(k[:, h]), qtype)  # the cells' stored blocks (the same again)
+        scores[h] = quantdot.matmul(q[h].reshape(group * n, hd), quantdot.pack(cells, qtype, hd)).reshape(group, n, -1)
+    scores *= scale
+
+    def gather_f32(out: np.ndarray, ms: np.ndarray, vs: np.ndarray, row: np.ndarray) -> np.ndarray:
+        return _mad_f32(out * ms[..., None], row, vs[..., None])
+
+    return _online_softmax(scores, v, visible, sinks, gather_f32)
+
+
+def _mad_f32(y: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """y + x * v as `ggml_vec_mad_f32` (vec.h, AVX2) computes it: one fma per value (registers of 8, four at a
+    time). Its scalar leftovers (n % 32 values) never arise here: llama.cpp wants a quantized cache's heads in
+    whole 32-value blocks."""
+    return ggml_math.fma32(x, v, y)
+
+
+def _online_softmax(scores: np.ndarray, v: np.ndarray, visible: np.ndarray, sinks: np.ndarray | None,
+                    gather: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """The per-cell kernel's walk over the cache (`flash_attention`): scores [h_kv, group, n, L] (scaled),
+    v [L, h_kv, hd_v], visible [n, L] -> [h_kv, group, n, hd_v]; `gather(out, ms, vs, v_row)` is the output's
+    step at one cell, in the output's own precision."""
     shape = scores.shape[:3]
     top = np.full(shape, -np.inf, np.float32)  # M
     total = np.zeros(shape, np.float32)  # S
     out = np.zeros((*shape, v.shape[2]), np.float32)  # [h_kv, group, n, hd_v]
     expf = ggml_math.libm.expf
-    for cell in range(k.shape[0]):
+    for cell in range(v.shape[0]):
         seen = np.broadcast_to(visible[:, cell], shape)  # [h_kv, group, n]
         if not seen.any():
             continue
@@ -418,9 +488,7 @@ def flash_attention(qg: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.nd
         rest = seen & ~up
         vs[rest] = expf(s[rest] - top[rest])
         top = np.where(up, s, top)
-        scaled = (out * ms[..., None]).astype(np.float16).astype(np.float32)  # (by 1 where the maximum held)
-        row = v[cell][:, None, None, :]  # [h_kv, 1, 1, hd_v]
-        added = ggml_math.fma32(row, vs[..., None], scaled).astype(np.float16).astype(np.float32)
+        added = gather(out, ms, vs, v[cell][:, None, None, :])  # v row [h_kv, 1, 1, hd_v]
         out = np.where(seen[..., None], added, out)
         total = np.where(seen, ggml_math.fma32(total, ms, vs), total)
     if sinks is not None:
