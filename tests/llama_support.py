@@ -101,21 +101,30 @@ def _finish(w: GGUFWriter) -> None:
     w.close()
 
 
+def _llama_metadata(d: int, n_ff: int, n_layers: int) -> tuple:
+    """A random llama's metadata for `_random_model`: 4 heads, 2 KV heads, F32."""
+    G = GGUFWriter
+    return ((G.add_block_count, n_layers), (G.add_context_length, 256), (G.add_embedding_length, d),
+            (G.add_feed_forward_length, n_ff), (G.add_head_count, 4), (G.add_head_count_kv, 2),
+            (G.add_layer_norm_rms_eps, 1e-5), (G.add_rope_freq_base, 10000.0), (G.add_file_type, 0))
+
+
+def _llama_matrices(d: int, n_ff: int) -> tuple:
+    """(name, numpy shape) of each matrix of a random llama's layer."""
+    kv = d // 2
+    return (("attn_q", (d, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)), ("attn_output", (d, d)),
+            ("ffn_gate", (n_ff, d)), ("ffn_up", (n_ff, d)), ("ffn_down", (d, n_ff)))
+
+
 def write_llama(path: Path, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
     """A llama F32 file with random weights of any width (4 heads, 2 KV heads) and the fixtures' vocabulary:
     a source for llama.cpp's quantizer whose rows suit 256-value blocks."""
-    d, kv = n_embd, n_embd // 2
-    G = GGUFWriter
-    w, weights, rng = _random_model(path, "llama", d, (
-        (G.add_block_count, n_layers), (G.add_context_length, 256), (G.add_embedding_length, d),
-        (G.add_feed_forward_length, n_ff), (G.add_head_count, 4), (G.add_head_count_kv, 2),
-        (G.add_layer_norm_rms_eps, 1e-5), (G.add_rope_freq_base, 10000.0), (G.add_file_type, 0)), seed)
+    w, weights, rng = _random_model(path, "llama", n_embd, _llama_metadata(n_embd, n_ff, n_layers), seed)
     for i in range(n_layers):
-        for name, shape in (("attn_q", (d, d)), ("attn_k", (kv, d)), ("attn_v", (kv, d)), ("attn_output", (d, d)),
-                            ("ffn_gate", (n_ff, d)), ("ffn_up", (n_ff, d)), ("ffn_down", (d, n_ff))):
+        for name, shape in _llama_matrices(n_embd, n_ff):
             w.add_tensor(f"blk.{i}.{name}.weight", weights(*shape))
         for name in ("attn_norm", "ffn_norm"):
-            w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
+            w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32))
     _finish(w)
     return path
 
@@ -139,6 +148,26 @@ def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts
         w.add_tensor(f"blk.0.{name}.weight", weights(*shape))
     for name, size in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", head), ("attn_k_norm", head)):
         w.add_tensor(f"blk.0.{name}.weight", (1 + 0.1 * rng.standard_normal(size)).astype(np.float32))
+    _finish(w)
+    return path
+
+
+def write_llama_blocks(path: Path, qtype, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
+    """A llama file whose layer matrices are random stored blocks of `qtype` (a grid or other 256-value type no
+    quantizer is needed for: any bytes are valid codes; each block's fp16 d is set small so the values stay near
+    the F32 matrices' size), its embedding and output matrices F32, and the fixtures' vocabulary."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    w, _, rng = _random_model(path, "llama", n_embd, _llama_metadata(n_embd, n_ff, n_layers), seed)
+    block, size = GGML_QUANT_SIZES[qtype]
+    for i in range(n_layers):
+        for name, (n_out, n_in) in _llama_matrices(n_embd, n_ff):
+            raw = rng.integers(0, 256, size=(n_out, n_in // block, size), dtype=np.uint8)
+            scales = rng.uniform(2e-4, 1e-3, size=raw.shape[:2]).astype(np.float16)
+            raw[..., 0:2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+            w.add_tensor(f"blk.{i}.{name}.weight", raw.reshape(n_out, -1), raw_dtype=qtype)
+        for name in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32))
     _finish(w)
     return path
 

@@ -1,5 +1,5 @@
 """Block types the reference files lack, against llama.cpp bit for bit (`quantdot`, `kquant_tiled`): IQ4_NL and
-IQ4_XS matrices, and experts of Q4_K and IQ4_XS.
+IQ4_XS matrices, experts of Q4_K and IQ4_XS, and the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).
 
 Files with random weights are written at test time and requantized by llama.cpp's quantizer, every matrix to
 one type: a two-layer llama 256 values wide for IQ4_XS (whole 256-value blocks), 288 for IQ4_NL (rows of 9
@@ -9,17 +9,27 @@ exact products: a pass of 24 tokens (IQ4_NL through tinyBLAS, IQ4_XS through the
 (IQ4_XS through `ggml_vec_dot_iq4_xs_q8_K`), decode passes (single tokens: IQ4_NL's two interleaved chains
 in `ggml_vec_dot_iq4_nl_q8_0`), and for the experts a 40-token pass in which two experts are chosen 5 times
 (per-row kernel) and two 30 and 40 times (`mul_mat_id`'s tiled kernel) must give identical intermediates
-and logits.
+and logits. The grid types need no quantizer (llama.cpp's wants an importance matrix for some): their
+matrices are random stored blocks (`write_llama_blocks`), run for 12 tokens (the tiled kernel) and 3 (the
+per-row `ggml_vec_dot_*_q8_K`), each with a decode pass.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from llama_support import both_engines, needs_llama, requantize, write_llama, write_qwen3moe
+from llama_support import (
+    both_engines,
+    needs_llama,
+    requantize,
+    write_llama,
+    write_llama_blocks,
+    write_qwen3moe,
+)
 from real_weights_support import request_ids
 
 from walkthrough.engine import op_diff
+from walkthrough.engine.glassbox import quantdot
 from walkthrough.inspect.gguf import open_gguf
 
 WIDTHS = {"IQ4_NL": (288, 544), "IQ4_XS": (256, 512)}  # (model width, FFN width)
@@ -60,6 +70,21 @@ def test_experts_of_block_types_give_llama_cpps_numbers_in_both_kernels(ftype, t
     (ours, ours_logits, _), (theirs, theirs_logits) = both_engines(path, ids, 2)
     for layer in (0, -1):
         first = op_diff.first_difference(op_diff.layer_diffs(ours, theirs, layer, np.arange(len(ids))))
+        assert first is None, f"layer {layer}: {first.describe()}"
+    for a, b in zip(ours_logits, theirs_logits, strict=True):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+
+
+@needs_llama
+@pytest.mark.parametrize("qtype", sorted(quantdot.GRID_TYPES, key=lambda t: t.value), ids=lambda t: t.name)
+@pytest.mark.parametrize("n_tokens", [12, 3])
+def test_grid_types_give_llama_cpps_numbers_bit_for_bit(qtype, n_tokens, tmp_path):
+    path = write_llama_blocks(tmp_path / f"llama-{qtype.name}.gguf", qtype)
+    assert {t.ggml_type for n, t in open_gguf(path).tensors.items() if n.startswith("blk.")} >= {qtype}
+    ids = list(range(5, 5 + n_tokens))
+    (ours, ours_logits, n_layers), (theirs, theirs_logits) = both_engines(path, ids, 1)
+    for layer in [*range(n_layers), -1]:
+        first = op_diff.first_difference(op_diff.layer_diffs(ours, theirs, layer, np.arange(n_tokens)))
         assert first is None, f"layer {layer}: {first.describe()}"
     for a, b in zip(ours_logits, theirs_logits, strict=True):
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"

@@ -19,14 +19,16 @@ from gguf.constants import GGMLQuantizationType as Q
 
 from walkthrough.engine.glassbox import kquant_low, kquant_tiled, quantdot
 
+QK_K = quantdot.QK_K
+
 TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
 # Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
 SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
                 Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108],
-                Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: []}
+                Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [], **{t: [0] for t in quantdot.GRID_TYPES}}
 PARTNER = {Q.Q8_0: "q8_0", Q.Q4_0: "q8_0", Q.Q5_0: "q8_0", Q.Q4_1: "q8_1", Q.Q5_1: "q8_1",
            Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K", Q.Q2_K: "q8_K", Q.Q3_K: "q8_K",
-           Q.IQ4_NL: "q8_0", Q.IQ4_XS: "q8_K", Q.MXFP4: "q8_0"}
+           Q.IQ4_NL: "q8_0", Q.IQ4_XS: "q8_K", Q.MXFP4: "q8_0", **dict.fromkeys(quantdot.GRID_TYPES, "q8_K")}
 # Types whose products of 2+ tokens take another kernel than one token's `ggml_vec_dot_*` (another float order):
 # IQ4_NL goes to tinyBLAS (one chain where vec_dot keeps two)
 SECOND_KERNEL_FROM_2 = frozenset({Q.IQ4_NL})
@@ -70,6 +72,9 @@ def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
         ours = d[..., None, None] * sub[..., None] * c.reshape(n_out, -1, 16, 16)
     elif qtype == Q.IQ4_XS:
         ours = d[..., None, None] * sub[..., None] * c.reshape(n_out, -1, 8, 32)
+    elif qtype in quantdot.GRID_TYPES:  # grid values times 2 ls + 1 (per 32 or 16) times the constant
+        per, constant = quantdot.GRID_TYPES[qtype]
+        ours = d[..., None, None] * sub[..., None] * constant * c.reshape(n_out, -1, QK_K // per, per)
     else:
         ours = d[..., None] * c + (m[..., None] if m is not None else 0)
     ref = quants.dequantize(raw, qtype).reshape(n_out, n_in)

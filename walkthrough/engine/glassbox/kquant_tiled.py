@@ -19,11 +19,13 @@ exactly as the kernel's integer correction does). The 16 x 16 micro-tiles and 25
 choose which outputs are computed together, so the result is the same for every token count of 8
 or more: a pass's logits do not depend on its chunking as long as every chunk has 8+ tokens.
 
-IQ4_XS goes the same way as Q6_K without its bias (the kernel's own +128 shift cancels in its integers).
+IQ4_XS goes the same way as Q6_K without its bias (the kernel's own +128 shift cancels in its integers), and
+so do the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: `quantdot.GRID_TYPES`), their constant factor
+taken into d as the kernel's unpacking does.
 
-Not handled: Q2_K, Q3_K and the other IQ types, which the tiled kernel also takes (the engine rounds their
-input and multiplies in float); the AVX512-VNNI kernel (another machine's build; same float order,
-not checked here).
+Not handled here: Q2_K and Q3_K (`kquant_low` follows both their kernels), IQ1_S and IQ1_M, which the
+tiled kernel also takes (the engine rounds their input and multiplies in float); the AVX512-VNNI kernel
+(another machine's build; same float order, not checked here).
 
 Example: one Q6_K block with every code 33 (value 1) and every scale 1, d_w = 0.5, and an input
 whose 256 Q8_K codes are all 2 with dy = 0.25: s1 = 256 * 2 = 512, res = 0.5 * 512 = 256,
@@ -38,7 +40,8 @@ from gguf.constants import GGMLQuantizationType as Q
 from walkthrough.engine.glassbox import ggml_math, quantdot
 
 MIN_ROWS = 8  # `ggml_tiled_min_batch`: the tiled kernel takes passes of this many tokens or more
-TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS})  # of `quantdot`'s types, those the tiled kernel takes
+# of `quantdot`'s types, those the tiled kernel takes (the last five: `quantdot.GRID_TYPES`)
+TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S})
 SLAB_ELEMENTS = 1 << 22  # integer sums held at once (bounds memory: 32 MiB float64)
 
 
@@ -81,6 +84,8 @@ def matmul(x: np.ndarray, w: quantdot.Packed) -> np.ndarray:
             out[:, o] = combine(s1, None, w.d[o], None, dy)
         elif w.qtype == Q.IQ4_XS:  # signed codes times their sub-block scale, no mins
             out[:, o] = combine(s1, None, w.d[o], None, dy)
+        elif w.qtype in quantdot.GRID_TYPES:  # likewise, the type's constant taken into d (`tiled_unpack_src0`)
+            out[:, o] = combine(s1, None, w.d[o] * np.float32(quantdot.GRID_TYPES[w.qtype][1]), None, dy)
         else:  # mins per 32-value sub-block, times the sum of that sub-block's 32 x codes
             q8s = sums16.reshape(n, nb, 8, 2).sum(axis=-1)  # [n, nb, 8]
             s2 = np.einsum("tbs,obs->bto", q8s, w.sub[o].astype(np.float64))

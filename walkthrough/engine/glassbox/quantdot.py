@@ -26,10 +26,12 @@ IQ4_NL (Q4_0's blocks, codes through `KVALUES_IQ4NL`; a single token's `ggml_vec
 two chains, even and odd blocks, and an odd last block added alone) and IQ4_XS (Q4_K's blocks, signed
 6-bit sub-block scales, no mins) follow the same scheme, and MXFP4 (gpt-oss) as IQ4_NL with its own table and
 a power-of-two block scale (E8M0, halved), two chains for every pass (no tinyBLAS or tiled kernel takes it).
+The grid types (`GRID_TYPES`: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) go as IQ4_XS, their codes the signed grid
+values, their sub-block scales 2 ls + 1, and the float sum times the type's constant at the end.
 
 Not handled (the engine falls back to rounding the input and a float product):
-the other IQ types, TQ* (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K products of passes of 8 tokens or
-more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
+IQ1_S, IQ1_M, TQ* (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K, IQ4_XS and grid-type products of passes of
+8 tokens or more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
 another float order).
 
 Example (one Q8_0 block of a weight row, one of the input): w codes 1..32 with
@@ -51,9 +53,14 @@ LANES = 8  # float32 lanes of one AVX register
 QK_K = 256
 SLAB_ELEMENTS = 1 << 22  # lane sums held at once (bounds memory: 16 MiB float32)
 
+# The grid types: each weight a signed grid value times a sub-block scale 2 ls + 1 (per 32 or 16 values) times
+# the block's fp16 d; ggml's AVX2 dot multiplies the float sum by a constant at the end (0.125: `*s = 0.125f *
+# hsum_float_8(accumf)`). Per type: (values per sub-block scale, that constant, where the scales are stored).
+GRID_TYPES: dict[Q, tuple[int, float]] = {Q.IQ2_XXS: (32, 0.125), Q.IQ2_XS: (16, 0.125), Q.IQ2_S: (16, 0.125),
+                                          Q.IQ3_XXS: (32, 0.25), Q.IQ3_S: (32, 1.0)}
 SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
-                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4})
-K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS})  # 256-value blocks against Q8_K
+                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4, *GRID_TYPES})
+K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, *GRID_TYPES})  # 256-value blocks against Q8_K
 # IQ4_NL / IQ4_XS codes index this table (`kvalues_iq4nl`, ggml-common.h)
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int32)
 KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int32)  # `kvalues_fp4`: 2 x E2M1
@@ -161,6 +168,9 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
         ls = ((low[..., ib // 2] >> (4 * (ib % 2))) & 15) | (((high[..., None] >> (2 * ib)) & 3) << 4)
         sub = (ls - 32).astype(np.float32)  # [.., nb, 8]: signed sub-block scales
         codes = KVALUES_IQ4NL[_nibbles(b[..., 8:136].reshape(*b.shape[:-1], 8, 16))]
+    elif qtype in GRID_TYPES:
+        d, sub = _f16(b[..., 0:2]), _grid_scales(b, qtype)
+        codes = _grid_codes(raw, qtype, n_in, d, sub)
     elif qtype == Q.Q6_K:
         ql = b[..., 0:128].reshape(*b.shape[:-1], 2, 2, 32)  # [.., half, ql 0:32 | 32:64, l]
         qh = b[..., 128:192].reshape(*b.shape[:-1], 2, 1, 32)
@@ -172,6 +182,38 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
     else:
         raise ValueError(f"{qtype.name} has no integer product here")
     return codes.reshape(b.shape[0], n_in), d, m, sub
+
+
+def _grid_scales(b: np.ndarray, qtype: Q) -> np.ndarray:
+    """Stored blocks [n_out, nb, bytes] of a grid type -> its sub-block scales 2 ls + 1 [n_out, nb, 8 or 16] float32,
+    read where ggml's AVX2 dot reads them: the top 4 bits of the second uint32 of each 32-value sub-block's 8 bytes
+    (IQ2_XXS), of each sub-block's uint32 after the grid indices (IQ3_XXS), or nibbles of a scales array, low first
+    (IQ3_S: one per 32 values; IQ2_XS and IQ2_S: one per 16)."""
+    if qtype == Q.IQ2_XXS:
+        ls = np.ascontiguousarray(b[..., 2:66]).view(np.uint32)[..., 1::2] >> 28  # [.., 8]
+    elif qtype == Q.IQ3_XXS:
+        ls = np.ascontiguousarray(b[..., 66:98]).view(np.uint32) >> 28  # [.., 8]
+    else:
+        at = {Q.IQ3_S: 106, Q.IQ2_XS: 66, Q.IQ2_S: 74}[qtype]
+        count = 4 if qtype == Q.IQ3_S else 8
+        scales = b[..., at : at + count]
+        ls = np.stack([scales & 15, scales >> 4], axis=-1).reshape(*b.shape[:-1], 2 * count)
+    return (2 * ls.astype(np.int32) + 1).astype(np.float32)
+
+
+def _grid_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """A grid type's signed grid values [n_out, n_in] int32, from gguf's dequantization: each value is d times the
+    sub-block scale times the type's constant times the grid value, every factor exact in float32."""
+    from gguf import quants
+
+    per, constant = GRID_TYPES[qtype]
+    n_out = d.shape[0]
+    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
+    step = (d[..., None] * np.repeat(sub, per, axis=-1) * np.float32(constant)).astype(np.float32)  # [o, nb, 256]
+    codes = np.rint(values / np.where(step == 0, np.float32(1), step)).astype(np.int32)
+    if not np.array_equal(np.where(step == 0, 0, codes * step), np.where(step == 0, 0, values)):
+        raise ValueError(f"{qtype.name}: gguf's values are not grid values times their scales")
+    return codes.reshape(n_out, n_in)
 
 
 def block_offsets(raw: np.ndarray, qtype: Q, n_in: int) -> np.ndarray:
@@ -192,8 +234,11 @@ def pack(raw: np.ndarray, qtype: Q, n_in: int) -> Packed:
         if qtype == Q.Q6_K:  # scale of 16 values: index 2 * sub-block + lane // 4
             scale = sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]  # [o, b, 8, lane, 1]
             c = c.astype(np.float64) * scale
-        elif qtype == Q.IQ4_XS:  # one scale per sub-block of 32, no mins
+        elif qtype == Q.IQ4_XS or GRID_TYPES.get(qtype, (0,))[0] == 32:  # one scale per sub-block of 32, no mins
             c = c * sub[:, :, :, None, None]
+            sub = None
+        elif qtype in GRID_TYPES:  # one scale per 16 values: index 2 * sub-block + lane // 4
+            c = c * sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]
             sub = None
         else:
             c = c * sub[:, :, 0, :, None, None].astype(np.float32)
@@ -326,6 +371,8 @@ def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
             y = _two_chains(lanes.astype(np.float32), scale)
         else:
             y = _hsum8(_fma_chain(lanes.astype(np.float32), scale))
+        if w.qtype in GRID_TYPES:
+            y = np.float32(GRID_TYPES[w.qtype][1]) * y
         if w.qtype in WITH_OFFSET:
             y = y + _serial_sum(sx.T[:, :, None] * w.m[o].T[:, None, :])
         elif w.qtype in (Q.Q4_K, Q.Q5_K):
