@@ -138,3 +138,19 @@ def test_a_matrix_by_columns_gives_a_row_the_same_bits_in_any_pass(d_in, d_out):
     for n in (2, 5, 9, 33):
         assert np.array_equal(ops.linear_columns(x[:n], wt, d_out), alone[:n])
     assert np.allclose(alone, x @ w.T, rtol=1e-4, atol=1e-4 * np.abs(alone).max())  # the same product
+
+
+def test_a_tall_stack_by_columns_gives_each_matrix_its_own_bits(tmp_path):
+    """Gate and up, 200 outputs each over 64 inputs: the stack is tall (`ops.tall`) and held by columns, each
+    part padded to whole column groups; every output is what its matrix alone gives by columns, 1 row or 5."""
+    from llama_support import write_llama
+
+    model = Model(open_gguf(write_llama(tmp_path / "l.gguf", n_embd=64, n_ff=200, n_layers=1)))
+    names = ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"]
+    assert ops.tall(400, 64) and not ops.tall(200, 64) and 200 % ops.COLUMN_GROUP
+    x = np.random.default_rng(8).standard_normal((5, 64)).astype(np.float32)
+    for rows in (x, x[:1]):
+        together = model.meter().linears(names, rows, [None, None])
+        alone = [model.meter().linear(name, rows, by_columns=True) for name in names]
+        assert all(np.array_equal(a, b) for a, b in zip(together, alone))
+    assert model.weights.column_starts(tuple(names)) == [0, 208, 416]

@@ -86,11 +86,11 @@ def dequantized_bytes(f: GGUFFile) -> int:
     """Bytes of every weight as the numpy engine holds it once used: each matrix in `weights.product_dtype` (float32,
     float64 for F32 matrices), other tensors in float32, plus the block offsets of Q4_1/Q5_1 matrices
     (`quantdot.block_offsets`, float32, one per 32 weights). A token embedding that is not also the output head is
-    read a row at a time and never held; a float32 output head is held by columns, its rows padded to a whole number
-    of `ops.COLUMN_SLAB` (`Weights.columns`)."""
+    read a row at a time and never held; a float32 matrix held by columns (the output head, and any with
+    `ops.tall`'s shape) has its outputs padded to a whole number of `ops.COLUMN_GROUP` (`Weights.columns`)."""
     import numpy as np
 
-    from walkthrough.engine.glassbox.ops import COLUMN_SLAB
+    from walkthrough.engine.glassbox.ops import padded_columns, tall
     from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
     from walkthrough.engine.glassbox.weights import product_dtype
 
@@ -100,10 +100,9 @@ def dequantized_bytes(f: GGUFFile) -> int:
         if t.name == "token_embd.weight" and head != t.name:
             continue
         dtype = product_dtype(t)
-        if t.name == head and dtype is np.float32 and len(t.shape) == 2:
-            total += t.shape[0] * -(-t.shape[1] // COLUMN_SLAB) * COLUMN_SLAB * 4
-            if t.ggml_type in WITH_OFFSET:
-                total += t.shape[0] // 32 * -(-t.shape[1] // COLUMN_SLAB) * COLUMN_SLAB * 4
+        width = t.shape[0] + (t.shape[0] // 32 if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET else 0)
+        if len(t.shape) == 2 and dtype is np.float32 and (t.name == head or tall(t.shape[1], t.shape[0])):
+            total += width * padded_columns(t.shape[1]) * 4
             continue
         total += t.n_elements * np.dtype(dtype).itemsize
         if len(t.shape) >= 2 and t.ggml_type in WITH_OFFSET:

@@ -148,7 +148,9 @@ class Meter:
             y = ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, f16=f16)
             return self.wrote(y + b if b is not None else y)
         dtype = self.product_dtype(name)
-        if by_columns and dtype is np.float32:
+        info = self.weights.info(name)
+        tall = len(info.shape) == 2 and ops.tall(info.shape[1], info.shape[0])
+        if (by_columns or tall) and dtype is np.float32:
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_columns(name, x, b))
         if not self.weights.whole(name, dtype):
@@ -181,7 +183,7 @@ class Meter:
             xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
         offsets, d_out = err is not None, self.weights.info(name).shape[1]
         if self.weights.whole(name, np.float32):
-            return ops.linear_columns(xr, self.weights.columns(name, ops.COLUMN_SLAB, offsets=offsets), d_out, b)
+            return ops.linear_columns(xr, self.weights.columns(name, offsets=offsets), d_out, b)
         y = np.empty((x.shape[0], d_out), np.float32)  # [n, d_out]
         for r0, r1, wt in self.weights.column_blocks(name, ops.COLUMN_SLAB, offsets=offsets):
             y[:, r0:r1] = ops.linear_columns(xr, wt, r1 - r0)
@@ -202,18 +204,26 @@ class Meter:
         a matrix-vector product gives each output row the same sum whatever rows it is handed with, save the
         last few rows of a matrix whose height is not a multiple of the product's row group, so every matrix
         but the last must be a whole number of `ops.ROW_SLAB` rows high. Only the number of products changes.
+        A stack `ops.tall` says is held by columns instead (`Weights.columns`, each matrix's outputs padded to
+        whole column groups): each output as the matrix alone gives it by columns.
         """
         heights = None if self.exact_products else self.weights.stackable(tuple(names), ops.ROW_SLAB)
         if heights is None:
             return [self.linear(name, x, bias) for name, bias in zip(names, biases)]
         for name in names:
             self._count_matrix(name, x.shape[0], None)
-        w = self.weights.stacked(tuple(names), offsets=self.folds_offsets(names[0]))
-        y = self._rounded_product(names[0], x, w)  # [n, sum of heights]
-        out, start = [], 0
-        for height, bias in zip(heights, biases):
+        offsets = self.folds_offsets(names[0])
+        if ops.tall(sum(heights), x.shape[-1]):  # the stack held by columns (`ops.tall`)
+            xr, err = self._input(names[0], x)
+            xr = xr if err is None else np.concatenate([xr, err], axis=1)
+            starts = self.weights.column_starts(tuple(names))
+            y = ops.linear_columns(xr, self.weights.columns(tuple(names), offsets=offsets), starts[-1])
+        else:
+            y = self._rounded_product(names[0], x, self.weights.stacked(tuple(names), offsets=offsets))  # [n, sum of heights]
+            starts = np.cumsum([0, *heights]).tolist()
+        out = []
+        for height, bias, start in zip(heights, biases, starts):
             part = y[:, start : start + height]
-            start += height
             b = self.optional(bias) if bias else None
             out.append(self.wrote(part + b if b is not None else part))
         return out

@@ -57,28 +57,56 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
 
 
 COLUMN_SLAB = 256  # columns of a matrix held by columns `linear_columns` takes at a time in a pass of several tokens
+# The widest group of outputs BLAS's "N" matrix-vector kernel takes at once: a column count no multiple of it leaves
+# a partial group at the matrix's start, whose outputs sum differently (measured with OpenBLAS's Haswell kernel),
+# so every matrix held by columns is padded with zero columns to a whole number of groups (`Weights.columns`).
+COLUMN_GROUP = 16
+COLUMNS_RATIO = 4  # a matrix with this many times more outputs than inputs is held by columns (`tall`)
+
+
+def padded_columns(d_out: int) -> int:
+    """The columns a matrix of d_out outputs takes held by columns: d_out up to a whole number of COLUMN_GROUP."""
+    return -(-d_out // COLUMN_GROUP) * COLUMN_GROUP
+
+
+def tall(d_out: int, d_in: int) -> bool:
+    """Whether a float32 product is held by columns (`linear_columns`): one with at least COLUMNS_RATIO times more
+    outputs than inputs (an FFN's stacked gate and up, an output head). The rule depends on the shape alone, so
+    every pass of a model multiplies a matrix the same way.
+
+    Row by row (`linear`) a product reads rows as long as its input: 594 values for SmolLM2, where OpenBLAS's
+    "T" matrix-vector kernel streams at 6 to 7 GB/s; by columns its "N" kernel streams rows as long as the
+    output, 8 to 15 GB/s (one thread, OpenBLAS 0.3.31's Haswell kernels, measured here). A pass of many rows
+    runs the other way round: by rows each 64-row slab stays in cache and its kernel is the faster (SmolLM2's
+    3,072 x 594 gate and up over 128 tokens, caches cold: 20 against 25 ms). On SmolLM2, both ways in one
+    process, 8 rounds (`docs/op-diff.md`): a decode pass takes 18% less time with the rule, a 128-token prefill
+    14% more; a request decoding more than about a tenth as many tokens as its prompt holds finishes sooner.
+    Taller-than-wide matrices gain most in decode (q/k/v, 960 x 594, and the FFN down, 576 x 1,584, gained
+    nothing or lost), so the rule stops there."""
+    return d_out >= COLUMNS_RATIO * d_in
 
 
 def linear_columns(x: np.ndarray, wt: np.ndarray, d_out: int, b: np.ndarray | None = None) -> np.ndarray:
     """[n, d_in] @ [d_in, d_pad] (+ [d_out]) -> [n, d_out] float32: a matrix held by columns, each row's result
     independent of n.
 
-    The matrix is held transposed, zero columns padding its d_out to a whole number of COLUMN_SLAB
-    (`Weights.columns`). One row against it is BLAS's "N" matrix-vector product, which streams long rows: on
-    SmolLM2's 49,152-row output head it took 7 to 9 ms against 14 to 15 for `linear`'s kernel (measured
-    here, one thread). That kernel gives each output the same sum whatever columns it is handed with, as long
-    as none sits in a partial group at an edge (the padding sees to it), so a pass of several rows takes
-    COLUMN_SLAB columns at a time, copied together (the slab stays in cache; strided, it was slower), every
-    row against each slab in turn: the same bits as one row against the whole matrix, for every n.
+    The matrix is held transposed, zero columns padding it to a whole number of COLUMN_GROUP (`Weights.columns`).
+    One row against it is BLAS's "N" matrix-vector product, which streams long rows: on SmolLM2's 49,152-row
+    output head it took 7 to 9 ms against 14 to 15 for `linear`'s kernel (measured here, one thread). That
+    kernel gives each output the same sum whatever columns it is handed with, as long as none sits in a partial
+    group at an edge (the padding sees to it), so a pass of several rows takes COLUMN_SLAB columns at a time
+    (the last slab what is left: whole groups), copied together (the slab stays in cache; strided, it was
+    slower), every row against each slab in turn: the same bits as one row against the whole matrix, for every n.
     """
     if x.shape[0] == 1:
         y = x @ wt  # [1, d_pad]
     else:
         y = np.empty((x.shape[0], wt.shape[1]), np.float32)  # [n, d_pad]
-        slab = np.empty((wt.shape[0], COLUMN_SLAB), np.float32)  # [d_in, COLUMN_SLAB]
+        buffer = np.empty((wt.shape[0], COLUMN_SLAB), np.float32)  # [d_in, COLUMN_SLAB]
         for o in range(0, wt.shape[1], COLUMN_SLAB):
-            np.copyto(slab, wt[:, o : o + COLUMN_SLAB])
-            y[:, o : o + COLUMN_SLAB] = np.matmul(x[:, None, :], slab)[:, 0]
+            slab = buffer[:, : min(COLUMN_SLAB, wt.shape[1] - o)]
+            np.copyto(slab, wt[:, o : o + slab.shape[1]])
+            y[:, o : o + slab.shape[1]] = np.matmul(x[:, None, :], slab)[:, 0]
     y = np.ascontiguousarray(y[:, :d_out])
     return y + b if b is not None else y
 

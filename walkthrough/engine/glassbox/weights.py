@@ -47,6 +47,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from walkthrough.engine.glassbox import quantdot
 from walkthrough.engine.glassbox.dequant import dequantize_fast
+from walkthrough.engine.glassbox.ops import COLUMN_GROUP, padded_columns
 from walkthrough.errors import WalkthroughError
 from walkthrough.inspect.gguf import GGUFFile, TensorInfo
 
@@ -212,26 +213,39 @@ class Weights:
         """Whether the cache holds the matrix by columns (`columns`) now."""
         return ("columns", name, offsets) in self._cache
 
-    def columns(self, name: str, multiple: int, *, offsets: bool = False) -> np.ndarray:
+    def columns(self, name: str | tuple[str, ...], *, offsets: bool = False) -> np.ndarray:
         """A float32 matrix held by columns, as `ops.linear_columns` takes it: [n_in (+ n_in / 32 with `offsets`),
-        n_out padded with zero columns to a whole number of `multiple`], C order. Built a block of rows at a
-        time, so it never takes twice its size on the way; cached as one value."""
-        return self._load(("columns", name, offsets), lambda: self._columns(name, multiple, offsets))
+        n_out padded with zero columns to a whole number of `ops.COLUMN_GROUP`], C order; for a tuple of names,
+        the matrices side by side (one input width), each padded so (`column_starts`). Built a block of rows at
+        a time, so it never takes twice its size on the way; cached as one value."""
+        names = (name,) if isinstance(name, str) else name
+        key = ("columns", name if isinstance(name, str) else names, offsets)
+        return self._load(key, lambda: self._columns(names, offsets))
 
-    def _columns(self, name: str, multiple: int, offsets: bool) -> np.ndarray:
-        t = self.file.tensors[name]
-        width = t.shape[0] + (t.shape[0] // 32 if offsets else 0)
-        out = np.zeros((width, -(-t.shape[1] // multiple) * multiple), np.float32)  # [n_in (+ offsets), padded n_out]
-        for r0, r1, block in self._row_blocks(name, np.float32, multiple, offsets):
-            out[:, r0:r1] = block.T
+    def column_starts(self, names: tuple[str, ...]) -> list[int]:
+        """Where each matrix of `columns(names)` starts, and where the last ends: [0, ..., total padded columns]."""
+        starts = [0]
+        for name in names:
+            starts.append(starts[-1] + padded_columns(self.file.tensors[name].shape[1]))
+        return starts
+
+    def _columns(self, names: tuple[str, ...], offsets: bool) -> np.ndarray:
+        width = self.file.tensors[names[0]].shape[0]
+        width += width // 32 if offsets else 0
+        starts = self.column_starts(names)
+        out = np.zeros((width, starts[-1]), np.float32)  # [n_in (+ offsets), padded n_out]
+        for name, start in zip(names, starts):
+            for r0, r1, block in self._row_blocks(name, np.float32, COLUMN_GROUP, offsets):
+                out[:, start + r0 : start + r1] = block.T
         return out
 
     def column_blocks(self, name: str, multiple: int, *,
                       offsets: bool = False) -> Iterator[tuple[int, int, np.ndarray]]:
-        """A matrix too large to hold, by columns a block at a time (`row_blocks`' blocks transposed): (first
-        output, end output, [n_in (+ offsets), end - first padded to a whole number of `multiple`]), uncached."""
+        """A matrix too large to hold, by columns a block at a time (`row_blocks`' blocks, whole numbers of
+        `multiple` rows, transposed): (first output, end output, [n_in (+ offsets), end - first padded as
+        `columns` pads]), uncached."""
         for r0, r1, block in self.row_blocks(name, np.float32, multiple, offsets=offsets):
-            wt = np.zeros((block.shape[1], -(-(r1 - r0) // multiple) * multiple), np.float32)
+            wt = np.zeros((block.shape[1], padded_columns(r1 - r0)), np.float32)
             wt[:, : r1 - r0] = block.T
             yield r0, r1, wt
 
