@@ -78,11 +78,11 @@ def tall(d_out: int, d_in: int) -> bool:
     "T" matrix-vector kernel streams at 6 to 7 GB/s; by columns its "N" kernel streams rows as long as the
     output, 8 to 15 GB/s (one thread, OpenBLAS 0.3.31's Haswell kernels, measured here). A pass of many rows
     runs the other way round: by rows each 64-row slab stays in cache and its kernel is the faster (SmolLM2's
-    3,072 x 594 gate and up over 128 tokens, caches cold: 20 against 25 ms). On SmolLM2, both ways in one
+    3,072 x 594 gate and up over 128 tokens, caches cold: 19.5 against 24.7 ms). On SmolLM2, both ways in one
     process, 8 rounds (`docs/op-diff.md`): a decode pass takes 18% less time with the rule, a 128-token prefill
     14% more; a request decoding more than about a tenth as many tokens as its prompt holds finishes sooner.
-    Taller-than-wide matrices gain most in decode (q/k/v, 960 x 594, and the FFN down, 576 x 1,584, gained
-    nothing or lost), so the rule stops there."""
+    A ratio of 1.5 (q/k/v, 960 x 594, too) took 4% off decode and put 5% on prefill against this one, and the
+    FFN down (576 x 1,584) loses both ways, so the rule stops at 4."""
     return d_out >= COLUMNS_RATIO * d_in
 
 
