@@ -45,7 +45,9 @@ class Overlaps:
 async def test_a_decode_play_and_speculate_rounds_take_turns_on_the_model(fixtures_dir,
                                                                           monkeypatch):
     overlaps = Overlaps(monkeypatch)
-    app = reference_app(max_tokens=40)
+    # room for the play to go on beside the rounds: at 40 tokens a fast machine's play had done 38 passes when
+    # the rounds began, and its cap came before 3 more (a .ci/run failure, 2026-12-02); 56 + 150 fit the cache
+    app = reference_app(max_tokens=150)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         state = app.state
