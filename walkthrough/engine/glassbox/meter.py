@@ -163,11 +163,8 @@ class Meter:
         """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time: each output
         is the same sum as the whole matrix gives it (blocks are whole `ops.ROW_SLAB`s; with the block offsets
         as extra columns as `_rounded_product` takes them), so the budget changes no number."""
-        xr, err = self._input(name, x)
-        offsets = None
-        if err is not None:
-            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
-            offsets = self.weights.block_offsets(name, None)  # [d_out, d_in / 32]
+        xr, folded = self._folded_input(name, x)
+        offsets = self.weights.block_offsets(name, None) if folded else None  # [d_out, d_in / 32]
         info = self.weights.info(name)
         y = np.empty((x.shape[0], info.shape[1]), np.float32)  # [n, d_out]
         for r0, r1, block in self.weights.row_blocks(name, dtype, ops.ROW_SLAB):
@@ -178,10 +175,8 @@ class Meter:
     def _product_by_columns(self, name: str, x: np.ndarray, b: np.ndarray | None) -> np.ndarray:
         """x @ W.T (+ b) with W held by columns (`ops.linear_columns`), whole or, too large for the weight budget,
         a block of columns at a time (whole `ops.COLUMN_SLAB`s: the same sums)."""
-        xr, err = self._input(name, x)
-        if err is not None:
-            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
-        offsets, d_out = err is not None, self.weights.info(name).shape[1]
+        xr, offsets = self._folded_input(name, x)
+        d_out = self.weights.info(name).shape[1]
         if self.weights.whole(name, np.float32):
             return ops.linear_columns(xr, self.weights.columns(name, offsets=offsets), d_out, b)
         y = np.empty((x.shape[0], d_out), np.float32)  # [n, d_out]
@@ -192,10 +187,13 @@ class Meter:
     def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """x @ w.T with x rounded as llama.cpp rounds it; for Q4_1/Q5_1, w carries the block offsets as its last
         columns and the input the error of Q8_1's half-precision block sums (`folds_offsets`)."""
+        return ops.linear(self._folded_input(name, x)[0], w, b)
+
+    def _folded_input(self, name: str, x: np.ndarray) -> tuple[np.ndarray, bool]:
+        """(`rounded_input`, with Q8_1's block-sum error as extra columns [n, d_in + d_in / 32] where the products
+        fold the block offsets in, `folds_offsets`), and whether it does."""
         xr, err = self._input(name, x)
-        if err is not None:
-            xr = np.concatenate([xr, err], axis=1)  # [n, d_in + d_in / 32]
-        return ops.linear(xr, w, b)
+        return (xr, False) if err is None else (np.concatenate([xr, err], axis=1), True)
 
     def linears(self, names: list[str], x: np.ndarray, biases: list[str | None]) -> list[np.ndarray]:
         """Several matrices applied to the same input: [n, d_in] -> one [n, d_out] per name, as `linear` gives them.
@@ -214,8 +212,7 @@ class Meter:
             self._count_matrix(name, x.shape[0], None)
         offsets = self.folds_offsets(names[0])
         if ops.tall(sum(heights), x.shape[-1]):  # the stack held by columns (`ops.tall`)
-            xr, err = self._input(names[0], x)
-            xr = xr if err is None else np.concatenate([xr, err], axis=1)
+            xr = self._folded_input(names[0], x)[0]
             starts = self.weights.column_starts(tuple(names))
             y = ops.linear_columns(xr, self.weights.columns(tuple(names), offsets=offsets), starts[-1])
         else:
