@@ -152,9 +152,26 @@ def write_qwen3moe(path: Path, n_embd: int = 256, n_ff_exp: int = 256, n_experts
     return path
 
 
+def put_block_scales(raw: np.ndarray, qtype, scales: np.ndarray) -> None:
+    """Write fp16 block scales [n_out, nb] into stored blocks [n_out, nb, bytes] of a type whose d is their first two
+    bytes, their last two (TQ1_0, TQ2_0), or of IQ1_M, which keeps d's 16 bits as the top nibbles of its four uint16
+    scale words (ggml-common.h)."""
+    from gguf.constants import GGMLQuantizationType
+
+    if qtype != GGMLQuantizationType.IQ1_M:
+        at = raw.shape[-1] - 2 if qtype in (GGMLQuantizationType.TQ1_0, GGMLQuantizationType.TQ2_0) else 0
+        raw[..., at : at + 2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+        return
+    bits = scales.view(np.uint16)
+    words = np.ascontiguousarray(raw[..., 48:56]).view(np.uint16)  # [n_out, nb, 4]
+    for i in range(4):
+        words[..., i] = (words[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 15) << 12)
+    raw[..., 48:56] = words.view(np.uint8).reshape(*raw.shape[:2], 8)
+
+
 def write_llama_blocks(path: Path, qtype, n_embd: int = 256, n_ff: int = 512, n_layers: int = 2, seed: int = 0) -> Path:
-    """A llama file whose layer matrices are random stored blocks of `qtype` (a grid or other 256-value type no
-    quantizer is needed for: any bytes are valid codes; each block's fp16 d is set small so the values stay near
+    """A llama file whose layer matrices are random stored blocks of `qtype` (a grid, one-bit or other 256-value type
+    no quantizer is needed for: any bytes are valid codes; each block's fp16 d is set small so the values stay near
     the F32 matrices' size), its embedding and output matrices F32, and the fixtures' vocabulary."""
     from gguf.constants import GGML_QUANT_SIZES
 
@@ -163,8 +180,7 @@ def write_llama_blocks(path: Path, qtype, n_embd: int = 256, n_ff: int = 512, n_
     for i in range(n_layers):
         for name, (n_out, n_in) in _llama_matrices(n_embd, n_ff):
             raw = rng.integers(0, 256, size=(n_out, n_in // block, size), dtype=np.uint8)
-            scales = rng.uniform(2e-4, 1e-3, size=raw.shape[:2]).astype(np.float16)
-            raw[..., 0:2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+            put_block_scales(raw, qtype, rng.uniform(2e-4, 1e-3, size=raw.shape[:2]).astype(np.float16))
             w.add_tensor(f"blk.{i}.{name}.weight", raw.reshape(n_out, -1), raw_dtype=qtype)
         for name in ("attn_norm", "ffn_norm"):
             w.add_tensor(f"blk.{i}.{name}.weight", (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32))

@@ -1,5 +1,6 @@
 """Block types the reference files lack, against llama.cpp bit for bit (`quantdot`, `kquant_tiled`): IQ4_NL and
-IQ4_XS matrices, experts of Q4_K and IQ4_XS, and the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).
+IQ4_XS matrices, experts of Q4_K and IQ4_XS, the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the
+one-bit and ternary types (IQ1_S, IQ1_M, TQ1_0, TQ2_0).
 
 Files with random weights are written at test time and requantized by llama.cpp's quantizer, every matrix to
 one type: a two-layer llama 256 values wide for IQ4_XS (whole 256-value blocks), 288 for IQ4_NL (rows of 9
@@ -9,7 +10,7 @@ exact products: a pass of 24 tokens (IQ4_NL through tinyBLAS, IQ4_XS through the
 (IQ4_XS through `ggml_vec_dot_iq4_xs_q8_K`), decode passes (single tokens: IQ4_NL's two interleaved chains
 in `ggml_vec_dot_iq4_nl_q8_0`), and for the experts a 40-token pass in which two experts are chosen 5 times
 (per-row kernel) and two 30 and 40 times (`mul_mat_id`'s tiled kernel) must give identical intermediates
-and logits. The grid types need no quantizer (llama.cpp's wants an importance matrix for some): their
+and logits. The grid, one-bit and ternary types need no quantizer (llama.cpp's wants an importance matrix for some): their
 matrices are random stored blocks (`write_llama_blocks`), run for 12 tokens (the tiled kernel) and 3 (the
 per-row `ggml_vec_dot_*_q8_K`), each with a decode pass.
 """
@@ -75,10 +76,13 @@ def test_experts_of_block_types_give_llama_cpps_numbers_in_both_kernels(ftype, t
         assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
 
 
+LOW_BIT = sorted({*quantdot.GRID_TYPES, *quantdot.ONE_BIT, *quantdot.TERNARY}, key=lambda t: t.value)
+
+
 @needs_llama
-@pytest.mark.parametrize("qtype", sorted(quantdot.GRID_TYPES, key=lambda t: t.value), ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", LOW_BIT, ids=lambda t: t.name)
 @pytest.mark.parametrize("n_tokens", [12, 3])
-def test_grid_types_give_llama_cpps_numbers_bit_for_bit(qtype, n_tokens, tmp_path):
+def test_low_bit_types_give_llama_cpps_numbers_bit_for_bit(qtype, n_tokens, tmp_path):
     path = write_llama_blocks(tmp_path / f"llama-{qtype.name}.gguf", qtype)
     assert {t.ggml_type for n, t in open_gguf(path).tensors.items() if n.startswith("blk.")} >= {qtype}
     ids = list(range(5, 5 + n_tokens))

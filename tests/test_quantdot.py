@@ -16,6 +16,7 @@ import pytest
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
+from llama_support import put_block_scales
 
 from walkthrough.engine.glassbox import kquant_low, kquant_tiled, quantdot
 
@@ -25,10 +26,12 @@ TYPES = sorted(quantdot.SUPPORTED, key=lambda t: t.value)
 # Byte offsets of each block's fp16 scale fields (ggml-common.h block layouts).
 SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
                 Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108],
-                Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [], **{t: [0] for t in quantdot.GRID_TYPES}}
+                Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: [], **{t: [0] for t in quantdot.GRID_TYPES},
+                Q.IQ1_S: [0], Q.IQ1_M: [], Q.TQ1_0: [52], Q.TQ2_0: [64]}  # IQ1_M: d's bits are spread over its scale words (`put_block_scales`)
 PARTNER = {Q.Q8_0: "q8_0", Q.Q4_0: "q8_0", Q.Q5_0: "q8_0", Q.Q4_1: "q8_1", Q.Q5_1: "q8_1",
            Q.Q4_K: "q8_K", Q.Q5_K: "q8_K", Q.Q6_K: "q8_K", Q.Q2_K: "q8_K", Q.Q3_K: "q8_K",
-           Q.IQ4_NL: "q8_0", Q.IQ4_XS: "q8_K", Q.MXFP4: "q8_0", **dict.fromkeys(quantdot.GRID_TYPES, "q8_K")}
+           Q.IQ4_NL: "q8_0", Q.IQ4_XS: "q8_K", Q.MXFP4: "q8_0", **dict.fromkeys(quantdot.GRID_TYPES, "q8_K"),
+           **dict.fromkeys(quantdot.ONE_BIT, "q8_K"), **dict.fromkeys(quantdot.TERNARY, "q8_K")}
 # Types whose products of 2+ tokens take another kernel than one token's `ggml_vec_dot_*` (another float order):
 # IQ4_NL goes to tinyBLAS (one chain where vec_dot keeps two)
 SECOND_KERNEL_FROM_2 = frozenset({Q.IQ4_NL})
@@ -44,6 +47,8 @@ def random_rows(qtype: Q, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
         raw[..., off : off + 2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
     if qtype == Q.MXFP4:  # the E8M0 exponent byte: scales 2^-11 .. 2^-4
         raw[..., 0] = rng.integers(117, 125, size=raw.shape[:2], dtype=np.uint8)
+    if qtype == Q.IQ1_M:
+        put_block_scales(raw, qtype, rng.uniform(0.001, 0.05, size=raw.shape[:2]).astype(np.float16))
     return np.ascontiguousarray(raw.reshape(n_out, -1))
 
 
@@ -75,6 +80,12 @@ def test_unpacked_blocks_are_what_gguf_dequantizes(qtype):
     elif qtype in quantdot.GRID_TYPES:  # grid values times 2 ls + 1 (per 32 or 16) times the constant
         per, constant = quantdot.GRID_TYPES[qtype]
         ours = d[..., None, None] * sub[..., None] * constant * c.reshape(n_out, -1, QK_K // per, per)
+    elif qtype in quantdot.ONE_BIT:  # (grid value + sign / 8) times 2 ls + 1 (per 32 or 16) times d
+        per, _ = quantdot.ONE_BIT[qtype]
+        values = (c.reshape(n_out, -1, QK_K) + m / 8).reshape(n_out, -1, QK_K // per, per)
+        ours = d[..., None, None] * sub[..., None] * values
+    elif qtype in quantdot.TERNARY:  # codes 0, 1, 2 for -1, 0, 1
+        ours = d[..., None] * (c.reshape(n_out, -1, QK_K) - 1)
     else:
         ours = d[..., None] * c + (m[..., None] if m is not None else 0)
     ref = quants.dequantize(raw, qtype).reshape(n_out, n_in)

@@ -21,10 +21,10 @@ or more: a pass's logits do not depend on its chunking as long as every chunk ha
 
 IQ4_XS goes the same way as Q6_K without its bias (the kernel's own +128 shift cancels in its integers), and
 so do the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: `quantdot.GRID_TYPES`), their constant factor
-taken into d as the kernel's unpacking does.
+taken into d as the kernel's unpacking does. The one-bit types (IQ1_S, IQ1_M: `quantdot.ONE_BIT`) too: the kernel
+unpacks each value as 8 * grid value + offset sign (one integer code), its 1/8 taken into d.
 
-Not handled here: Q2_K and Q3_K (`kquant_low` follows both their kernels), IQ1_S and IQ1_M, which the
-tiled kernel also takes (the engine rounds their input and multiplies in float); the AVX512-VNNI kernel
+Not handled here: Q2_K and Q3_K (`kquant_low` follows both their kernels); the AVX512-VNNI kernel
 (another machine's build; same float order, not checked here).
 
 Example: one Q6_K block with every code 33 (value 1) and every scale 1, d_w = 0.5, and an input
@@ -40,8 +40,9 @@ from gguf.constants import GGMLQuantizationType as Q
 from walkthrough.engine.glassbox import ggml_math, quantdot
 
 MIN_ROWS = 8  # `ggml_tiled_min_batch`: the tiled kernel takes passes of this many tokens or more
-# of `quantdot`'s types, those the tiled kernel takes (the last five: `quantdot.GRID_TYPES`)
-TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S})
+# of `quantdot`'s types, those the tiled kernel takes (the grid types `quantdot.GRID_TYPES`, then `quantdot.ONE_BIT`)
+TAKES = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S,
+                   Q.IQ1_S, Q.IQ1_M})
 SLAB_ELEMENTS = 1 << 22  # integer sums held at once (bounds memory: 32 MiB float64)
 
 
@@ -77,7 +78,7 @@ def matmul(x: np.ndarray, w: quantdot.Packed) -> np.ndarray:
     step = max(1, SLAB_ELEMENTS // max(1, nb * quantdot.QK_K))
     for o0 in range(0, w.n_out, step):
         o = slice(o0, min(o0 + step, w.n_out))
-        wb = block_major(w.lanes[:, o], nb).astype(np.float64)  # [nb, slab, 256]: codes times sub-block scales
+        wb = block_major(_tiled_codes(w, o), nb).astype(np.float64)  # [nb, slab, 256]: codes times sub-block scales
         s1 = np.matmul(xb, wb.transpose(0, 2, 1))  # [nb, n, slab]: exact integer sums
         if w.qtype == Q.Q6_K:  # the codes are stored unsigned: take off 32 * sc * (16 x codes summed)
             s1 = s1 - 32 * np.einsum("tbk,obk->bto", sums16, w.sub[o].astype(np.float64))
@@ -86,11 +87,23 @@ def matmul(x: np.ndarray, w: quantdot.Packed) -> np.ndarray:
             out[:, o] = combine(s1, None, w.d[o], None, dy)
         elif w.qtype in quantdot.GRID_TYPES:  # likewise, the type's constant taken into d (`tiled_unpack_src0`)
             out[:, o] = combine(s1, None, w.d[o] * np.float32(quantdot.GRID_TYPES[w.qtype][1]), None, dy)
+        elif w.qtype in quantdot.ONE_BIT:  # codes 8 * grid + sign, the 1/8 taken into d
+            out[:, o] = combine(s1, None, w.d[o] * quantdot.ONE_BIT_DELTA, None, dy)
         else:  # mins per 32-value sub-block, times the sum of that sub-block's 32 x codes
             q8s = sums16.reshape(n, nb, 8, 2).sum(axis=-1)  # [n, nb, 8]
             s2 = np.einsum("tbs,obs->bto", q8s, w.sub[o].astype(np.float64))
             out[:, o] = combine(s1, s2, w.d[o], w.m[o], dy)
     return out
+
+
+def _tiled_codes(w: quantdot.Packed, o: slice) -> np.ndarray:
+    """`Packed.lanes` [nb * 8, slab, 32] of outputs o as the tiled kernel holds them: the same, but for the one-bit types
+    8 * (grid value times scale) + sign times scale, each lane's 4 values sharing that lane's sign and scale."""
+    if w.qtype not in quantdot.ONE_BIT:
+        return w.lanes[:, o]
+    signed = w.m[o]  # [slab, nb, sub-block, lane]
+    offsets = np.repeat(signed.transpose(1, 3, 0, 2), 4, axis=-1)  # [nb, lane, slab, sub-block * 4]
+    return 8 * w.lanes[:, o] + offsets.reshape(w.lanes[:, o].shape)
 
 
 def combine(s1: np.ndarray, s2: np.ndarray | None, d: np.ndarray, dmin: np.ndarray | None,

@@ -27,10 +27,16 @@ two chains, even and odd blocks, and an odd last block added alone) and IQ4_XS (
 6-bit sub-block scales, no mins) follow the same scheme, and MXFP4 (gpt-oss) as IQ4_NL with its own table and
 a power-of-two block scale (E8M0, halved), two chains for every pass (no tinyBLAS or tiled kernel takes it).
 The grid types (`GRID_TYPES`: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) go as IQ4_XS, their codes the signed grid
-values, their sub-block scales 2 ls + 1, and the float sum times the type's constant at the end.
+values, their sub-block scales 2 ls + 1, and the float sum times the type's constant at the end. The one-bit types
+(`ONE_BIT`: IQ1_S, IQ1_M) store each value as a ternary grid value plus a signed offset of 1/8 (one sign per 32
+values, or per 8): their grid values go as a grid type's, and the offsets' sums, input codes times sign times
+sub-block scale, take a second float chain (`_one_bit_offsets`). The ternary types (`TERNARY`: TQ1_0, TQ2_0) store
+codes 0, 1, 2 for -1, 0, 1; ggml's lanes sum codes times input and take off, in lane l, the sum of the block's
+input codes 32 l .. 32 l + 31 (its `bsums`), then chain the lanes block by block as the others do: the code writes
+`_mm256_mul_ps` then `_mm256_add_ps`, which the compiler fuses into one fma (measured: unfused, 107 of 192 outputs
+differ in their last bit).
 
-Not handled (the engine falls back to rounding the input and a float product):
-IQ1_S, IQ1_M, TQ* (Q2_K and Q3_K: `kquant_low`). Q4_K/Q5_K/Q6_K, IQ4_XS and grid-type products of passes of
+(Q2_K and Q3_K: `kquant_low`.) Q4_K/Q5_K/Q6_K, IQ4_XS and grid-type products of passes of
 8 tokens or more follow llama.cpp's tiled kernel instead (`kquant_tiled`: same integer sums,
 another float order).
 
@@ -58,9 +64,16 @@ SLAB_ELEMENTS = 1 << 22  # lane sums held at once (bounds memory: 16 MiB float32
 # hsum_float_8(accumf)`). Per type: (values per sub-block scale, that constant, where the scales are stored).
 GRID_TYPES: dict[Q, tuple[int, float]] = {Q.IQ2_XXS: (32, 0.125), Q.IQ2_XS: (16, 0.125), Q.IQ2_S: (16, 0.125),
                                           Q.IQ3_XXS: (32, 0.25), Q.IQ3_S: (32, 1.0)}
+# The one-bit types: each weight d * (2 ls + 1) * (grid value + sign / 8), the grid values -1, 0, 1 (`iq1s_grid`);
+# per type: values per sub-block scale, values per offset sign (ggml-common.h `block_iq1_s`, `block_iq1_m`).
+ONE_BIT: dict[Q, tuple[int, int]] = {Q.IQ1_S: (32, 32), Q.IQ1_M: (16, 8)}
+ONE_BIT_DELTA = np.float32(0.125)  # IQ1S_DELTA, IQ1M_DELTA
+# The ternary types: each weight d * (code - 1), codes 0, 1, 2; the byte offset of each block's fp16 d, its last field
+# (ggml-common.h `block_tq1_0`: 48 bytes of 5 codes each, 4 of 4; `block_tq2_0`: 64 bytes of 4 codes each).
+TERNARY: dict[Q, int] = {Q.TQ1_0: 52, Q.TQ2_0: 64}
 SUPPORTED = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
-                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4, *GRID_TYPES})
-K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, *GRID_TYPES})  # 256-value blocks against Q8_K
+                       Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4, *GRID_TYPES, *ONE_BIT, *TERNARY})
+K_QUANTS = frozenset({Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, *GRID_TYPES, *ONE_BIT, *TERNARY})  # 256-value blocks against Q8_K
 # IQ4_NL / IQ4_XS codes index this table (`kvalues_iq4nl`, ggml-common.h)
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int32)
 KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int32)  # `kvalues_fp4`: 2 x E2M1
@@ -82,7 +95,7 @@ class Packed:
     n_in: int
     lanes: np.ndarray  # [G, n_out, kk] float32 (float64 for Q6_K): exact integers
     d: np.ndarray  # [n_out, nb] float32 block scales
-    m: np.ndarray | None = None  # [n_out, nb] float32: Q4_1/Q5_1 offsets, k-quants' dmin
+    m: np.ndarray | None = None  # [n_out, nb] float32: Q4_1/Q5_1 offsets, k-quants' dmin; [n_out, nb, 8, lane]: IQ1 sign x scale
     sub: np.ndarray | None = None  # [n_out, nb, 8|16] float32: Q4_K/Q5_K sub-block mins, Q6_K sub-block scales
 
     @property
@@ -171,6 +184,12 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
     elif qtype in GRID_TYPES:
         d, sub = _f16(b[..., 0:2]), _grid_scales(b, qtype)
         codes = _grid_codes(raw, qtype, n_in, d, sub)
+    elif qtype in ONE_BIT:  # m: each value's offset sign, +1 or -1 [n_out, nb, 256]
+        d, sub = _one_bit_scales(b, qtype)
+        codes, m = _one_bit_codes(raw, qtype, n_in, d, sub)
+    elif qtype in TERNARY:  # codes 0, 1, 2 (value code - 1), as ggml's AVX2 dot reads them
+        d = _f16(b[..., TERNARY[qtype] : TERNARY[qtype] + 2])
+        codes = _ternary_codes(raw, qtype, n_in, d)
     elif qtype == Q.Q6_K:
         ql = b[..., 0:128].reshape(*b.shape[:-1], 2, 2, 32)  # [.., half, ql 0:32 | 32:64, l]
         qh = b[..., 128:192].reshape(*b.shape[:-1], 2, 1, 32)
@@ -216,6 +235,50 @@ def _grid_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray, sub: np.nda
     return codes.reshape(n_out, n_in)
 
 
+def _one_bit_scales(b: np.ndarray, qtype: Q) -> tuple[np.ndarray, np.ndarray]:
+    """Stored blocks [n_out, nb, bytes] of IQ1_S or IQ1_M -> (d [n_out, nb], sub-block scales 2 ls + 1 [n_out, nb, 8 or
+    16] float32). IQ1_S: d in the first two bytes, ls in bits 12-14 of each 32 values' uint16 `qh`. IQ1_M: no d field;
+    its fp16 bits are the top nibbles of the four uint16 scale words, each word holding four 3-bit ls, low first."""
+    if qtype == Q.IQ1_S:
+        qh = np.ascontiguousarray(b[..., 34:50]).view(np.uint16)  # [.., 8]
+        return _f16(b[..., 0:2]), (2 * ((qh >> 12) & 7).astype(np.int32) + 1).astype(np.float32)
+    sc = np.ascontiguousarray(b[..., 48:56]).view(np.uint16)  # [.., 4]
+    top = (sc >> 12).astype(np.uint16)
+    d = (top[..., 0] | (top[..., 1] << 4) | (top[..., 2] << 8) | (top[..., 3] << 12)).astype(np.uint16)
+    ls = (sc[..., :, None] >> np.array([0, 3, 6, 9], np.uint16)) & 7  # [.., 4 words, 4]: per 16 values in order
+    return d.view(np.float16).astype(np.float32), (2 * ls.reshape(*sc.shape[:-1], 16).astype(np.int32) + 1).astype(np.float32)
+
+
+def _one_bit_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray, sub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """IQ1_S or IQ1_M rows -> (grid values [n_out, n_in] int32, offset signs [n_out, nb, 256] float32), from gguf's
+    dequantization: each value is d * (2 ls + 1) / 8 times 8 * grid + sign, every factor exact in float32."""
+    from gguf import quants
+
+    per, _ = ONE_BIT[qtype]
+    n_out = d.shape[0]
+    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
+    step = (d[..., None] * np.repeat(sub, per, axis=-1) * ONE_BIT_DELTA).astype(np.float32)  # [o, nb, 256]
+    eights = np.rint(values / np.where(step == 0, np.float32(1), step)).astype(np.int32)  # 8 * grid + sign
+    grid = np.rint(eights / 8).astype(np.int32)
+    sign = np.where(step == 0, 1, eights - 8 * grid)
+    if not (np.isin(sign, (-1, 1)).all() and np.array_equal(np.where(step == 0, 0, eights * step), np.where(step == 0, 0, values))):
+        raise ValueError(f"{qtype.name}: gguf's values are not grid values and offsets times their scales")
+    return grid.reshape(n_out, n_in), sign.astype(np.float32)
+
+
+def _ternary_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray) -> np.ndarray:
+    """TQ1_0 or TQ2_0 rows -> codes [n_out, n_in] int32, from gguf's dequantization (each value d * (code - 1))."""
+    from gguf import quants
+
+    n_out = d.shape[0]
+    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
+    step = np.where(d == 0, np.float32(1), d)[..., None]
+    codes = np.where(d[..., None] == 0, 1, np.rint(values / step) + 1).astype(np.int32)
+    if not np.array_equal(np.where(d[..., None] == 0, 0, (codes - 1) * step), np.where(d[..., None] == 0, 0, values)):
+        raise ValueError(f"{qtype.name}: gguf's values are not whole steps of d")
+    return codes.reshape(n_out, n_in)
+
+
 def block_offsets(raw: np.ndarray, qtype: Q, n_in: int) -> np.ndarray:
     """Stored Q4_1/Q5_1 rows -> their block offsets m [n_out, n_in / 32] (float32)."""
     block, size = GGML_QUANT_SIZES[qtype]
@@ -234,15 +297,19 @@ def pack(raw: np.ndarray, qtype: Q, n_in: int) -> Packed:
         if qtype == Q.Q6_K:  # scale of 16 values: index 2 * sub-block + lane // 4
             scale = sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]  # [o, b, 8, lane, 1]
             c = c.astype(np.float64) * scale
-        elif qtype == Q.IQ4_XS or GRID_TYPES.get(qtype, (0,))[0] == 32:  # one scale per sub-block of 32, no mins
-            c = c * sub[:, :, :, None, None]
+        elif qtype == Q.IQ4_XS or {**GRID_TYPES, **ONE_BIT}.get(qtype, (0,))[0] == 32:  # a scale per 32, no mins
+            scale = np.broadcast_to(sub[:, :, :, None, None], (n_out, nb, 8, LANES, 1))  # [o, b, 8, lane, 1]
+            c = c * scale
             sub = None
-        elif qtype in GRID_TYPES:  # one scale per 16 values: index 2 * sub-block + lane // 4
-            c = c * sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]
+        elif qtype in GRID_TYPES or qtype in ONE_BIT:  # one scale per 16 values: index 2 * sub-block + lane // 4
+            scale = sub.reshape(n_out, nb, 8, 2)[..., np.arange(LANES) // 4][..., None]  # [o, b, 8, lane, 1]
+            c = c * scale
             sub = None
-        else:
+        elif qtype not in TERNARY:  # Q4_K, Q5_K: scales and mins per 32 values
             c = c * sub[:, :, 0, :, None, None].astype(np.float32)
             sub = sub[:, :, 1, :].astype(np.float32)  # keep the mins
+        if qtype in ONE_BIT:  # m: sign times scale per (sub-block, lane), each lane's 4 values sharing both
+            m = m.reshape(n_out, nb, 8, LANES, 4)[..., 0] * scale[..., 0]  # [o, b, 8, lane]
         lanes = c.transpose(1, 3, 0, 2, 4).reshape(nb * LANES, n_out, 32)
     else:
         lanes = codes.astype(np.float32).reshape(n_out, n_in // 4, 4).transpose(1, 0, 2)
@@ -328,6 +395,21 @@ def _two_chains(lanes: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return y
 
 
+def _one_bit_offsets(qtype: Q, codes: np.ndarray, signed: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The offsets' sum of an IQ1_S / IQ1_M product before its 1/8, as `ggml_vec_dot_iq1_*_q8_K` (AVX2) takes it.
+
+    codes [n, nb, 256] Q8_K input codes, signed [o, nb, 8, lane] sign times sub-block scale (`pack`), scale [nb, n, o]
+    -> [n, o] float32. IQ1_M keeps 8 lanes of the offsets' integer sums, chained as the grid values' are and summed
+    (`hsum_float_8`); IQ1_S sums them into one integer per block, `accum1 += d * sumi1`, which the compiler fuses.
+    """
+    n, nb = codes.shape[:2]
+    fours = codes.reshape(n, nb, 8, LANES, 4).sum(axis=-1)  # [n, b, sub-block, lane]: input codes per lane
+    sums = np.einsum("tbil,obil->blto", fours, signed.astype(np.float32))  # [b, lane, n, o] exact integers
+    if qtype == Q.IQ1_M:
+        return _hsum8(_fma_chain(sums, scale))
+    return _fma_chain(sums.sum(axis=1)[:, None], scale)[0]
+
+
 def _serial_sum(terms: np.ndarray) -> np.ndarray:
     """[nb, n, o] float32 -> [n, o]: a float32 sum in block order (`summs += ...`)."""
     total = np.zeros(terms.shape[1:], dtype=np.float32)
@@ -367,12 +449,17 @@ def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
             bs = sums16.reshape(n, nb, LANES, 2)
             lanes = lanes - 32 * np.einsum("tblk,oblk->blto", bs, sc)
         scale = dx.T[:, :, None] * dw[:, None, :]  # [nb, n, slab]: fp16 x fp16 (exact), or Q8_K's y.d x fp16 (rounded)
-        if w.qtype in TWO_CHAINS and (n == 1 or w.qtype == Q.MXFP4):  # 2+ tokens of IQ4_NL: tinyBLAS, one chain
+        if w.qtype in TERNARY:  # lane l takes off the block's input codes 32 l .. 32 l + 31 (`bsums`, as int16 pairs)
+            sums32 = codes.reshape(n, nb, LANES, 32).sum(axis=-1)  # [n, nb, lane]
+            y = _hsum8(_fma_chain((lanes - sums32.transpose(1, 2, 0)[..., None]).astype(np.float32), scale))
+        elif w.qtype in TWO_CHAINS and (n == 1 or w.qtype == Q.MXFP4):  # 2+ tokens of IQ4_NL: tinyBLAS, one chain
             y = _two_chains(lanes.astype(np.float32), scale)
         else:
             y = _hsum8(_fma_chain(lanes.astype(np.float32), scale))
         if w.qtype in GRID_TYPES:
             y = np.float32(GRID_TYPES[w.qtype][1]) * y
+        elif w.qtype in ONE_BIT:
+            y = y + ONE_BIT_DELTA * _one_bit_offsets(w.qtype, codes, w.m[o], scale)
         if w.qtype in WITH_OFFSET:
             y = y + _serial_sum(sx.T[:, :, None] * w.m[o].T[:, None, :])
         elif w.qtype in (Q.Q4_K, Q.Q5_K):
