@@ -1,6 +1,6 @@
 """Block types the reference files lack, against llama.cpp bit for bit (`quantdot`, `kquant_tiled`): IQ4_NL and
 IQ4_XS matrices, experts of Q4_K and IQ4_XS, the grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the
-one-bit and ternary types (IQ1_S, IQ1_M, TQ1_0, TQ2_0).
+one-bit and ternary types (IQ1_S, IQ1_M, TQ1_0, TQ2_0), and BF16 matrices.
 
 Files with random weights are written at test time and requantized by llama.cpp's quantizer, every matrix to
 one type: a two-layer llama 256 values wide for IQ4_XS (whole 256-value blocks), 288 for IQ4_NL (rows of 9
@@ -34,6 +34,17 @@ from walkthrough.engine.glassbox import quantdot
 from walkthrough.inspect.gguf import open_gguf
 
 WIDTHS = {"IQ4_NL": (288, 544), "IQ4_XS": (256, 512)}  # (model width, FFN width)
+
+
+def assert_llama_cpps_numbers(path, n_tokens: int, decode: int) -> None:
+    """A prefill of tokens 5 .. 5 + n_tokens - 1 and `decode` decode passes: every op of every layer and all the
+    logits identical to llama.cpp's (`both_engines`: exact products, one thread, F32 KV cache)."""
+    (ours, ours_logits, n_layers), (theirs, theirs_logits) = both_engines(path, list(range(5, 5 + n_tokens)), decode)
+    for layer in [*range(n_layers), -1]:
+        first = op_diff.first_difference(op_diff.layer_diffs(ours, theirs, layer, np.arange(n_tokens)))
+        assert first is None, f"layer {layer}: {first.describe()}"
+    for a, b in zip(ours_logits, theirs_logits, strict=True):
+        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
 
 
 @needs_llama
@@ -85,10 +96,16 @@ LOW_BIT = sorted({*quantdot.GRID_TYPES, *quantdot.ONE_BIT, *quantdot.TERNARY}, k
 def test_low_bit_types_give_llama_cpps_numbers_bit_for_bit(qtype, n_tokens, tmp_path):
     path = write_llama_blocks(tmp_path / f"llama-{qtype.name}.gguf", qtype)
     assert {t.ggml_type for n, t in open_gguf(path).tensors.items() if n.startswith("blk.")} >= {qtype}
-    ids = list(range(5, 5 + n_tokens))
-    (ours, ours_logits, n_layers), (theirs, theirs_logits) = both_engines(path, ids, 1)
-    for layer in [*range(n_layers), -1]:
-        first = op_diff.first_difference(op_diff.layer_diffs(ours, theirs, layer, np.arange(n_tokens)))
-        assert first is None, f"layer {layer}: {first.describe()}"
-    for a, b in zip(ours_logits, theirs_logits, strict=True):
-        assert np.array_equal(a, b), f"max logit difference {np.abs(a - b).max():.3g}"
+    assert_llama_cpps_numbers(path, n_tokens, 1)
+
+
+@needs_llama
+@pytest.mark.parametrize("n_tokens", [12, 1])
+def test_bf16_weights_give_llama_cpps_numbers_bit_for_bit(n_tokens, tmp_path):
+    """A llama whose matrices llama.cpp requantized to BF16, rows 272 and 528 values long (16 left over after
+    whole steps of 32): the input rounded to BF16, tinyBLAS for 2+ tokens and `ggml_vec_dot_bf16` for one."""
+    from gguf.constants import GGMLQuantizationType as Q
+
+    path = requantize(write_llama(tmp_path / "llama.gguf", n_embd=272, n_ff=528), tmp_path / "llama-bf16.gguf", "BF16")
+    assert {t.ggml_type for n, t in open_gguf(path).tensors.items() if n.startswith("blk.")} >= {Q.BF16}
+    assert_llama_cpps_numbers(path, n_tokens, 2)

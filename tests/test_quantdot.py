@@ -152,3 +152,34 @@ def test_products_are_ggmls_bit_for_bit(ggml_cpu, qtype):
     assert np.array_equal(ours, ggml_products(ggml_cpu, qtype, raw, x))
     if qtype not in SECOND_KERNEL_FROM_2 and not kquant_tiled.applies(qtype, len(x)):
         assert np.array_equal(quantdot.matmul(x, packed), ours)
+
+
+FLOAT_ROWS = {"f16": ("ggml_vec_dot_f16", np.float16), "bf16": ("ggml_vec_dot_bf16", None)}
+
+
+@pytest.mark.parametrize("kind", sorted(FLOAT_ROWS))
+@pytest.mark.parametrize("k", [64, 80, 1536, 1544])
+def test_half_precision_row_dots_are_ggmls_bit_for_bit(ggml_cpu, kind, k):
+    """`ggml_math.vec_dot_f16` / `vec_dot_bf16` against ggml's own kernels on rows of F16 / BF16 values, with and
+    without k % 32 values left over (each reduces its 8 lanes in another order: the bf16 one was measured)."""
+    from walkthrough.engine.glassbox import ggml_math
+    from walkthrough.engine.glassbox.activations import round_activations
+
+    name, dtype = FLOAT_ROWS[kind]
+    x, w = round_activations(activations(6, k), kind), round_activations(activations(40, k, seed=2), kind)
+    if dtype is None:  # BF16 bits: the float32's top half
+        stored = lambda a: np.ascontiguousarray((a.view(np.uint32) >> 16).astype(np.uint16))
+    else:
+        stored = lambda a: np.ascontiguousarray(a.astype(dtype))
+    dot = getattr(ggml_cpu, name)
+    dot.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                    ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    theirs = np.zeros((len(x), len(w)), np.float32)
+    s = ctypes.c_float()
+    xs, ws = stored(x), stored(w)
+    for i in range(len(x)):
+        for o in range(len(w)):
+            dot(k, ctypes.byref(s), 0, ws[o].ctypes.data, 0, xs[i].ctypes.data, 0, 1)
+            theirs[i, o] = s.value
+    ours = ggml_math.ROW_DOTS[kind](w[None], x[:, None])
+    assert np.array_equal(ours, theirs)

@@ -288,11 +288,11 @@ def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:
     return F32(1) / np.sqrt(mean + F32(eps))
 
 
-def _vec_dot_body(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """[..., k] . [..., k] -> [...] float32: `ggml_vec_dot_f32`'s sum of the first k - k % 32 products.
+def _vec_dot_lanes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [..., 8] float32: the lanes of `ggml_vec_dot_f32`'s sum of the first k - k % 32 products.
 
     Four registers of 8 lanes take them in steps of 32, one fma per lane per step; then registers
-    0+2 and 1+3, those two added, its 8 lanes summed (`GGML_F32x8_REDUCE`).
+    0+2 and 1+3, those two added.
     """
     body = x.shape[-1] - x.shape[-1] % 32
     shape = np.broadcast_shapes(x.shape[:-1], y.shape[:-1])
@@ -301,9 +301,15 @@ def _vec_dot_body(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         acc = fma32(x[..., i : i + 32].reshape(*x.shape[:-1], 4, 8), y[..., i : i + 32].reshape(*y.shape[:-1], 4, 8),
                     acc)
     pair = acc[..., :2, :] + acc[..., 2:, :]
-    lanes = pair[..., 0, :] + pair[..., 1, :]  # [..., 8]
+    return pair[..., 0, :] + pair[..., 1, :]  # [..., 8]
+
+
+def _vec_dot_body(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32: `ggml_vec_dot_f32`'s sum of the first k - k % 32 products, its 8 lanes
+    summed as `GGML_F32x8_REDUCE` does (high half onto low, then two `_mm_hadd_ps`)."""
+    lanes = _vec_dot_lanes(x, y)
     half = lanes[..., :4] + lanes[..., 4:]
-    return (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])  # two _mm_hadd_ps
+    return (half[..., 0] + half[..., 1]) + (half[..., 2] + half[..., 3])
 
 
 def vec_dot_f32(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -333,6 +339,24 @@ def vec_dot_f16(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return total.astype(F32)
 
 
+def vec_dot_bf16(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """[..., k] . [..., k] -> [...] float32 as `ggml_vec_dot_bf16` (vec.cpp, AVX2) of BF16-valued rows.
+
+    The same four registers as `ggml_vec_dot_f32` (a BF16 product is exact in float32, so its unfused multiply and
+    add round as one fma), but the 8 lanes are summed with `_mm_movehl_ps` then `_mm_movehdup_ps`:
+    (h0 + h2) + (h1 + h3) of the halves' sums h, where `GGML_F32x8_REDUCE` takes (h0 + h1) + (h2 + h3). That
+    sum goes to a double, the k % 32 products left over join it in double, and it is rounded once, as
+    `ggml_vec_dot_f16`'s.
+    """
+    k = x.shape[-1]
+    lanes = _vec_dot_lanes(x, y)
+    half = lanes[..., :4] + lanes[..., 4:]
+    total = ((half[..., 0] + half[..., 2]) + (half[..., 1] + half[..., 3])).astype(np.float64)
+    for i in range(k - k % 32, k):
+        total = total + (x[..., i] * y[..., i]).astype(np.float64)
+    return total.astype(F32)
+
+
 def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """[..., k] . [..., k] -> [...] float32 as llamafile's `tinyBLAS` (sgemm.cpp, AVX2) sums an F32 product.
 
@@ -351,18 +375,21 @@ def tinyblas_dot(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 F32_SLAB = 1 << 20  # output values per step of `f32_matmul` (bounds its memory)
 
 
-def f32_matmul(x: np.ndarray, w: np.ndarray, *, per_row: bool = False, f16: bool = False) -> np.ndarray:
-    """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight (an F16 one with `f16`).
+ROW_DOTS = {"f32": vec_dot_f32, "f16": vec_dot_f16, "bf16": vec_dot_bf16}  # a float weight's type -> its row kernel
+
+
+def f32_matmul(x: np.ndarray, w: np.ndarray, *, per_row: bool = False, kind: str = "f32") -> np.ndarray:
+    """[n, k] float32 @ [o, k].T -> [n, o] as ggml's CPU backend multiplies an F32 weight (F16, BF16: `kind`).
 
     A pass of 2 tokens or more goes to llamafile's tinyBLAS when it takes the shape (k a multiple
     of 8, o of 4: `tinyblas_dot`), anything else to `ggml_vec_dot_f32` row by row; `per_row`: always
-    the latter, as `ggml_compute_forward_mul_mat_id` (an expert's product) takes it. With `f16`, x and w
-    hold F16 values (x rounded to F16 as `mul_mat` converts it) and the row-by-row kernel is
-    `ggml_vec_dot_f16`; tinyBLAS sums F16 values widened to float32 in the same 8-lane order.
+    the latter, as `ggml_compute_forward_mul_mat_id` (an expert's product) takes it. With "f16" or "bf16",
+    x and w hold values of that type (x rounded to it as `mul_mat` converts it) and the row-by-row kernel is
+    `ggml_vec_dot_f16` / `ggml_vec_dot_bf16`; tinyBLAS sums them widened to float32 in the same 8-lane order.
     """
     n, k = x.shape
     o = w.shape[0]
-    row_dot = vec_dot_f16 if f16 else vec_dot_f32
+    row_dot = ROW_DOTS[kind]
     dot = tinyblas_dot if n >= 2 and k % 8 == 0 and o % 4 == 0 and not per_row else row_dot
     step = max(1, F32_SLAB // max(1, n * 8))
     parts = [dot(w[None, o0 : o0 + step], x[:, None]) for o0 in range(0, o, step)]  # [n, slab] each

@@ -42,6 +42,9 @@ from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
 from walkthrough.engine.glassbox.weights import Weights, product_dtype, row_nbytes, with_offsets
 
+# float weight types -> the format exact products take them in (`ggml_math.f32_matmul`'s `kind`)
+FLOAT_KINDS = {GGMLQuantizationType.F32: "f32", GGMLQuantizationType.F16: "f16", GGMLQuantizationType.BF16: "bf16"}
+
 Probe = Callable[[str, np.ndarray], None]  # (llama.cpp's graph name "NAME-LAYER" or "NAME", values)
 
 
@@ -140,12 +143,11 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             y = quantdot.matmul(x, self.weights.packed(name))
             return self.wrote(y + b if b is not None else y)
-        float_type = self.weights.info(name).ggml_type
-        if self.exact_products and float_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        kind = FLOAT_KINDS.get(self.weights.info(name).ggml_type)
+        if self.exact_products and kind is not None:
             self._count_matrix(name, x.shape[0], group)
-            f16 = float_type == GGMLQuantizationType.F16  # the input converted to F16 first (`mul_mat`)
             w = self.weights.get(name).reshape(-1, x.shape[-1]).astype(np.float32)
-            y = ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, f16=f16)
+            y = ggml_math.f32_matmul(round_activations(x, kind), w, kind=kind)  # x converted first (`mul_mat`)
             return self.wrote(y + b if b is not None else y)
         dtype = self.product_dtype(name)
         info = self.weights.info(name)
@@ -233,12 +235,12 @@ class Meter:
                         info.n_elements // info.shape[2], x.shape[0])
             return self.wrote(quantdot.matmul(x, self.weights.packed_expert(name, e)))
         info = self.weights.info(name)
-        if self.exact_products and info.ggml_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        kind = FLOAT_KINDS.get(info.ggml_type)
+        if self.exact_products and kind is not None:
             self._count((name, e), self.group_of(name), self.weights.expert_nbytes(name),
                         info.n_elements // info.shape[2], x.shape[0])
-            f16 = info.ggml_type == GGMLQuantizationType.F16
             w = self.weights.expert(name, e, np.float32)
-            return self.wrote(ggml_math.f32_matmul(round_activations(x, "f16") if f16 else x, w, per_row=True, f16=f16))
+            return self.wrote(ggml_math.f32_matmul(round_activations(x, kind), w, per_row=True, kind=kind))
         return self.wrote(self._rounded_product(name, x, self.expert(name, e, x.shape[0])))
 
     def look(self, name: str, layer: int, a: np.ndarray) -> np.ndarray:
