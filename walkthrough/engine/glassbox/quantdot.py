@@ -138,7 +138,9 @@ def unpack(raw: np.ndarray, qtype: Q, n_in: int) -> tuple[np.ndarray, np.ndarray
     """Stored rows -> (codes [n_out, n_in] int32, d [n_out, nb], m or dmin [n_out, nb], sub-block scales/mins).
 
     Values are d*code (Q8_0, Q4_0, Q5_0: codes signed), d*code + m (Q4_1, Q5_1), d*sc*code - dmin*mn
-    (Q4_K, Q5_K: sub is (sc, mn) stacked [n_out, nb, 2, 8]), d*sc*(code - 32) (Q6_K: sub is sc [n_out, nb, 16]).
+    (Q4_K, Q5_K: sub is (sc, mn) stacked [n_out, nb, 2, 8]), d*sc*(code - 32) (Q6_K: sub is sc [n_out, nb, 16]),
+    d*sub*(code + m/8) (IQ1_S, IQ1_M: codes the grid values -1, 0, 1, m each value's offset sign [n_out, nb, 256],
+    sub 2 ls + 1 per 32 or 16 values), d*(code - 1) (TQ1_0, TQ2_0: codes 0, 1, 2).
     """
     if qtype in kquant_low.TYPES:
         return kquant_low.unpack(raw, qtype, n_in)
