@@ -183,3 +183,21 @@ def test_half_precision_row_dots_are_ggmls_bit_for_bit(ggml_cpu, kind, k):
             theirs[i, o] = s.value
     ours = ggml_math.ROW_DOTS[kind](w[None], x[:, None])
     assert np.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("qtype", sorted({*quantdot.GRID_TYPES, *quantdot.ONE_BIT, *quantdot.TERNARY},
+                                         key=lambda t: t.value), ids=lambda t: t.name)
+def test_types_read_through_gguf_take_blocks_whose_scale_is_not_finite(ggml_cpu, qtype):
+    """A hostile file's NaN or infinite block scale leaves no codes in gguf's values: the weight still packs, its
+    other rows keep ggml's bits, and a row with a NaN scale gives NaN as ggml's does (an infinite one: not finite)."""
+    raw = random_rows(qtype, 8, 512)
+    blocks = raw.reshape(8, 2, -1)
+    put_block_scales(blocks[0:1, 0:1], qtype, np.array([[np.nan]], np.float16))
+    put_block_scales(blocks[1:2, 1:2], qtype, np.array([[np.inf]], np.float16))
+    x = activations(2, 512)
+    packed = quantdot.pack(raw, qtype, 512)
+    ours = np.concatenate([quantdot.matmul(x[i : i + 1], packed) for i in range(2)])
+    theirs = ggml_products(ggml_cpu, qtype, raw, x)
+    assert np.isnan(ours[:, 0]).all() and np.isnan(theirs[:, 0]).all()
+    assert not np.isfinite(ours[:, 1]).any() and not np.isfinite(theirs[:, 1]).any()
+    assert np.array_equal(ours[:, 2:], theirs[:, 2:])

@@ -222,19 +222,38 @@ def _grid_scales(b: np.ndarray, qtype: Q) -> np.ndarray:
     return (2 * ls.astype(np.int32) + 1).astype(np.float32)
 
 
+def _gguf_values(raw: np.ndarray, qtype: Q, n_out: int) -> np.ndarray:
+    """Stored rows -> gguf's dequantized values [n_out, nb, 256] float32 (quietly: a hostile file's NaN or infinite
+    scale makes numpy warn inside gguf, and a warning printed would cut into the app's screen)."""
+    from gguf import quants
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        return quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)
+
+
+def _whole_steps(values: np.ndarray, step: np.ndarray, what: str) -> np.ndarray:
+    """values / step [...] as int32, each an exact whole number of its step (ValueError naming `what` if not).
+
+    Where a step is 0, infinite or NaN (a hostile file's scale) the values hold no codes, and 0 stands in: the
+    block's products are then 0, or not finite as ggml's are (which infinity, or NaN, may differ)."""
+    readable = np.isfinite(step) & (step != 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        steps = np.where(readable, np.rint(values / np.where(readable, step, np.float32(1))), 0)
+        whole = np.array_equal(np.where(readable, steps * step, 0), np.where(readable, values, 0))
+    if not (np.abs(steps) < 2 ** 24).all() or not whole:
+        raise ValueError(f"{what}: gguf's values are not whole steps of the block scales")
+    return steps.astype(np.int32)
+
+
 def _grid_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray, sub: np.ndarray) -> np.ndarray:
     """A grid type's signed grid values [n_out, n_in] int32, from gguf's dequantization: each value is d times the
     sub-block scale times the type's constant times the grid value, every factor exact in float32."""
-    from gguf import quants
-
     per, constant = GRID_TYPES[qtype]
     n_out = d.shape[0]
-    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
-    step = (d[..., None] * np.repeat(sub, per, axis=-1) * np.float32(constant)).astype(np.float32)  # [o, nb, 256]
-    codes = np.rint(values / np.where(step == 0, np.float32(1), step)).astype(np.int32)
-    if not np.array_equal(np.where(step == 0, 0, codes * step), np.where(step == 0, 0, values)):
-        raise ValueError(f"{qtype.name}: gguf's values are not grid values times their scales")
-    return codes.reshape(n_out, n_in)
+    values = _gguf_values(raw, qtype, n_out)  # [o, nb, 256]
+    with np.errstate(invalid="ignore", over="ignore"):
+        step = (d[..., None] * np.repeat(sub, per, axis=-1) * np.float32(constant)).astype(np.float32)  # [o, nb, 256]
+    return _whole_steps(values, step, qtype.name).reshape(n_out, n_in)
 
 
 def _one_bit_scales(b: np.ndarray, qtype: Q) -> tuple[np.ndarray, np.ndarray]:
@@ -254,31 +273,24 @@ def _one_bit_scales(b: np.ndarray, qtype: Q) -> tuple[np.ndarray, np.ndarray]:
 def _one_bit_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray, sub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """IQ1_S or IQ1_M rows -> (grid values [n_out, n_in] int32, offset signs [n_out, nb, 256] float32), from gguf's
     dequantization: each value is d * (2 ls + 1) / 8 times 8 * grid + sign, every factor exact in float32."""
-    from gguf import quants
-
     per, _ = ONE_BIT[qtype]
     n_out = d.shape[0]
-    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
-    step = (d[..., None] * np.repeat(sub, per, axis=-1) * ONE_BIT_DELTA).astype(np.float32)  # [o, nb, 256]
-    eights = np.rint(values / np.where(step == 0, np.float32(1), step)).astype(np.int32)  # 8 * grid + sign
+    values = _gguf_values(raw, qtype, n_out)  # [o, nb, 256]
+    with np.errstate(invalid="ignore", over="ignore"):
+        step = (d[..., None] * np.repeat(sub, per, axis=-1) * ONE_BIT_DELTA).astype(np.float32)  # [o, nb, 256]
+    eights = _whole_steps(values, step, qtype.name)  # 8 * grid + sign (0 where the scale holds no codes)
     grid = np.rint(eights / 8).astype(np.int32)
-    sign = np.where(step == 0, 1, eights - 8 * grid)
-    if not (np.isin(sign, (-1, 1)).all() and np.array_equal(np.where(step == 0, 0, eights * step), np.where(step == 0, 0, values))):
+    sign = np.where(eights == 0, 1, eights - 8 * grid)
+    if not np.isin(sign, (-1, 1)).all():
         raise ValueError(f"{qtype.name}: gguf's values are not grid values and offsets times their scales")
     return grid.reshape(n_out, n_in), sign.astype(np.float32)
 
 
 def _ternary_codes(raw: np.ndarray, qtype: Q, n_in: int, d: np.ndarray) -> np.ndarray:
     """TQ1_0 or TQ2_0 rows -> codes [n_out, n_in] int32, from gguf's dequantization (each value d * (code - 1))."""
-    from gguf import quants
-
     n_out = d.shape[0]
-    values = quants.dequantize(np.ascontiguousarray(raw).reshape(n_out, -1), qtype).reshape(n_out, -1, QK_K)  # [o, nb, 256]
-    step = np.where(d == 0, np.float32(1), d)[..., None]
-    codes = np.where(d[..., None] == 0, 1, np.rint(values / step) + 1).astype(np.int32)
-    if not np.array_equal(np.where(d[..., None] == 0, 0, (codes - 1) * step), np.where(d[..., None] == 0, 0, values)):
-        raise ValueError(f"{qtype.name}: gguf's values are not whole steps of d")
-    return codes.reshape(n_out, n_in)
+    values = _gguf_values(raw, qtype, n_out)  # [o, nb, 256]
+    return (_whole_steps(values, np.broadcast_to(d[..., None], values.shape), qtype.name) + 1).reshape(n_out, n_in)
 
 
 def block_offsets(raw: np.ndarray, qtype: Q, n_in: int) -> np.ndarray:
@@ -421,7 +433,16 @@ def _serial_sum(terms: np.ndarray) -> np.ndarray:
 
 
 def matmul(x: np.ndarray, w: Packed) -> np.ndarray:
-    """[n, n_in] float32 @ w.T -> [n, n_out] float32, as ggml's CPU backend computes it."""
+    """[n, n_in] float32 @ w.T -> [n, n_out] float32, as ggml's CPU backend computes it.
+
+    A hostile file's infinite or NaN block scale gives infinities and NaNs as ggml's kernels give them, without
+    numpy's warnings (printed, they would cut into the app's screen)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _matmul(x, w)
+
+
+def _matmul(x: np.ndarray, w: Packed) -> np.ndarray:
+    """`matmul`."""
     if w.qtype in kquant_low.TYPES:  # Q2_K, Q3_K (both kernels)
         return kquant_low.matmul(x, w)
     if kquant_tiled.applies(w.qtype, x.shape[0]):  # k-quants in passes of 8+ tokens: the tiled kernel
