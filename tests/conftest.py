@@ -10,8 +10,17 @@ out unless `-m` names them, whatever else `-m` selects (`-m quality` runs them).
 """
 
 import inspect
+import os
 from functools import cache
 from pathlib import Path
+
+# BLAS threads as the CLI sets them (`walkthrough.cli`): one unless the environment names a count. BLAS reads this
+# once, when numpy is first imported, which nothing has done yet: the engine's bit-for-bit claims (a row's bits
+# whatever the pass) hold for one thread; a threaded matrix-vector product splits its outputs wherever the
+# thread count falls, and a split that is no whole number of the kernel's 16-output groups sums its first
+# outputs differently.
+for _variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
 
 import pytest
 from hypothesis import settings

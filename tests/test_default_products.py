@@ -118,7 +118,7 @@ def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeyp
     if by_columns:
         by_rows = whole_model.meter().linear(name, x)
         assert np.allclose(whole, by_rows, rtol=1e-4, atol=1e-4 * np.abs(whole).max())
-    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 700 * 576 * 4)  # blocks of about 700 rows (512 by columns)
+    monkeypatch.setattr(weights_module, "BLOCK_BYTES", 700 * 576 * 4)  # blocks of about 700 rows (whole column groups by columns)
     small = Model(f, max_cache_bytes=1 << 20)  # the matrix's 3.5 MB is over a share of it: never held whole
     for rows in (x, x[:1]):
         assert np.array_equal(small.meter().linear(name, rows, by_columns=by_columns), whole[: len(rows)])
@@ -131,7 +131,7 @@ def test_a_matrix_too_large_for_the_budget_gives_the_bits_of_a_whole_one(monkeyp
 def test_a_matrix_by_columns_gives_a_row_the_same_bits_in_any_pass(d_in, d_out):
     rng = np.random.default_rng(d_in)
     w = rng.standard_normal((d_out, d_in)).astype(np.float32)
-    wt = np.zeros((d_in, -(-d_out // ops.COLUMN_SLAB) * ops.COLUMN_SLAB), np.float32)
+    wt = np.zeros((d_in, ops.padded_columns(d_out)), np.float32)
     wt[:, :d_out] = w.T  # as `Weights.columns` holds it
     x = rng.standard_normal((33, d_in)).astype(np.float32)
     alone = np.concatenate([ops.linear_columns(row[None], wt, d_out) for row in x])  # [33, d_out], decode's way

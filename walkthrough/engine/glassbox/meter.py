@@ -176,13 +176,13 @@ class Meter:
 
     def _product_by_columns(self, name: str, x: np.ndarray, b: np.ndarray | None) -> np.ndarray:
         """x @ W.T (+ b) with W held by columns (`ops.linear_columns`), whole or, too large for the weight budget,
-        a block of columns at a time (whole `ops.COLUMN_SLAB`s: the same sums)."""
+        a block of columns at a time (whole `ops.COLUMN_GROUP`s: the same sums)."""
         xr, offsets = self._folded_input(name, x)
         d_out = self.weights.info(name).shape[1]
         if self.weights.whole(name, np.float32):
             return ops.linear_columns(xr, self.weights.columns(name, offsets=offsets), d_out, b)
         y = np.empty((x.shape[0], d_out), np.float32)  # [n, d_out]
-        for r0, r1, wt in self.weights.column_blocks(name, ops.COLUMN_SLAB, offsets=offsets):
+        for r0, r1, wt in self.weights.column_blocks(name, ops.COLUMN_GROUP, offsets=offsets):
             y[:, r0:r1] = ops.linear_columns(xr, wt, r1 - r0)
         return y + b if b is not None else y
 
