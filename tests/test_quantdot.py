@@ -201,3 +201,10 @@ def test_types_read_through_gguf_take_blocks_whose_scale_is_not_finite(ggml_cpu,
     assert np.isnan(ours[:, 0]).all() and np.isnan(theirs[:, 0]).all()
     assert not np.isfinite(ours[:, 1]).any() and not np.isfinite(theirs[:, 1]).any()
     assert np.array_equal(ours[:, 2:], theirs[:, 2:])
+
+
+def test_the_tiled_kernels_types_name_every_grid_and_one_bit_type():
+    """`kquant_tiled.TAKES` spells its types out (it cannot read quantdot's sets at import); llama.cpp's tiled kernel
+    takes every grid and one-bit type, and no ternary one."""
+    assert {*quantdot.GRID_TYPES, *quantdot.ONE_BIT} <= kquant_tiled.TAKES
+    assert not set(quantdot.TERNARY) & kquant_tiled.TAKES

@@ -92,7 +92,9 @@ def tall(d_out: int, d_in: int) -> bool:
     process, 8 rounds (`docs/op-diff.md`): a decode pass takes 18% less time with the rule, a 128-token prefill
     14% more; a request decoding more than about a tenth as many tokens as its prompt holds finishes sooner.
     A ratio of 1.5 (q/k/v, 960 x 594, too) took 4% off decode and put 5% on prefill against this one, and the
-    FFN down (576 x 1,584) loses both ways, so the rule stops at 4."""
+    FFN down (576 x 1,584) loses both ways, so the rule stops at 4. Since `column_slab`, 1.5 measured about even on
+    prefill and 2 to 5% off decode, but moves the default products' mean top-1 against llama.cpp from 96.85% to
+    96.16% (`real_weights.py`): not taken yet."""
     return d_out >= COLUMNS_RATIO * d_in
 
 
