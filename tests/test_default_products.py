@@ -6,6 +6,8 @@
 - Matrices sharing an input (q/k/v, gate/up) multiplied as one stacked matrix (`Meter.linears`) give each
   output the bits the matrices give alone.
 - `ggml_math.v_expf`'s shortcut and its general path agree, and the shortcut hands over when it must.
+- SiLU's exp: ggml's own with exact products, else numpy's rounded from float64 (`ggml_math.rounded_expf`),
+  the same for every shape of pass and within 3 steps of ggml's.
 - A matrix held by columns (`ops.linear_columns`, the output head) gives a row the same bits whatever the
   number of rows in the pass, held whole or a block at a time.
 """
@@ -87,6 +89,36 @@ def test_v_expf_hands_a_halfway_sum_to_the_general_path(monkeypatch):
     monkeypatch.setattr(ggml_math, "v_expf_general", lambda a: taken.append(a) or general(a))
     assert np.array_equal(ggml_math.v_expf(x), general(x))
     assert len(taken) == 1
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many float32 steps apart a and b are (same sign)."""
+    return np.abs(a.view(np.int32).astype(np.int64) - b.view(np.int32).astype(np.int64))
+
+
+def test_the_default_silu_is_numpys_exp_and_the_exact_one_ggmls():
+    rng = np.random.default_rng(11)
+    gate = (rng.standard_normal((7, 1539)) * 4).astype(np.float32)  # rows of 8 + a tail of 3
+    up = rng.standard_normal(gate.shape).astype(np.float32)
+    exact = ops.gated_unit("silu", True)(gate, up)
+    assert np.array_equal(exact, ggml_math.silu(gate) * up)  # ggml's v_expf and libm's tail
+    rounded = ops.gated_unit("silu", False)(gate, up)
+    e = np.exp(-gate.astype(np.float64)).astype(np.float32)  # the nearest float32 of e^-x, all but always
+    assert np.array_equal(rounded, gate / (np.float32(1) + e) * up)
+    assert not np.array_equal(rounded, exact)  # the two exps differ in the last bits
+    assert _ulps(ggml_math.silu(gate, exact=False), ggml_math.silu(gate)).max() <= 3
+
+
+def test_the_default_silu_gives_a_value_the_same_bits_in_any_pass():
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((40, 1536)) * 6).astype(np.float32)  # more values than one chunk
+    x[0, :4] = [-200, 200, -90, 0]  # e^-x beyond float32: silu is 0 (no numpy warning)
+    with np.errstate(over="raise"):
+        whole = ggml_math.silu(x, exact=False)
+    assert whole[0, 0] == 0 and whole[0, 1] == 200 and whole[0, 2] == 0 and whole[0, 3] == 0
+    rows = np.concatenate([ggml_math.silu(x[i : i + 3], exact=False) for i in range(0, len(x), 3)])
+    strided = ggml_math.silu(np.asfortranarray(x), exact=False)
+    assert np.array_equal(whole, rows) and np.array_equal(whole, strided)
 
 
 def test_weights_cache_a_stacked_matrix_once():

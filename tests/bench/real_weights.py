@@ -26,9 +26,12 @@ weights exactly as ggml does (`engine.quantdot`; slow). Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads, as walkthrough.cli.main does
 
 import numpy as np
 

@@ -153,14 +153,14 @@ def gated_deltanet(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     m.look("gate", layer, gate)
     decay = ggml_math.libm.expf(gate) if exact else np.exp(gate)  # [n, Hv], ssm_a < 0 so decay in (0, 1]
     conv, state["conv"] = causal_conv(qkv, state["conv"], m.tensor(pre + "ssm_conv1d.weight"))
-    mixed = m.look("conv_output_silu", layer, ops.silu(m.look("conv_output_raw", layer, conv)))  # [n, C]
+    mixed = m.look("conv_output_silu", layer, ops.silu(m.look("conv_output_raw", layer, conv), exact))  # [n, C]
     q = l2_normalize(mixed[:, : hk * dk].reshape(n, hk, dk), c.norm_eps)  # [n, Hk, dk]
     k = l2_normalize(mixed[:, hk * dk : 2 * hk * dk].reshape(n, hk, dk), c.norm_eps)  # [n, Hk, dk]
     v = mixed[:, 2 * hk * dk :].reshape(n, hv, dv)  # [n, Hv, dv]
     key_head = np.arange(hv) % hk  # value head h reads key head h mod Hk
     out = delta_rule(state["recurrent"], q[:, key_head], k[:, key_head], v, decay, beta, exact)  # [n, Hv, dv]
     out = ops.rmsnorm(out, m.tensor(pre + "ssm_norm.weight"), c.norm_eps)
-    out = m.look("final_output", layer, out * ops.silu(z))  # [n, Hv, dv]
+    out = m.look("final_output", layer, out * ops.silu(z, exact))  # [n, Hv, dv]
     nbytes = p.cache.state_bytes_by_layer[layer]
     m.read_state(nbytes, n * (2 * dims.conv_kernel * dims.conv_channels + STATE_FLOPS_PER_VALUE * hv * dv * dk))
     trace.state_bytes = nbytes

@@ -16,6 +16,9 @@ operation by operation, so on the same inputs they give llama.cpp's bits:
   summed in double in index order.
 - `libm`: the C library's cosf / sinf / powf, the very functions ggml calls for RoPE's cache.
 
+`rounded_expf(x)` is the cheap stand-in the engine's default path takes for `v_expf` in SiLU (numpy's float64 exp,
+rounded once): not ggml's bits, about 20 times cheaper. `silu` takes it when told `exact=False`.
+
 Not handled: the AVX512 and ARM variants (other polynomials and register widths); a row whose
 length is not a multiple of 8 takes ggml's scalar tail (libm's expf), which only `soft_max_rows`
 follows.
@@ -194,18 +197,42 @@ def v_expf_general(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(n) > F32(192), huge, np.where(big, scaled, out)).astype(F32)
 
 
+def rounded_expf(x: np.ndarray) -> np.ndarray:
+    """e^x [...] float32 -> [...] float32: numpy's float64 exp rounded once, so the nearest float32 all but always.
+
+    Not `ggml_v_expf`'s bits: that polynomial is off the nearest float32 by 1 to 3 steps in about half the values.
+    But about 20 times cheaper than following it (`v_expf`: 115 against 6 ns a value over 12,288 values, measured
+    here). A value's exp does not depend on the array's shape or layout, so passes of any size agree. A large array
+    goes a chunk at a time (`elementwise_in_chunks`).
+    """
+    return elementwise_in_chunks(_rounded_expf_chunk, x)
+
+
+def _rounded_expf_chunk(x: np.ndarray) -> np.ndarray:
+    """`rounded_expf` of one chunk (beyond float32's range: inf, as ggml's exp gives, without numpy's warning)."""
+    with np.errstate(over="ignore"):
+        return np.exp(x.astype(np.float64)).astype(F32)
+
+
 def _v_silu(x: np.ndarray) -> np.ndarray:
     """`ggml_v_silu` (vec.h): x / (1 + v_expf(-x)) on float32 values."""
     return x / (F32(1) + _v_expf_chunk(F32(0) - x))
 
 
-def silu(x: np.ndarray) -> np.ndarray:
+def _rounded_silu(x: np.ndarray) -> np.ndarray:
+    """x / (1 + e^-x) on float32 values, the exp `rounded_expf`'s."""
+    return x / (F32(1) + _rounded_expf_chunk(F32(0) - x))
+
+
+def silu(x: np.ndarray, *, exact: bool = True) -> np.ndarray:
     """x / (1 + e^-x) as `ggml_vec_silu_f32` (vec.cpp) computes each row (the last axis): [..., n] float32.
 
     8 values at a time through `ggml_v_silu` (vec.h, its own exp); a row's n % 8 last values through
-    `ggml_silu_f32`, libm's expf.
+    `ggml_silu_f32`, libm's expf. Not `exact`: every value's exp is `rounded_expf`'s.
     """
     x = np.asarray(x, F32)
+    if not exact:
+        return elementwise_in_chunks(_rounded_silu, x)
     n = x.shape[-1] if x.ndim else 1
     body = n - n % 8
     if body == n:

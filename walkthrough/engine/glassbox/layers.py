@@ -202,7 +202,7 @@ def moe_ffn(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -> np.nd
         if m.weights.has(pre + "ffn_gate_inp_shexp.weight"):
             logit = m.linear(pre + "ffn_gate_inp_shexp.weight", x)  # [n, 1]: a gate per token
             if r.shared_gate == "silu_ratio":
-                gate = ops.silu(logit) / logit
+                gate = ops.silu(logit, m.exact_products) / logit
             else:
                 gate = ops.sigmoid(logit, m.exact_products)
             shared = shared * gate

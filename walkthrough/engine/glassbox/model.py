@@ -68,8 +68,9 @@ class Model:
                 weight's stored type (`activations`); False gives plain float32 products.
             exact_products: compute as llama.cpp's CPU backend does, bit for bit where docs/op-diff.md says so:
                 quantized and F32 weights multiplied as ggml does (`quantdot`, `ggml_math.f32_matmul`) and
-                attention's sums in ggml's order (slow: 10 to 25 times); the other operations follow ggml's
-                CPU kernels either way (`ggml_math`).
+                attention's sums in ggml's order, SiLU's exp ggml's own and what ggml hands to the C library
+                one call per value (slow: 10 to 25 times); the other operations follow ggml's CPU kernels either
+                way (`ggml_math`).
 
         Raises:
             WalkthroughError: the file cannot run (a partial download, an unknown architecture, a tensor

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from gguf import quants
@@ -130,9 +131,10 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x * ggml_math.rms_scale(x, eps) * w
 
 
-def silu(x: np.ndarray) -> np.ndarray:
-    """[...] -> [...]: x / (1 + e^-x) as ggml's vectorized `ggml_v_silu` (its own exp, `ggml_math.v_expf`)."""
-    return ggml_math.silu(x)
+def silu(x: np.ndarray, exact: bool = True) -> np.ndarray:
+    """[...] -> [...]: x / (1 + e^-x) as ggml's vectorized `ggml_v_silu` (its own exp, `ggml_math.v_expf`); not
+    `exact`, the exp rounded from float64 (`ggml_math.rounded_expf`: not ggml's bits, 20 times cheaper)."""
+    return ggml_math.silu(x, exact=exact)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -609,9 +611,10 @@ def flash_attention_tiled(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: 
     return out * inv[..., None]
 
 
-def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """[n, ff], [n, ff] -> [n, ff]: silu(gate) * up, the gated unit of a SwiGLU FFN (down(swiglu(...)))"""
-    return silu(gate) * up
+def swiglu(gate: np.ndarray, up: np.ndarray, *, exact: bool = True) -> np.ndarray:
+    """[n, ff], [n, ff] -> [n, ff]: silu(gate) * up, the gated unit of a SwiGLU FFN (down(swiglu(...)));
+    `exact` as `silu`'s."""
+    return silu(gate, exact) * up
 
 
 def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -638,10 +641,10 @@ GATED = {"silu": swiglu, "gelu": geglu, "swiglu_oai": swiglu_oai}  # the declara
 
 
 def gated_unit(activation: str, exact: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The gated unit for an activation, following ggml's own exponential when `exact` (SiLU and GELU always do)."""
-    if activation == "swiglu_oai" and exact:
-        return lambda gate, up: swiglu_oai(gate, up, exact=True)
-    return GATED[activation]
+    """The gated unit for an activation, following ggml's own exponential when `exact` (SiLU's `ggml_v_expf`,
+    gpt-oss's libm `expf`), else a cheaper one; GELU reads ggml's table either way."""
+    unit = GATED[activation]
+    return unit if activation == "gelu" else partial(unit, exact=exact)
 
 
 def route(
