@@ -133,7 +133,7 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def silu(x: np.ndarray, exact: bool = True) -> np.ndarray:
     """[...] -> [...]: x / (1 + e^-x) as ggml's vectorized `ggml_v_silu` (its own exp, `ggml_math.v_expf`); not
-    `exact`, the exp rounded from float64 (`ggml_math.rounded_expf`: not ggml's bits, 20 times cheaper)."""
+    `exact`, the exp rounded from float64 (`ggml_math.rounded_expf`: not ggml's bits, half the time)."""
     return ggml_math.silu(x, exact=exact)
 
 
