@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from test_quantdot import activations, random_rows
 
+from walkthrough.engine import op_diff
 from walkthrough.engine.glassbox import ggml_math, ops, quantdot
 from walkthrough.engine.glassbox.meter import Meter
 from walkthrough.engine.glassbox.model import Model
@@ -91,11 +92,6 @@ def test_v_expf_hands_a_halfway_sum_to_the_general_path(monkeypatch):
     assert len(taken) == 1
 
 
-def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """How many float32 steps apart a and b are (same sign)."""
-    return np.abs(a.view(np.int32).astype(np.int64) - b.view(np.int32).astype(np.int64))
-
-
 def test_the_default_silu_is_numpys_exp_and_the_exact_one_ggmls():
     rng = np.random.default_rng(11)
     gate = (rng.standard_normal((7, 1539)) * 4).astype(np.float32)  # rows of 8 + a tail of 3
@@ -106,7 +102,7 @@ def test_the_default_silu_is_numpys_exp_and_the_exact_one_ggmls():
     e = np.exp(-gate.astype(np.float64)).astype(np.float32)  # the nearest float32 of e^-x, all but always
     assert np.array_equal(rounded, gate / (np.float32(1) + e) * up)
     assert not np.array_equal(rounded, exact)  # the two exps differ in the last bits
-    assert _ulps(ggml_math.silu(gate, exact=False), ggml_math.silu(gate)).max() <= 3
+    assert op_diff.compare("silu", 0, ggml_math.silu(gate, exact=False), ggml_math.silu(gate)).max_ulps <= 3
 
 
 def test_the_default_silu_gives_a_value_the_same_bits_in_any_pass():
