@@ -31,7 +31,7 @@ from real_weights_support import find_smollm2, request_ids
 
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
-from walkthrough.inspect.gguf import open_gguf
+from walkthrough.inspect.gguf import GGUFFile, open_gguf
 
 
 def cpu_seconds(run: Callable[[], object]) -> float:
@@ -51,6 +51,25 @@ def time_engine(new_session: Callable[[], object], ids: list[int], tokens: int) 
     return len(ids) / prefill, tokens / decode
 
 
+def setup(model: Path | None, prompt: int) -> tuple[GGUFFile, list[int], Callable[[], object]] | None:
+    """The file (`model`, or SmolLM2 when None), the first `prompt` ids of its default request, and a maker of
+    llama.cpp sessions on it (one thread, F32 KV cache, no flash attention); None, with the reason printed, when
+    the file or llama-cpp-python is missing."""
+    path = model or find_smollm2()
+    if path is None or not path.is_file():
+        print("no model: give a GGUF or set SMOLLM2_GGUF", file=sys.stderr)
+        return None
+    try:
+        from walkthrough.engine.llama.model import LlamaModel
+        from walkthrough.engine.llama.session import LlamaSession
+    except ImportError:
+        print("this benchmark needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
+        return None
+    f = open_gguf(path)
+    llama = LlamaModel(f, n_threads=1)
+    return f, request_ids(f)[:prompt], lambda: LlamaSession(llama, kv_type="f32", flash_attention=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", type=Path)
@@ -59,22 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--exact-products", action="store_true", help="also time quantdot's exact products")
     args = ap.parse_args(argv)
-    path = args.model or find_smollm2()
-    if path is None or not path.is_file():
-        print("no model: give a GGUF or set SMOLLM2_GGUF", file=sys.stderr)
+    ready = setup(args.model, args.prompt)
+    if ready is None:
         return 2
-    try:
-        from walkthrough.engine.llama.model import LlamaModel
-        from walkthrough.engine.llama.session import LlamaSession
-    except ImportError:
-        print("this benchmark needs llama-cpp-python (pip install 'walkthrough[llama]')", file=sys.stderr)
-        return 2
-    f = open_gguf(path)
-    ids = request_ids(f)[: args.prompt]
-    llama = LlamaModel(f, n_threads=1)
+    f, ids, new_llama = ready
+    path = f.path
     fast, exact = Model(f), Model(f, exact_products=True)
-    engines = {"llama.cpp": lambda: LlamaSession(llama, kv_type="f32", flash_attention=False),
-               "numpy": lambda: Session(fast, kv_type="f32")}
+    engines = {"llama.cpp": new_llama, "numpy": lambda: Session(fast, kv_type="f32")}
     if args.exact_products:
         engines["numpy, exact products"] = lambda: Session(exact, kv_type="f32")
     for new in engines.values():  # load, dequantize, pack: first-use work, not timed
