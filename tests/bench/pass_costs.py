@@ -10,7 +10,7 @@ parts timed, and splits each phase into:
 
 - the weight products (`ops.linear` by rows, `ops.linear_columns` by columns, the output head included);
 - attention (`ops.attention`: the products with the cache and the masks), its softmax (`ops.cache_softmax`) apart;
-- the 8-bit rounding of the products' inputs (`quantdot.rounded_q8_1`);
+- the rounding of the products' inputs to the weights' "vec_dot" format (8-bit for quantized weights);
 - the rest (norms, RoPE, the gated unit, residual adds, the cache, the meter): the pass less the above.
 
 "Products alone" is the rate the engine would reach if everything but its weight products took no time. Where that
@@ -38,16 +38,19 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 import numpy as np
 from bench_numpy_speed import cpu_seconds, setup, time_engine
 
-from walkthrough.engine.glassbox import ops, quantdot
+from walkthrough.engine.glassbox import meter, ops, quantdot
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
 
-# (module, function) -> the part its CPU time counts towards; attention's time includes its softmax's
+# (module, function) -> the part its CPU time counts towards; attention's time includes its softmax's. A product's
+# input is rounded by `quantdot.rounded_q8_1` against Q4_1/Q5_1 weights, by `round_activations` as the meter calls it
+# against the others (Q8_0, Q8_K for the k-quants, F16; for F32 weights it returns its input).
 TIMED = {(ops, "linear"): "products", (ops, "linear_columns"): "products", (ops, "attention"): "attention",
-         (ops, "cache_softmax"): "softmax", (quantdot, "rounded_q8_1"): "rounding"}
+         (ops, "cache_softmax"): "softmax", (quantdot, "rounded_q8_1"): "rounding",
+         (meter, "round_activations"): "rounding"}
 PARTS = ("products", "attention", "softmax", "rounding", "rest")
 LABELS = {"products": "weight products", "attention": "attention, less its softmax", "softmax": "softmax",
-          "rounding": "8-bit input rounding", "rest": "the rest"}
+          "rounding": "rounding the products' input", "rest": "the rest"}
 
 
 @contextmanager
