@@ -45,9 +45,9 @@ def vec_dot_format(weight_type: Q) -> str:
 def _blocks_q8_0(x: np.ndarray) -> np.ndarray:
     """[..., d] -> [..., d] through Q8_0 (32-value blocks, F16 scale); d must be a multiple of 32."""
     b = x.reshape(*x.shape[:-1], -1, 32)
-    amax = np.max(np.abs(b), axis=-1, keepdims=True)
+    amax = np.maximum.reduce(np.abs(b), axis=-1, keepdims=True)
     d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
-    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)  # 0 for an all-zero block
+    inv = np.float32(127) / (amax + (amax == 0))  # an all-zero block: any finite inverse gives codes of 0
     return (np.rint(b * inv) * d).reshape(x.shape)
 
 

@@ -65,7 +65,7 @@ def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, tiny: bool = True) -> 
     doubtful = (s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP
     if tiny:
         doubtful |= (np.abs(out) < F32(2.0 ** -125)) & (out != 0)
-    if doubtful.any():
+    if np.logical_or.reduce(doubtful, axis=None):
         shape = np.broadcast_shapes(p.shape, np.shape(c))
         out = np.array(np.broadcast_to(out, shape), F32)
         cc = np.broadcast_to(np.asarray(c, np.float64), shape)
@@ -90,7 +90,7 @@ _P64 = [np.float64(c) for c in _P]
 
 def _rounds_right(s: np.ndarray) -> bool:
     """Whether every float64 value s rounds to the float32 its exact sum would: none sits halfway (see `fma32`)."""
-    return not ((s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP).any()
+    return not np.logical_or.reduce((s.view(np.int64) & _LOW_BITS) == _HALF_F32_STEP, axis=None)
 
 
 # Values an elementwise chain takes at a time: its float64 temporaries (96 KiB) stay under glibc's default
@@ -131,7 +131,8 @@ def _v_expf_chunk(x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
     n = x64 * _LOG2E64
     np.rint(n, out=n)  # [...] float64 integers
-    if n.size == 0 or not (-124 <= n.min() and n.max() <= 124):  # also false for NaN and -inf
+    if n.size == 0 or not (-124 <= np.minimum.reduce(n, axis=None) and np.maximum.reduce(n, axis=None) <= 124):
+        # (also false for NaN and -inf)
         return v_expf_general(x)
     b = np.subtract(x64, n * _LN2_HI64, out=x64).astype(F32)  # exact before the rounding, as `v_expf_general`
     b64 = b.astype(np.float64)
@@ -251,44 +252,49 @@ def hsum8(v: np.ndarray) -> np.ndarray:
     return (h[..., 0] + h[..., 2]) + (h[..., 1] + h[..., 3])
 
 
-def exp_sum(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def exp_sum(x: np.ndarray, top: np.ndarray, *, padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """[..., n] float32 rows, their maxima [..., 1] -> (e^(x - top) [..., n], the sum of each row [...] float64).
 
     `ggml_vec_soft_max_f32` (vec.cpp): y = v_expf(x - max) 8 at a time, each 8 summed in float32 (hsum)
-    and added to a double sum; a tail of n % 8 takes libm's expf, each added alone.
+    and added to a double sum; a tail of n % 8 takes libm's expf, each added alone. `padded`: each row goes on
+    with masked cells up to a whole number of 8 (llama.cpp pads attention rows to 256 cells, `ops.cache_softmax`),
+    so every value takes v_expf and the last 8 sum zeros past the row.
     """
     x = np.asarray(x, F32)
     n = x.shape[-1]
-    body = n - n % 8
+    body = n if padded else n - n % 8
+    width = -(-body // 8) * 8  # values the sums of 8 cover: the body, or the row and its masked padding
     shifted = x[..., :body] - top
     seen = shifted > -np.inf  # masked cells give 0: only the others go through v_expf
-    if seen.all():  # nothing masked (a decode row whose cache fills whole groups of 8)
-        y = np.empty_like(x)
+    if np.logical_and.reduce(seen, axis=None):  # nothing masked (a decode row at the cache's end)
+        y = np.empty((*x.shape[:-1], max(n, width)), F32)
         y[..., :body] = v_expf(shifted)
+        if width > body:
+            y[..., body:] = 0
     else:
-        y = np.zeros_like(x)
+        y = np.zeros((*x.shape[:-1], max(n, width)), F32)
         y[..., :body][seen] = v_expf(shifted[seen])
-    groups = hsum8(y[..., :body].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., n/8]
-    total = np.cumsum(groups, axis=-1)[..., -1] if body else np.zeros(x.shape[:-1])
+    groups = hsum8(y[..., :width].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., width/8]
+    total = np.add.accumulate(groups, axis=-1)[..., -1] if width else np.zeros(x.shape[:-1])  # in order
     if body < n:
         y[..., body:] = libm.expf(x[..., body:] - top)
-        total = total + np.cumsum(y[..., body:].astype(np.float64), axis=-1)[..., -1]
-    return y, total
+        total = total + np.add.accumulate(y[..., body:].astype(np.float64), axis=-1)[..., -1]
+    return y[..., :n], total
 
 
-def soft_max_rows(x: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
+def soft_max_rows(x: np.ndarray, sinks: np.ndarray | None = None, *, padded: bool = False) -> np.ndarray:
     """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
 
-    `ggml_compute_forward_soft_max_f32`: the exps and their double sum (`exp_sum`), then y * (float)(1 / sum).
-    sinks [...] (gpt-oss), one logit per row: the maximum is at least the sink and libm's expf(sink - max)
-    joins the double sum.
+    `ggml_compute_forward_soft_max_f32`: the exps and their double sum (`exp_sum`, which says what `padded`
+    means), then y * (float)(1 / sum). sinks [...] (gpt-oss), one logit per row: the maximum is at least the sink
+    and libm's expf(sink - max) joins the double sum.
     """
     x = np.asarray(x, F32)
-    top = np.max(x, axis=-1, keepdims=True)  # [..., 1]
+    top = np.maximum.reduce(x, axis=-1, keepdims=True)  # [..., 1]
     if sinks is not None:
         sinks = np.asarray(sinks, F32)[..., None]
         top = np.maximum(top, sinks)
-    y, total = exp_sum(x, top)
+    y, total = exp_sum(x, top, padded=padded)
     if sinks is not None:
         total = total + libm.expf(sinks - top)[..., 0].astype(np.float64)
     return y * (1.0 / total).astype(F32)[..., None]
@@ -311,7 +317,7 @@ def rms_scale(x: np.ndarray, eps: float) -> np.ndarray:
     the order), the mean rounded to float32, the rest in float32.
     """
     squares = np.square(x, dtype=F32).astype(np.float64)
-    mean = (np.cumsum(squares, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
+    mean = (np.add.accumulate(squares, axis=-1)[..., -1:] / x.shape[-1]).astype(F32)
     return F32(1) / np.sqrt(mean + F32(eps))
 
 

@@ -134,7 +134,7 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)
-    visible = int(np.sum(seen))  # query-key pairs the causal (and window) mask lets through
+    visible = int(np.add.reduce(seen))  # query-key pairs the causal (and window) mask lets through
     p.meter.read_cache(
         p.cache.layer_bytes(layer, keys.shape[0]), 2 * c.n_head * (c.head_k(layer) + c.head_v(layer)) * visible
     )

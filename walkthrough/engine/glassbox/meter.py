@@ -33,6 +33,7 @@ do not depend on the number of tokens in the pass.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -219,7 +220,7 @@ class Meter:
             y = ops.linear_columns(xr, self.weights.columns(tuple(names), offsets=offsets), starts[-1])
         else:
             y = self._rounded_product(names[0], x, self.weights.stacked(tuple(names), offsets=offsets))  # [n, sum of heights]
-            starts = np.cumsum([0, *heights]).tolist()
+            starts = [0, *itertools.accumulate(heights)]
         out = []
         for height, bias, start in zip(heights, biases, starts):
             part = y[:, start : start + height]

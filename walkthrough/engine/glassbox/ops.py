@@ -179,23 +179,23 @@ def cache_softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.nda
     """[..., L] scaled and masked (-inf) attention logits -> weights, as llama.cpp's CPU backend computes them.
 
     `ggml_compute_forward_soft_max_f32` over rows that llama.cpp pads (masked) to a multiple of 256
-    cache cells: ggml sums their exps 8 at a time (`ggml_math.soft_max_rows`), so the rows are padded
-    here to a multiple of 8 with masked cells, which add nothing. A block of rows at a time: a prefill's
+    cache cells: ggml sums their exps 8 at a time (`ggml_math.soft_max_rows`), the last 8 of a row with masked
+    cells past it, which add nothing (`padded`). A block of rows at a time: a prefill's
     scores whole took 10.3 ms a layer, in blocks 2.4 (measured here, SmolLM2's 9 heads x 128 x 128).
     sinks [...] (one logit per row, broadcast over the rows' leading axes) join as ggml adds them: the
     maximum is at least the sink, and expf(sink - max) joins the double sum.
     """
     big_l = scores.shape[-1]
-    pad = -big_l % 8
-    if pad:
-        scores = np.concatenate([scores, np.full((*scores.shape[:-1], pad), -np.inf, np.float32)], axis=-1)
-    rows = scores.reshape(-1, scores.shape[-1])  # [rows, L + pad]
+    rows = scores.reshape(-1, big_l)  # [rows, L]
     sink_rows = None if sinks is None else np.broadcast_to(sinks, scores.shape[:-1]).reshape(-1)  # [rows]
-    step = max(1, ggml_math.CHUNK // rows.shape[1])  # rows at a time (`ggml_math.elementwise_in_chunks`)
+    step = max(1, ggml_math.CHUNK // (big_l + -big_l % 8))  # rows at a time (`ggml_math.elementwise_in_chunks`)
+    if len(rows) <= step:
+        return ggml_math.soft_max_rows(rows, sink_rows, padded=True).reshape(scores.shape)
     weights = np.concatenate([ggml_math.soft_max_rows(rows[i : i + step],
-                                                      None if sink_rows is None else sink_rows[i : i + step])
+                                                      None if sink_rows is None else sink_rows[i : i + step],
+                                                      padded=True)
                               for i in range(0, len(rows), step)])
-    return weights.reshape(scores.shape)[..., :big_l]
+    return weights.reshape(scores.shape)
 
 
 @dataclass(frozen=True)
@@ -369,7 +369,7 @@ def attention(
     masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
     if window:
         masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
-    if masked.any():  # (a decode pass at the cache's end sees every cell)
+    if np.logical_or.reduce(masked, axis=None):  # (a decode pass at the cache's end sees every cell)
         scores = np.where(masked, -np.inf, scores)
     if sinks is None:
         weights = cache_softmax(scores)  # [h_kv, group, n, L]
