@@ -1,4 +1,4 @@
-"""The numpy engine of this checkout timed against another git revision's, in one process, round by round.
+"""The numpy engine of this checkout timed against another git revision's, in one process, pass by pass.
 
     python tests/bench/ab_revisions.py REV [MODEL.gguf] [--prompt 128] [--tokens 16] [--rounds 16]
 
