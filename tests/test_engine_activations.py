@@ -62,3 +62,21 @@ def test_f16_and_f32():
     x = _x(32, seed=3)
     assert round_activations(x, "f32") is x
     assert np.array_equal(round_activations(x, "f16"), x.astype(np.float16).astype(np.float32))
+
+
+def test_an_all_zero_block_rounds_to_zeros_without_warnings():
+    import warnings
+
+    from walkthrough.engine.glassbox import quantdot
+
+    x = _x(96)
+    x[:, 32:64] = 0.0  # the middle block of every row all zero
+    x[1, 32:64] = -0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a divide by zero or 0 * inf would warn
+        rounded = round_activations(x, "q8_0")
+        values, error = quantdot.rounded_q8_1(x)
+        codes, d, s = quantdot.quantize_q8(x)
+    assert np.all(rounded[:, 32:64] == 0) and np.all(values[:, 32:64] == 0)
+    assert np.all(codes[:, 1] == 0) and np.all(d[:, 1] == 0) and np.all(s[:, 1] == 0) and np.all(error[:, 1] == 0)
+    assert np.all(rounded[:, :32] == values[:, :32]) and np.all(np.isfinite(values))
