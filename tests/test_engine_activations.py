@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gguf import quants
 from gguf.constants import GGMLQuantizationType as Q
 
-from walkthrough.engine.glassbox.activations import round_activations
+from walkthrough.engine.glassbox.activations import block_amax, code_sums, round_activations
 
 
 def _x(n: int, seed: int = 0) -> np.ndarray:
@@ -64,12 +65,13 @@ def test_f16_and_f32():
     assert np.array_equal(round_activations(x, "f16"), x.astype(np.float16).astype(np.float32))
 
 
-def test_an_all_zero_block_rounds_to_zeros_without_warnings():
+@pytest.mark.parametrize("width", [96, 1056])  # few blocks reduced directly, many through `block_amax`'s copy
+def test_an_all_zero_block_rounds_to_zeros_without_warnings(width):
     import warnings
 
     from walkthrough.engine.glassbox import quantdot
 
-    x = _x(96)
+    x = _x(width)
     x[:, 32:64] = 0.0  # the middle block of every row all zero
     x[1, 32:64] = -0.0
     with warnings.catch_warnings():
@@ -80,3 +82,14 @@ def test_an_all_zero_block_rounds_to_zeros_without_warnings():
     assert np.all(rounded[:, 32:64] == 0) and np.all(values[:, 32:64] == 0)
     assert np.all(codes[:, 1] == 0) and np.all(d[:, 1] == 0) and np.all(s[:, 1] == 0) and np.all(error[:, 1] == 0)
     assert np.all(rounded[:, :32] == values[:, :32]) and np.all(np.isfinite(values))
+
+
+@pytest.mark.parametrize("shape", [(1, 18), (3, 5), (4, 18), (128, 18), (2, 64, 18)])
+def test_block_helpers_give_numpy_s_own_maxima_and_exact_code_sums(shape):
+    rng = np.random.default_rng(sum(shape))
+    b = rng.standard_normal((*shape, 32)).astype(np.float32)
+    b[..., 5] = -8.0  # a negative value has the largest magnitude
+    assert np.array_equal(block_amax(b), np.abs(b).max(axis=-1))
+    codes = np.rint(b * np.float32(127 / 8))
+    exact = np.array([int(c) for c in codes.reshape(-1)]).reshape(codes.shape).sum(axis=-1)
+    assert code_sums(codes).dtype == np.float32 and np.array_equal(code_sums(codes), exact)

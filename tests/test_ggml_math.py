@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 
 from walkthrough.engine.glassbox import ggml_math as gm
 
@@ -93,6 +94,35 @@ def test_rms_scale_sums_squares_in_order_in_double():
     x = np.float32([[3.0, 4.0, 1e-4]])
     mean = F32((9.0 + 16.0 + float(F32(1e-4) * F32(1e-4))) / 3)
     assert gm.rms_scale(x, 1e-5)[0, 0] == F32(1) / np.sqrt(mean + F32(1e-5))
+
+
+@pytest.mark.parametrize("shape", [(1, 576), (2, 5), (3, 4, 16), (3, 40, 64), (128, 576), (7, 1), (5, 2), (0, 4), (3, 0)])
+def test_sum_in_order_adds_each_row_from_first_to_last(shape):
+    rng = np.random.default_rng(shape[-1])
+    a = rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 17, shape)  # sums whose order shows in the bits
+    want = np.zeros(shape[:-1])
+    for index in np.ndindex(*shape[:-1]):
+        total = 0.0
+        for value in a[index]:
+            total += float(value)  # Python floats: one float64 rounding per addition, in order
+        want[index] = total
+    assert np.array_equal(gm.sum_in_order(a), want)
+    if shape == (128, 576):  # numpy's own sum (pairwise) gives other bits here, so the check above can fail
+        assert not np.array_equal(np.add.reduce(a, axis=-1), want)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8), (96, 16, 8)])  # a few registers, and MANY values (summed lane by lane)
+def test_hsum8_adds_a_register_in_ggml_s_order(shape):
+    rng = np.random.default_rng(shape[0])
+    v = (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)).astype(F32)
+    want = np.empty(shape[:-1], F32)
+    for index in np.ndindex(*shape[:-1]):
+        r = v[index]
+        want[index] = ((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7]))  # float32 scalars
+    assert np.array_equal(gm.hsum8(v), want)
+    spread = np.zeros((*shape[:-1], 16), F32)
+    spread[..., ::2] = v
+    assert np.array_equal(gm.hsum8(spread[..., ::2]), want)  # a strided view: the same sums
 
 
 def test_the_gelu_table_is_built_without_a_numpy_warning(monkeypatch):

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from gguf.constants import GGMLQuantizationType as Q
 
+from walkthrough.engine.glassbox.ggml_math import MANY
+
 # Activation format per weight type (type_traits_cpu in ggml-cpu.c). Q8_1 (for Q4_1, Q5_1) holds the
 # same codes and scale as Q8_0, plus a sum used for the weights' offset, so it rounds as "q8_0".
 VEC_DOT_FORMAT: dict[Q, str] = {
@@ -42,13 +44,40 @@ def vec_dot_format(weight_type: Q) -> str:
     return VEC_DOT_FORMAT.get(weight_type, "f32")
 
 
+def block_amax(b: np.ndarray) -> np.ndarray:
+    """[..., 32] float32 blocks -> [...] the largest magnitude in each.
+
+    The maximum is exact in any order, so many blocks go through a transposed copy, reduced across it: numpy then
+    compares whole rows of blocks at once instead of making one short reduction per block (over a 128-token
+    prefill's 2,304 blocks: 87 against 139 us, measured here). Fewer than MANY values reduce directly."""
+    a = np.abs(b)
+    if a.size < MANY:
+        return np.maximum.reduce(a, axis=-1)
+    across = np.ascontiguousarray(a.reshape(-1, a.shape[-1]).T)  # [32, blocks]
+    return np.maximum.reduce(across, axis=0).reshape(a.shape[:-1])
+
+
+def q8_inverse(amax: np.ndarray) -> np.ndarray:
+    """[...] block maxima -> 127 / max, as Q8_0/Q8_1's rounding multiplies by it (`quantize_row_q8_0`). An all-zero
+    block gets 127 (any finite inverse gives its codes of 0), without the warning or the cost of a guarded divide."""
+    return np.float32(127) / (amax + (amax == 0))
+
+
+def code_sums(codes: np.ndarray) -> np.ndarray:
+    """[..., 32] float32 integer codes (|code| <= 127) -> [...] float32 their sums, exact in any order (at most
+    4,064 in magnitude), so taken as one matrix-vector product (over 2,304 blocks: 9 against 66 us for numpy's
+    reduction, measured here); fewer than MANY values (a decode row) take numpy's reduction."""
+    if codes.size < MANY:
+        return np.add.reduce(codes, axis=-1, dtype=np.float32)
+    return (codes.reshape(-1, codes.shape[-1]) @ np.ones(codes.shape[-1], np.float32)).reshape(codes.shape[:-1])
+
+
 def _blocks_q8_0(x: np.ndarray) -> np.ndarray:
     """[..., d] -> [..., d] through Q8_0 (32-value blocks, F16 scale); d must be a multiple of 32."""
     b = x.reshape(*x.shape[:-1], -1, 32)
-    amax = np.maximum.reduce(np.abs(b), axis=-1, keepdims=True)
+    amax = block_amax(b)[..., None]
     d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
-    inv = np.float32(127) / (amax + (amax == 0))  # an all-zero block: any finite inverse gives codes of 0
-    return (np.rint(b * inv) * d).reshape(x.shape)
+    return (np.rint(b * q8_inverse(amax)) * d).reshape(x.shape)
 
 
 def _blocks_q8_k(x: np.ndarray) -> np.ndarray:

@@ -54,6 +54,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.constants import GGMLQuantizationType as Q
 
 from walkthrough.engine.glassbox import kquant_low, kquant_tiled
+from walkthrough.engine.glassbox.activations import block_amax, code_sums, q8_inverse
 
 LANES = 8  # float32 lanes of one AVX register
 QK_K = 256
@@ -338,11 +339,10 @@ def quantize_q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     As `quantize_row_q8_0` / `quantize_row_q8_1` (x86): d = max|x| / 127, codes = rint(x * 127 / max|x|).
     """
     b = x.reshape(x.shape[0], -1, 32)
-    amax = np.maximum.reduce(np.abs(b), axis=-1)
+    amax = block_amax(b)
     d = amax / np.float32(127)
-    inv = np.float32(127) / (amax + (amax == 0))  # an all-zero block: any finite inverse gives codes of 0
-    codes = np.rint(b * inv[..., None])
-    s = (d * codes.sum(axis=-1, dtype=np.float32)).astype(np.float16).astype(np.float32)
+    codes = np.rint(b * q8_inverse(amax)[..., None])
+    s = (d * code_sums(codes)).astype(np.float16).astype(np.float32)
     return codes, d.astype(np.float16).astype(np.float32), s
 
 
@@ -355,11 +355,10 @@ def rounded_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s - d * sum of codes, so the engine adds that error's product with the offsets.
     """
     b = x.reshape(x.shape[0], -1, 32)
-    amax = np.maximum.reduce(np.abs(b), axis=-1)  # [n, k/32]
-    inv = np.float32(127) / (amax + (amax == 0))  # an all-zero block: any finite inverse gives codes of 0
-    codes = b * inv[..., None]
+    amax = block_amax(b)  # [n, k/32]
+    codes = b * q8_inverse(amax)[..., None]
     np.rint(codes, out=codes)  # [n, k/32, 32]
-    sums = np.add.reduce(codes, axis=-1, dtype=np.float32)
+    sums = code_sums(codes)
     d = amax / np.float32(127)
     stored = (d * sums).astype(np.float16).astype(np.float32)  # s as Q8_1 keeps it
     d = d.astype(np.float16).astype(np.float32)
