@@ -10,6 +10,8 @@
   the same for every shape of pass and within 3 steps of ggml's.
 - A matrix held by columns (`ops.linear_columns`, the output head) gives a row the same bits whatever the
   number of rows in the pass, held whole or a block at a time.
+- A long pass's attention taken a block of queries at a time, each over the cells it sees, gives the whole pass's
+  bits.
 """
 
 from __future__ import annotations
@@ -182,3 +184,22 @@ def test_a_tall_stack_by_columns_gives_each_matrix_its_own_bits(tmp_path):
         alone = [model.meter().linear(name, rows, by_columns=True) for name in names]
         assert all(np.array_equal(a, b) for a, b in zip(together, alone))
     assert model.weights.column_starts(tuple(names)) == [0, 208, 416]
+
+
+@pytest.mark.parametrize("kv_format", ["f32", "f16"])
+@pytest.mark.parametrize("window", [0, 40])
+def test_attention_by_blocks_of_queries_gives_the_whole_pass_bits(monkeypatch, kv_format, window):
+    rng = np.random.default_rng(window + len(kv_format))
+    start, n = 30, 77  # a pass after 30 cached cells: blocks of 32, 32 and 13 queries
+    q = rng.standard_normal((n, 6, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((start + n, 2, 64)).astype(np.float32) for _ in range(2))
+    positions = np.arange(start, start + n)
+    assert n > 2 * ops.ATTENTION_ROW_BLOCK  # the pass is taken in blocks
+    out, weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window)
+    monkeypatch.setattr(ops, "ATTENTION_ROW_BLOCK", 10**6)  # the whole pass at once
+    whole_out, whole_weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window)
+    assert np.array_equal(out.view(np.uint32), whole_out.view(np.uint32))
+    assert np.array_equal(weights.view(np.uint32), whole_weights.view(np.uint32))
+    cells = np.arange(start + n)[None, :]
+    seen = (cells <= positions[:, None]) & ((positions[:, None] - cells < window) if window else True)  # [n, L]
+    assert np.all(weights[:, ~seen] == 0) and np.all(weights[:, seen] > 0)

@@ -358,6 +358,10 @@ def attention(
     q_in = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd], as the pass made them
     q = round_activations(q, kv_format)
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
+    if not exact and sinks is None and probe is None and n > ATTENTION_ROW_BLOCK:
+        out, weights = _attention_by_row_blocks(qg, k, v, q_pos, np.float32(scale), kv_format, window)
+        out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
+        return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
     if exact:
         scores = exact_scores(qg, k, kv_format)
     else:  # products in float64 are (all but always) exact sums, rounded once: the same whatever n and L
@@ -403,6 +407,40 @@ def attention(
 
 
 EXACT_ROWS = 16  # query rows per step of the exact attention products (bounds their memory)
+ATTENTION_ROW_BLOCK = 32  # query rows of a long pass that `_attention_by_row_blocks` takes at a time
+
+
+def _attention_by_row_blocks(qg: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: np.float32,
+                             kv_format: str, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """`attention`'s float64 path over a pass of many queries, ATTENTION_ROW_BLOCK of them at a time, each block
+    over the cache cells up to the last one its queries see: qg [h_kv, group, n, hd] (rounded as the cache format
+    wants), k [L, h_kv, hd], v [L, h_kv, hd_v] -> (out [h_kv, group, n, hd_v], weights [h_kv, group, n, L]).
+
+    The same numbers as the whole pass at once: the cells past a block's last visible one are masked for all its
+    rows, so they would only add -inf to a row's scores (no part of its maximum), zeros to its softmax's last sums
+    of 8 and to the double sum (no change to a sum that starts at +0), and zeros to the products with the values,
+    whose float64 sums run in order (numpy's own loop on these strided operands) and end where the cells left
+    out would begin. A causal prefill of n tokens computes about half the scores it would whole."""
+    h_kv, group, n, _ = qg.shape
+    big_l = k.shape[0]
+    kt = k.astype(np.float64).transpose(1, 2, 0)[:, None]  # [h_kv, 1, hd, L], widened once (not per group)
+    vt = v.astype(np.float64).transpose(1, 0, 2)[:, None]  # [h_kv, 1, L, hd_v]
+    out = np.empty((h_kv, group, n, v.shape[2]), np.float32)
+    weights = np.zeros((h_kv, group, n, big_l), np.float32)
+    cells = np.arange(big_l)
+    for r0 in range(0, n, ATTENTION_ROW_BLOCK):
+        rows = q_pos[r0 : r0 + ATTENTION_ROW_BLOCK]  # [b]
+        end = min(big_l, int(np.maximum.reduce(rows)) + 1)  # cells 0..end-1: any this block sees
+        scores = (qg[:, :, r0 : r0 + len(rows)].astype(np.float64) @ kt[..., :end]).astype(np.float32) * scale
+        masked = cells[None, :end] > rows[:, None]  # [b, end]
+        if window:
+            masked |= rows[:, None] - cells[None, :end] >= window
+        if np.logical_or.reduce(masked, axis=None):
+            scores = np.where(masked, -np.inf, scores)
+        w = cache_softmax(scores)  # [h_kv, group, b, end]
+        weights[:, :, r0 : r0 + len(rows), :end] = w
+        out[:, :, r0 : r0 + len(rows)] = (round_activations(w, kv_format).astype(np.float64) @ vt[:, :, :end])
+    return out, weights
 
 
 def _kernel(kv_format: str, n: int, depth: int, rows: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
