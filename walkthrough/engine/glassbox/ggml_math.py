@@ -500,7 +500,9 @@ class _Libm:
         f = self._fns[fn]
         if f is None:
             return fallback(x.astype(np.float64)).astype(F32)
-        return np.array([f(v) for v in x.ravel().tolist()], F32).reshape(x.shape)
+        # one C call per value (a 128-token prefill's RoPE angles: 8,192 calls on SmolLM2, 65,536 on Gemma 3 with its
+        # two bases), so the results go straight from `map` into the array: 16,384 cosf 7.7 against 10.5 ms
+        return np.fromiter(map(f, x.ravel().tolist()), F32, count=x.size).reshape(x.shape)
 
     def cosf(self, x: np.ndarray) -> np.ndarray:
         return self._map("cosf", np.cos, x)
