@@ -170,6 +170,18 @@ def test_a_matrix_by_columns_gives_a_row_the_same_bits_in_any_pass(d_in, d_out):
     assert np.allclose(alone, x @ w.T, rtol=1e-4, atol=1e-4 * np.abs(alone).max())  # the same product
 
 
+@pytest.mark.parametrize("d_in, d_out", [(37, 300), (612, 200), (1633, 576)])
+def test_a_matrix_by_rows_gives_a_row_the_same_bits_in_any_pass(d_in, d_out):
+    rng = np.random.default_rng(d_in)
+    w = rng.standard_normal((d_out, d_in)).astype(np.float32)
+    x = rng.standard_normal((33, d_in)).astype(np.float32)
+    assert d_out > ops.ROW_SLAB  # a pass of several rows takes the matrix a slab at a time
+    alone = np.concatenate([ops.linear(row[None], w) for row in x])  # [33, d_out], decode's way
+    for n in (2, 5, 33):
+        assert np.array_equal(ops.linear(x[:n], w), alone[:n])
+    assert np.allclose(alone, x @ w.T, rtol=1e-4, atol=1e-4 * np.abs(alone).max())  # the same product
+
+
 def test_a_tall_stack_by_columns_gives_each_matrix_its_own_bits(tmp_path):
     """Gate and up, 200 outputs each over 64 inputs: the stack is tall (`ops.tall`) and held by columns, each
     part padded to whole column groups; every output is what its matrix alone gives by columns, 1 row or 5."""
