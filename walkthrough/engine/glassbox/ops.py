@@ -370,9 +370,7 @@ def attention(
     if probe is not None:
         probe("kq", scores.reshape(h, n, big_l))
     scores = scores * np.float32(scale)
-    masked = np.arange(big_l)[None, :] > q_pos[:, None]  # [n, L]
-    if window:
-        masked |= q_pos[:, None] - np.arange(big_l)[None, :] >= window
+    masked = attention_mask(q_pos, big_l, window)  # [n, L]
     if np.logical_or.reduce(masked, axis=None):  # (a decode pass at the cache's end sees every cell)
         scores = np.where(masked, -np.inf, scores)
     if sinks is None:
@@ -406,6 +404,16 @@ def attention(
     return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
 
 
+def attention_mask(q_pos: np.ndarray, n_cells: int, window: int = 0) -> np.ndarray:
+    """[n] query positions -> [n, n_cells] bool, True where a query may not see a cache cell: a later position, or
+    with a sliding `window` one window or more back (llama.cpp's `is_masked_swa`: p1 - p0 >= n_swa)."""
+    cells = np.arange(n_cells)[None, :]
+    masked = cells > q_pos[:, None]
+    if window:
+        masked |= q_pos[:, None] - cells >= window
+    return masked
+
+
 EXACT_ROWS = 16  # query rows per step of the exact attention products (bounds their memory)
 ATTENTION_ROW_BLOCK = 32  # query rows of a long pass that `_attention_by_row_blocks` takes at a time
 
@@ -427,14 +435,11 @@ def _attention_by_row_blocks(qg: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos
     vt = v.astype(np.float64).transpose(1, 0, 2)[:, None]  # [h_kv, 1, L, hd_v]
     out = np.empty((h_kv, group, n, v.shape[2]), np.float32)
     weights = np.zeros((h_kv, group, n, big_l), np.float32)
-    cells = np.arange(big_l)
     for r0 in range(0, n, ATTENTION_ROW_BLOCK):
         rows = q_pos[r0 : r0 + ATTENTION_ROW_BLOCK]  # [b]
         end = min(big_l, int(np.maximum.reduce(rows)) + 1)  # cells 0..end-1: any this block sees
         scores = (qg[:, :, r0 : r0 + len(rows)].astype(np.float64) @ kt[..., :end]).astype(np.float32) * scale
-        masked = cells[None, :end] > rows[:, None]  # [b, end]
-        if window:
-            masked |= rows[:, None] - cells[None, :end] >= window
+        masked = attention_mask(rows, end, window)  # [b, end]
         if np.logical_or.reduce(masked, axis=None):
             scores = np.where(masked, -np.inf, scores)
         w = cache_softmax(scores)  # [h_kv, group, b, end]
