@@ -1,0 +1,137 @@
+"""A pass of many rows through BLAS's matrix-matrix kernel, giving the bits of its matrix-vector kernel.
+
+`ops.linear` multiplies every row of a pass on its own (BLAS's "T" matrix-vector kernel), so a row's result does
+not depend on how many rows share its pass. That kernel runs at about 20 G multiply-adds a second here, where a
+matrix-matrix product, which reuses each weight over several rows in registers, runs at twice that or more. This
+module rebuilds the matrix-vector kernel's sums with matrix-matrix products where this machine's BLAS allows it.
+
+OpenBLAS's Haswell `sgemv_t` (the kernel numpy reaches here, one thread; docs/op-diff.md, fifth round) keeps one
+8-lane register per output: lane j sums inputs j, j + 8, ... of the first k & -8 inputs in one fma chain; the lanes
+fold as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)); the inputs left over are multiplied, summed in order and
+added to that at once. A matrix-matrix product over one lane's inputs (k/8 of them) sums each output in one fma
+chain too, save a few outputs at the edges of its blocks, which keep two chains and add them. So:
+
+- the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, k/8, d_out]), the rows padded with
+  zero rows to a whole number of TOKEN_TILE (the kernel's edge tiles along the rows sum otherwise);
+- one product per lane, the lanes folded and the leftover inputs added as the matrix-vector kernel does;
+- the outputs the matrix-matrix kernel sums another way (`LanePlan.redo`: about 5%, at its block edges) are taken
+  again row by row, as `ops.linear` would.
+
+Whether this holds is not assumed: `plan(d_out, d_in, truth)` checks it once per matrix shape on random values
+against the row-by-row product itself, with the shape's own blocking, and finds the outputs to redo there. Where the
+lanes do not reproduce that product (another BLAS, another processor's kernels, an input count whose leftovers are
+added otherwise), the plan is None and `ops.linear` keeps its row-by-row products. Every product through the lanes
+also checks its last row against the row-by-row product (1/n of that cost), and on any difference drops the plan
+and returns the row-by-row result. Either way each row gets the same bits whatever the pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+LANES = 8  # float32 lanes of an AVX register: the matrix-vector kernel's partial sums per output
+TOKEN_TILE = 12  # rows of a pass padded to a whole number of these (the matrix-matrix kernel's row tiles, 3 x 4)
+CHUNK_ROWS = 192  # rows a lane product takes at a time (16 whole tiles)
+CALIBRATION_ROWS = (CHUNK_ROWS, 36)  # rows of the random passes a plan is checked with (16 and 3 whole tiles)
+MAX_REDO = 1 / 8  # a plan redoing more outputs than this share is not the kernel this module follows
+
+Product = Callable[[np.ndarray, np.ndarray], np.ndarray]  # [n, d_in], [d_out, d_in] -> [n, d_out]
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """How a matrix of one shape is multiplied by lanes: the outputs taken again row by row."""
+
+    redo: np.ndarray  # [r] int: output indices the matrix-matrix kernel sums in two chains
+
+
+_plans: dict[tuple[int, int], LanePlan | None] = {}
+
+
+def lane_matrix(w: np.ndarray) -> np.ndarray:
+    """[d_out, d_in] -> [8, d_out, d_in // 8]: the matrix's first d_in & -8 inputs, lane j holding inputs j, j + 8, ...
+    of every row (each row read once, in order)."""
+    d_out, d_in = w.shape
+    main = d_in - d_in % LANES
+    return np.ascontiguousarray(w[:, :main].reshape(d_out, main // LANES, LANES).transpose(2, 0, 1))
+
+
+def _lane_rows(x: np.ndarray) -> np.ndarray:
+    """[n, d_in] -> [8, n_pad, d_in // 8]: the rows lane by lane, zero rows padding them to whole TOKEN_TILEs."""
+    n, d_in = x.shape
+    main = d_in - d_in % LANES
+    out = np.zeros((LANES, -(-n // TOKEN_TILE) * TOKEN_TILE, main // LANES), np.float32)
+    out[:, :n] = x[:, :main].reshape(n, main // LANES, LANES).transpose(2, 0, 1)
+    return out
+
+
+def _by_lanes(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T -> [n, d_out], the matrix-vector kernel's sums rebuilt from 8 lane products (the
+    outputs at the matrix-matrix kernel's block edges not yet redone), CHUNK_ROWS rows at a time (bounding the
+    [8, rows, d_out] lane sums)."""
+    n, d_in = x.shape
+    main = d_in - d_in % LANES
+    lanes = lane_matrix(w).transpose(0, 2, 1)  # [8, d_in // 8, d_out]
+    y = np.empty((n, w.shape[0]), np.float32)
+    for r0 in range(0, n, CHUNK_ROWS):
+        rows = x[r0 : r0 + CHUNK_ROWS]
+        part = np.matmul(_lane_rows(rows), lanes)[:, : len(rows)]  # [8, rows, d_out]: one fma chain per lane and output
+        y[r0 : r0 + len(rows)] = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))
+    if main < d_in:  # the leftover inputs: products summed in order, then added at once
+        rest = x[:, main, None] * w[:, main]
+        for j in range(main + 1, d_in):
+            rest += x[:, j, None] * w[:, j]
+        y += rest
+    return y
+
+
+def plan(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
+    """The lane plan for a [d_out, d_in] matrix, checked once per shape against `truth` (the row-by-row product),
+    or None where the lanes do not reproduce it."""
+    key = (d_out, d_in)
+    if key not in _plans:
+        _plans[key] = _calibrate(d_out, d_in, truth)
+    return _plans[key]
+
+
+def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
+    """Random passes of CALIBRATION_ROWS rows through both ways: the outputs that differ anywhere are redone; None if
+    they are too many, or if the redone result still differs."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((d_out, d_in), dtype=np.float32)
+    passes = [rng.standard_normal((n, d_in), dtype=np.float32) for n in CALIBRATION_ROWS]
+    wanted = [truth(x, w) for x in passes]
+    differ = np.zeros(d_out, bool)
+    for x, want in zip(passes, wanted):
+        differ |= np.logical_or.reduce(_by_lanes(x, w) != want, axis=0)
+    redo = np.flatnonzero(differ)
+    if redo.size > MAX_REDO * d_out:
+        return None
+    candidate = LanePlan(redo)
+    if not all(np.array_equal(product(x, w, candidate, truth), want) for x, want in zip(passes, wanted)):
+        return None
+    return candidate
+
+
+def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 by lanes, with the plan's outputs redone by `truth`."""
+    y = _by_lanes(x, w)
+    redo = lane_plan.redo
+    if redo.size:  # gathered, then zero rows to a whole number of 8, so none is the kernel's leftover row
+        again = np.zeros((-(-redo.size // LANES) * LANES, w.shape[1]), np.float32)
+        again[: redo.size] = w[redo]
+        y[:, redo] = truth(x, again)[:, : redo.size]
+    return y
+
+
+def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
+    """`product`, its last row held to `truth`'s; on any difference the shape's plan is dropped and `truth`'s whole
+    product returned (the same bits either way)."""
+    y = product(x, w, lane_plan, truth)
+    if np.array_equal(y[-1:], truth(x[-1:], w)):
+        return y
+    _plans[w.shape] = None
+    return truth(x, w)
