@@ -25,8 +25,10 @@ def rows_alone(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 # SmolLM2's q/k/v stack and FFN down with Q8_1's block sums folded in (594 = 576 + 18: two inputs past the lanes),
-# a Gemma 3 270M stack (640 inputs), one input left over, and a height with no whole number of column tiles
-@pytest.mark.parametrize("d_out, d_in", [(960, 594), (576, 1584), (1536, 640), (200, 593), (333, 256)])
+# a Gemma 3 270M stack (640 inputs), inputs past the lanes or a 4-wide head (924 = 896 + 28, Qwen2.5 0.5B's width
+# with Q8_1's sums), and a height with no whole number of column tiles
+@pytest.mark.parametrize("d_out, d_in", [(960, 594), (576, 1584), (1536, 640), (200, 593), (200, 924), (200, 599), (999, 594),
+                                         (333, 256)])
 def test_a_pass_through_the_lanes_gives_each_row_its_bits_alone(d_out, d_in):
     rng = np.random.default_rng(d_out + d_in)
     w = rng.standard_normal((d_out, d_in)).astype(np.float32)
@@ -85,3 +87,8 @@ def test_lanes_are_read_as_the_matrix_vector_kernel_reads_them():
     lanes = lane_products.lane_matrix(w)  # [8, 3, 2]: the 16 inputs of the lanes; the 2 left over are not there
     assert lanes.shape == (8, 3, 2)
     assert np.array_equal(lanes[5, 1], [w[1, 5], w[1, 13]])
+    w = np.arange(3 * 23, dtype=np.float32).reshape(3, 23)
+    lanes = lane_products.lane_matrix(w)  # 23 inputs: 4 first into lanes 0-3, then 16 by 8, 3 left over
+    assert lanes.shape == (8, 3, 3)
+    assert np.array_equal(lanes[1, 2], [w[2, 1], w[2, 5], w[2, 13]])
+    assert np.array_equal(lanes[6, 2], [0, w[2, 10], w[2, 18]])  # a zero first: every lane's chain as long

@@ -6,16 +6,18 @@ matrix-matrix product, which reuses each weight over several rows in registers, 
 module rebuilds the matrix-vector kernel's sums with matrix-matrix products where this machine's BLAS allows it.
 
 OpenBLAS's Haswell `sgemv_t` (the kernel numpy reaches here, one thread; docs/op-diff.md, fifth round) keeps one
-8-lane register per output: lane j sums inputs j, j + 8, ... of the first k & -8 inputs in one fma chain; the lanes
-fold as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)); the inputs left over are multiplied, summed in order and
-added to that at once. A matrix-matrix product over one lane's inputs (k/8 of them) sums each output in one fma
+8-lane register per output and sums the first k & -4 inputs in it, each lane in one fma chain: 4 inputs first
+into lanes 0-3 where k & 4, then 8 at a time (lane j the inputs j, j + 8, ... after those 4); the lanes fold as
+((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)); the k & 3 inputs left over are multiplied, summed in order and
+added to that at once (measured: every output of 6 x 16 products with k = 592 to 599). A matrix-matrix product over one lane's inputs (k/8 of them) sums each output in one fma
 chain too, save a few outputs at the edges of its blocks, which keep two chains and add them. So:
 
-- the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, k/8, d_out]), the rows padded with
+- the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, d_out, k/8]), the rows padded with
   zero rows to a whole number of TOKEN_TILE (the kernel's edge tiles along the rows sum otherwise);
 - one product per lane, the lanes folded and the leftover inputs added as the matrix-vector kernel does;
 - the outputs the matrix-matrix kernel sums another way (`LanePlan.redo`: about 5%, at its block edges) are taken
-  again row by row, as `ops.linear` would.
+  again row by row, as `ops.linear` would, and so are the d_out % 4 last, which the matrix-vector kernel sums
+  another way (as the last rows of any matrix it is handed).
 
 Whether this holds is not assumed: `plan(d_out, d_in, truth)` checks it once per matrix shape on random values
 against the row-by-row product itself, with the shape's own blocking, and finds the outputs to redo there. Where the
@@ -36,6 +38,7 @@ LANES = 8  # float32 lanes of an AVX register: the matrix-vector kernel's partia
 TOKEN_TILE = 12  # rows of a pass padded to a whole number of these (the matrix-matrix kernel's row tiles, 3 x 4)
 CHUNK_ROWS = 192  # rows a lane product takes at a time (16 whole tiles)
 CALIBRATION_ROWS = (CHUNK_ROWS, 36)  # rows of the random passes a plan is checked with (16 and 3 whole tiles)
+ROW_GROUP = 4  # outputs the matrix-vector kernel takes at a time: the d_out % 4 last ones it sums otherwise
 MAX_REDO = 1 / 8  # a plan redoing more outputs than this share is not the kernel this module follows
 
 Product = Callable[[np.ndarray, np.ndarray], np.ndarray]  # [n, d_in], [d_out, d_in] -> [n, d_out]
@@ -51,21 +54,32 @@ class LanePlan:
 _plans: dict[tuple[int, int], LanePlan | None] = {}
 
 
-def lane_matrix(w: np.ndarray) -> np.ndarray:
-    """[d_out, d_in] -> [8, d_out, d_in // 8]: the matrix's first d_in & -8 inputs, lane j holding inputs j, j + 8, ...
-    of every row (each row read once, in order)."""
-    d_out, d_in = w.shape
-    main = d_in - d_in % LANES
-    return np.ascontiguousarray(w[:, :main].reshape(d_out, main // LANES, LANES).transpose(2, 0, 1))
+def _split(d_in: int) -> tuple[int, int]:
+    """(head, whole) of a row of d_in inputs: the kernel's vector loop takes its first `whole` = d_in & -4 inputs,
+    the first `head` (d_in & 4: 0 or 4) of them 4 wide into lanes 0-3, the rest 8 wide; the d_in & 3 after them are
+    added in C."""
+    whole = d_in & -4
+    return whole % LANES, whole
 
 
-def _lane_rows(x: np.ndarray) -> np.ndarray:
-    """[n, d_in] -> [8, n_pad, d_in // 8]: the rows lane by lane, zero rows padding them to whole TOKEN_TILEs."""
-    n, d_in = x.shape
-    main = d_in - d_in % LANES
-    out = np.zeros((LANES, -(-n // TOKEN_TILE) * TOKEN_TILE, main // LANES), np.float32)
-    out[:, :n] = x[:, :main].reshape(n, main // LANES, LANES).transpose(2, 0, 1)
+def _lanes(a: np.ndarray, rows: int | None = None) -> np.ndarray:
+    """[r, d_in] -> [8, rows, k]: lane j's inputs in the order its fma chain takes them (a 4-wide head first, a zero
+    before the other lanes' first so every lane is k long), zero rows up to `rows` (r if None)."""
+    r, d_in = a.shape
+    head, whole = _split(d_in)
+    body = a[:, head:whole].reshape(r, -1, LANES).transpose(2, 0, 1)  # [8, r, (whole - head) / 8]
+    if not head and rows in (None, r):
+        return np.ascontiguousarray(body)
+    out = np.zeros((LANES, rows or r, body.shape[2] + (1 if head else 0)), np.float32)
+    out[:, :r, out.shape[2] - body.shape[2] :] = body
+    if head:
+        out[:head, :r, 0] = a[:, :head].T
     return out
+
+
+def lane_matrix(w: np.ndarray) -> np.ndarray:
+    """[d_out, d_in] -> [8, d_out, k]: the matrix lane by lane (`_lanes`), each row read once, in order."""
+    return _lanes(w)
 
 
 def _by_lanes(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -73,16 +87,17 @@ def _by_lanes(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     outputs at the matrix-matrix kernel's block edges not yet redone), CHUNK_ROWS rows at a time (bounding the
     [8, rows, d_out] lane sums)."""
     n, d_in = x.shape
-    main = d_in - d_in % LANES
-    lanes = lane_matrix(w).transpose(0, 2, 1)  # [8, d_in // 8, d_out]
+    whole = _split(d_in)[1]
+    lanes = lane_matrix(w).transpose(0, 2, 1)  # [8, k, d_out]
     y = np.empty((n, w.shape[0]), np.float32)
     for r0 in range(0, n, CHUNK_ROWS):
         rows = x[r0 : r0 + CHUNK_ROWS]
-        part = np.matmul(_lane_rows(rows), lanes)[:, : len(rows)]  # [8, rows, d_out]: one fma chain per lane and output
+        padded = -(-len(rows) // TOKEN_TILE) * TOKEN_TILE
+        part = np.matmul(_lanes(rows, padded), lanes)[:, : len(rows)]  # [8, rows, d_out]: a chain per lane, output
         y[r0 : r0 + len(rows)] = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))
-    if main < d_in:  # the leftover inputs: products summed in order, then added at once
-        rest = x[:, main, None] * w[:, main]
-        for j in range(main + 1, d_in):
+    if whole < d_in:  # the inputs past the vector loop: products summed in order, then added at once
+        rest = x[:, whole, None] * w[:, whole]
+        for j in range(whole + 1, d_in):
             rest += x[:, j, None] * w[:, j]
         y += rest
     return y
@@ -107,6 +122,7 @@ def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
     differ = np.zeros(d_out, bool)
     for x, want in zip(passes, wanted):
         differ |= np.logical_or.reduce(_by_lanes(x, w) != want, axis=0)
+    differ[d_out - d_out % ROW_GROUP :] = False  # the last rows are redone apart (`product`)
     redo = np.flatnonzero(differ)
     if redo.size > MAX_REDO * d_out:
         return None
@@ -119,6 +135,9 @@ def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
 def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
     """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 by lanes, with the plan's outputs redone by `truth`."""
     y = _by_lanes(x, w)
+    last = w.shape[0] % ROW_GROUP
+    if last:  # rows after the kernel's last whole group, which it sums otherwise: as the last of any matrix
+        y[:, -last:] = truth(x, w[-last:])
     redo = lane_plan.redo
     if redo.size:  # gathered, then zero rows to a whole number of 8, so none is the kernel's leftover row
         again = np.zeros((-(-redo.size // LANES) * LANES, w.shape[1]), np.float32)
