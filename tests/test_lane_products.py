@@ -26,9 +26,9 @@ def rows_alone(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 # SmolLM2's q/k/v stack and FFN down with Q8_1's block sums folded in (594 = 576 + 18: two inputs past the lanes),
 # a Gemma 3 270M stack (640 inputs), inputs past the lanes or a 4-wide head (924 = 896 + 28, Qwen2.5 0.5B's width
-# with Q8_1's sums), and a height with no whole number of column tiles
+# with Q8_1's sums), heights with no whole number of the kernel's row groups, and a matrix taken in blocks of rows
 @pytest.mark.parametrize("d_out, d_in", [(960, 594), (576, 1584), (1536, 640), (200, 593), (200, 924), (200, 599), (999, 594),
-                                         (333, 256)])
+                                         (333, 256), (2 * lane_products.BLOCK_ROWS + 99, 130)])
 def test_a_pass_through_the_lanes_gives_each_row_its_bits_alone(d_out, d_in):
     rng = np.random.default_rng(d_out + d_in)
     w = rng.standard_normal((d_out, d_in)).astype(np.float32)
@@ -80,6 +80,11 @@ def test_a_last_row_that_differs_drops_the_plan_and_gives_the_truth():
     assert not np.array_equal(lane_products.product(x, w, plan, float64_sums)[-1], float64_sums(x, w)[-1])
     assert np.array_equal(lane_products.checked_product(x, w, plan, float64_sums), float64_sums(x, w))
     assert lane_products._plans[w.shape] is None  # dropped: this shape's products go row by row from now on
+
+
+def test_a_block_of_rows_is_a_whole_number_of_the_row_by_row_slabs():
+    """So each block alone gets the bits the whole matrix gets from `ops.by_row_slabs`."""
+    assert lane_products.BLOCK_ROWS % ops.ROW_SLAB == 0
 
 
 def test_lanes_are_read_as_the_matrix_vector_kernel_reads_them():

@@ -19,7 +19,7 @@ chain too, save a few outputs at the edges of its blocks, which keep two chains 
   again row by row, as `ops.linear` would, and so are the d_out % 4 last, which the matrix-vector kernel sums
   another way (as the last rows of any matrix it is handed).
 
-Whether this holds is not assumed: `plan(d_out, d_in, truth)` checks it once per matrix shape on random values
+`linear` takes a matrix BLOCK_ROWS rows at a time. Whether this holds is not assumed: `plan(d_out, d_in, truth)` checks it once per matrix shape on random values
 against the row-by-row product itself, with the shape's own blocking, and finds the outputs to redo there. Where the
 lanes do not reproduce that product (another BLAS, another processor's kernels, an input count whose leftovers are
 added otherwise), the plan is None and `ops.linear` keeps its row-by-row products. Every product through the lanes
@@ -39,6 +39,7 @@ TOKEN_TILE = 12  # rows of a pass padded to a whole number of these (the matrix-
 CHUNK_ROWS = 192  # rows a lane product takes at a time (16 whole tiles)
 CALIBRATION_ROWS = (CHUNK_ROWS, 36)  # rows of the random passes a plan is checked with (16 and 3 whole tiles)
 ROW_GROUP = 4  # outputs the matrix-vector kernel takes at a time: the d_out % 4 last ones it sums otherwise
+BLOCK_ROWS = 1024  # matrix rows a lane product takes at a time (a whole number of `ops.ROW_SLAB`s: the same bits)
 MAX_REDO = 1 / 8  # a plan redoing more outputs than this share is not the kernel this module follows
 
 Product = Callable[[np.ndarray, np.ndarray], np.ndarray]  # [n, d_in], [d_out, d_in] -> [n, d_out]
@@ -154,3 +155,17 @@ def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Pr
         return y
     _plans[w.shape] = None
     return truth(x, w)
+
+
+def linear(x: np.ndarray, w: np.ndarray, truth: Product) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 with `truth`'s bits: BLOCK_ROWS rows of the matrix at a time
+    (each block's lane copy a bounded transient: 16 MB for 4,096 inputs), each block through the lanes where its
+    shape has a plan, else through `truth`. A block boundary is a boundary of `truth`'s own row slabs, so each block
+    alone gets the bits the whole matrix gets."""
+    y = np.empty((x.shape[0], w.shape[0]), np.float32)
+    for r0 in range(0, w.shape[0], BLOCK_ROWS):
+        block = w[r0 : r0 + BLOCK_ROWS]
+        lane_plan = plan(*block.shape, truth)
+        y[:, r0 : r0 + len(block)] = (truth(x, block) if lane_plan is None
+                                      else checked_product(x, block, lane_plan, truth))
+    return y
