@@ -82,6 +82,24 @@ def test_a_last_row_that_differs_drops_the_plan_and_gives_the_truth():
     assert lane_products._plans[w.shape] is None  # dropped: this shape's products go row by row from now on
 
 
+def test_the_last_row_of_each_chunk_is_checked():
+    """A product that differs from the lanes only in the last row of a pass's first chunk of rows (a marked row)
+    is found: the plan is dropped and that product's rows come from it."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((576, 594)).astype(np.float32)
+    x = rng.standard_normal((lane_products.CHUNK_ROWS + 20, 594)).astype(np.float32)
+    x[lane_products.CHUNK_ROWS - 1, 0] = 1000.0  # the marked row
+
+    def marked(rows, m):  # the row-by-row product, one more on the marked row
+        return ops.by_row_slabs(rows, m) + (rows[:, :1] == 1000.0)
+
+    plan = lane_products.plan(*w.shape, ops.by_row_slabs)
+    if plan is None:
+        pytest.skip("no lane plan on this machine's BLAS")
+    out = lane_products.checked_product(x, w, plan, marked)
+    assert np.array_equal(out, marked(x, w)) and lane_products._plans[w.shape] is None
+
+
 def test_a_block_of_rows_is_a_whole_number_of_the_row_by_row_slabs():
     """So each block alone gets the bits the whole matrix gets from `ops.by_row_slabs`."""
     assert lane_products.BLOCK_ROWS % ops.ROW_SLAB == 0

@@ -23,8 +23,8 @@ chain too, save a few outputs at the edges of its blocks, which keep two chains 
 against the row-by-row product itself, with the shape's own blocking, and finds the outputs to redo there. Where the
 lanes do not reproduce that product (another BLAS, another processor's kernels, an input count whose leftovers are
 added otherwise), the plan is None and `ops.linear` keeps its row-by-row products. Every product through the lanes
-also checks its last row against the row-by-row product (1/n of that cost), and on any difference drops the plan
-and returns the row-by-row result. Either way each row gets the same bits whatever the pass.
+also checks the last row of each of its chunks of rows against the row-by-row product (1/n of that cost), and on any
+difference drops the plan and returns the row-by-row result. Either way each row gets the same bits whatever the pass.
 """
 
 from __future__ import annotations
@@ -148,10 +148,11 @@ def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -
 
 
 def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
-    """`product`, its last row held to `truth`'s; on any difference the shape's plan is dropped and `truth`'s whole
-    product returned (the same bits either way)."""
+    """`product`, the last row of each CHUNK_ROWS (the last of each lane product's row tiles) held to `truth`'s; on
+    any difference the shape's plan is dropped and `truth`'s whole product returned (the same bits either way)."""
     y = product(x, w, lane_plan, truth)
-    if np.array_equal(y[-1:], truth(x[-1:], w)):
+    ends = np.minimum(np.arange(CHUNK_ROWS, len(x) + CHUNK_ROWS, CHUNK_ROWS), len(x)) - 1  # [chunks]
+    if np.array_equal(y[ends], truth(x[ends], w)):
         return y
     _plans[w.shape] = None
     return truth(x, w)
