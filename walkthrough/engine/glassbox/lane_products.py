@@ -95,7 +95,10 @@ def _by_lanes(x: np.ndarray, w: np.ndarray) -> np.ndarray:
         rows = x[r0 : r0 + CHUNK_ROWS]
         padded = -(-len(rows) // TOKEN_TILE) * TOKEN_TILE
         part = np.matmul(_lanes(rows, padded), lanes)[:, : len(rows)]  # [8, rows, d_out]: a chain per lane, output
-        y[r0 : r0 + len(rows)] = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))
+        # the fold ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) in place, in three calls
+        np.add(part[:4], part[4:], out=part[:4])  # l_j + l_(j+4)
+        np.add(part[0:4:2], part[1:4:2], out=part[0:4:2])  # (l0 + l4) + (l1 + l5), (l2 + l6) + (l3 + l7)
+        np.add(part[0], part[2], out=y[r0 : r0 + len(rows)])
     if whole < d_in:  # the inputs past the vector loop: products summed in order, then added at once
         rest = x[:, whole, None] * w[:, whole]
         for j in range(whole + 1, d_in):
