@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
           "ratio (both engines timed in turn, so a slow spell of the machine weighs on both)")
     for name, (pre, dec) in best.items():
         pre_mid, dec_mid = (float(np.median([r[i] for r in ratios[name]])) for i in (0, 1))
-        print(f"  {name:22s} prefill {pre:7.1f} tok/s ({pre / ref_pre:5.2f}x)  decode {dec:6.1f} tok/s "
-              f"({dec / ref_dec:5.2f}x)   per round: prefill {pre_mid:5.2f}x  decode {dec_mid:5.2f}x")
+        print(f"  {name:22s} prefill {pre:7.1f} tok/s ({pre / ref_pre:6.3f}x)  decode {dec:6.1f} tok/s "
+              f"({dec / ref_dec:6.3f}x)   per round: prefill {pre_mid:6.3f}x  decode {dec_mid:6.3f}x")
     return 0
 
 
