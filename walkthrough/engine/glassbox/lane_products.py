@@ -5,12 +5,13 @@ not depend on how many rows share its pass. That kernel runs at about 20 G multi
 matrix-matrix product, which reuses each weight over several rows in registers, runs at twice that or more. This
 module rebuilds the matrix-vector kernel's sums with matrix-matrix products where this machine's BLAS allows it.
 
-OpenBLAS's Haswell `sgemv_t` (the kernel numpy reaches here, one thread; docs/op-diff.md, fifth round) keeps one
-8-lane register per output and sums the first k & -4 inputs in it, each lane in one fma chain: 4 inputs first
-into lanes 0-3 where k & 4, then 8 at a time (lane j the inputs j, j + 8, ... after those 4); the lanes fold as
-((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)); the k & 3 inputs left over are multiplied, summed in order and
-added to that at once (measured: every output of 6 x 16 products with k = 592 to 599). A matrix-matrix product over one lane's inputs (k/8 of them) sums each output in one fma
-chain too, save a few outputs at the edges of its blocks, which keep two chains and add them. So:
+OpenBLAS's Haswell `sgemv_t` (the kernel numpy reaches here, one thread; docs/op-diff.md, fifth and tenth rounds)
+keeps one 8-lane register per output and sums the first k & -4 inputs in it, each lane in one fma chain: 4 inputs
+first into lanes 0-3 where k & 4, then 8 at a time (lane j the inputs j, j + 8, ... after those 4). The lanes fold as
+((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)), and the k & 3 inputs left over are multiplied, summed in order
+and added to that at once (measured: every output of 6 x 16 products with k = 592 to 599). A matrix-matrix product
+over one lane's inputs (k/8 of them) sums each output in one fma chain too, save a few outputs at the edges of its
+blocks, which keep two chains and add them. So:
 
 - the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, d_out, k/8]), the rows padded with
   zero rows to a whole number of TOKEN_TILE (the kernel's edge tiles along the rows sum otherwise);
@@ -19,12 +20,13 @@ chain too, save a few outputs at the edges of its blocks, which keep two chains 
   again row by row, as `ops.linear` would, and so are the d_out % 4 last, which the matrix-vector kernel sums
   another way (as the last rows of any matrix it is handed).
 
-`linear` takes a matrix BLOCK_ROWS rows at a time. Whether this holds is not assumed: `plan(d_out, d_in, truth)` checks it once per matrix shape on random values
-against the row-by-row product itself, with the shape's own blocking, and finds the outputs to redo there. Where the
-lanes do not reproduce that product (another BLAS, another processor's kernels, an input count whose leftovers are
-added otherwise), the plan is None and `ops.linear` keeps its row-by-row products. Every product through the lanes
-also checks the last row of each of its chunks of rows against the row-by-row product (1/n of that cost), and on any
-difference drops the plan and returns the row-by-row result. Either way each row gets the same bits whatever the pass.
+`linear` takes a matrix BLOCK_ROWS rows at a time. Whether the above holds is not assumed: `plan(d_out, d_in, truth)`
+checks it once per matrix shape on random values against the row-by-row product itself, with the shape's own
+blocking, and finds the outputs to redo there. Where the lanes do not reproduce that product (another BLAS, another
+processor's kernels), the plan is None and `ops.linear` keeps its row-by-row products. Every product through the
+lanes also checks the last row of each of its chunks of rows against the row-by-row product (1/n of that cost), and
+on any difference drops the plan and returns the row-by-row result. Either way each row gets the same bits whatever
+the pass.
 """
 
 from __future__ import annotations
