@@ -64,3 +64,24 @@ def test_trace_reports_first_use_on_its_own_line(capsys) -> None:
     assert main(["trace", str(QWEN2), "--ids", "5,6,7,8,9", "--steps", "3"]) == 0
     out = capsys.readouterr().out
     assert sum(line.startswith("first use: dequantized") for line in out.splitlines()) == 1
+
+
+def test_the_lane_products_shape_checks_are_one_time_work(tmp_path, monkeypatch) -> None:
+    """A first pass of LANE_ROWS rows checks its matrix shapes for the lane products: counted and timed with the
+    first-use work, apart from the pass; the same pass again checks nothing."""
+    from gguf.constants import GGMLQuantizationType
+    from llama_support import write_llama_blocks
+
+    from walkthrough.engine.glassbox import lane_products, ops
+
+    monkeypatch.setattr(lane_products, "_plans", {})
+    model = Model.open(write_llama_blocks(tmp_path / "q4.gguf", GGMLQuantizationType.Q4_0, n_layers=1))
+    ids = list(range(5, 5 + ops.LANE_ROWS))
+    shapes, seconds = lane_products.checked()
+    first = list(Session(model).prefill(ids, sampler=Sampler.greedy()))
+    assert sum(s.first_use_checks for s in first) == lane_products.checked()[0] - shapes > 0
+    assert sum(s.first_use_seconds for s in first) >= lane_products.checked()[1] - seconds > 0
+    again = list(Session(model).prefill(ids, sampler=Sampler.greedy()))
+    assert all(s.first_use_checks == 0 and s.first_use_seconds == 0 for s in again)
+    assert f"checked {sum(s.first_use_checks for s in first)} product shape" in first_use_line(first)
+    assert measure(first).first_use_checks == sum(s.first_use_checks for s in first)

@@ -60,11 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from walkthrough.costs.estimate import estimate
     from walkthrough.costs.hardware import load_profiles, pick
-    from walkthrough.costs.measured import compare, comparison_title, time_request
+    from walkthrough.costs.measured import compare, comparison_title, first_use_work, time_request
     from walkthrough.engine.context_fit import check_fits
     from walkthrough.engine.engines import load_model
     from walkthrough.inspect.card import build_card
-    from walkthrough.units import binary_bytes
 
     for name, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens)):
         if value < 1:
@@ -94,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
                      f"{args.prompt_tokens} prompt tokens, {args.output_tokens} generated",
                      comparison_title(hw, measured), rows, memory)
     print_split(model, measured)
-    if measured.first_use_bytes:
-        print(f"first use: dequantized {binary_bytes(measured.first_use_bytes)} in "
+    if measured.first_use_bytes or measured.first_use_checks:
+        print(f"first use: {first_use_work(measured.first_use_bytes, measured.first_use_checks)} in "
               f"{measured.first_use_seconds:.1f} s, once (not in the prefill and decode figures above)")
     return 0
 

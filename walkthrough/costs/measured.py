@@ -54,6 +54,7 @@ class Measured:
     decode_bytes: int  # bytes read by the decode passes (weights, KV cache, states)
     first_use_seconds: float = 0.0  # one-time work apart from the passes' seconds (weights produced on first use)
     first_use_bytes: int = 0
+    first_use_checks: int = 0  # matrix shapes checked for the lane products, part of first_use_seconds
     split: dict | None = None  # llama.cpp over RPC workers: per host and boundary (`split_text.summary`)
 
     @property
@@ -79,7 +80,7 @@ class Measured:
                 "decode_seconds": self.decode_seconds, "decode_tokens_per_s": self.decode_tokens_per_s,
                 "seconds_per_token": self.seconds_per_token, "decode_bytes": self.decode_bytes,
                 "bandwidth_bytes_per_s": self.bandwidth, "first_use_seconds": self.first_use_seconds,
-                "first_use_bytes": self.first_use_bytes, **({"split": self.split} if self.split else {})}
+                "first_use_bytes": self.first_use_bytes, "first_use_checks": self.first_use_checks, **({"split": self.split} if self.split else {})}
 
 
 def measure(steps: Sequence[Step]) -> Measured | None:
@@ -99,6 +100,7 @@ def measure(steps: Sequence[Step]) -> Measured | None:
         decode_bytes=sum(s.bytes_read.get("total", 0) for s in decode),
         first_use_seconds=sum(s.first_use_seconds for s in steps),
         first_use_bytes=sum(s.first_use_bytes for s in steps),
+        first_use_checks=sum(s.first_use_checks for s in steps),
         split=summary(steps),
     )
 
@@ -107,14 +109,23 @@ def first_use_line(steps: Sequence[Step]) -> str | None:
     """One line for the one-time work the passes did apart from their own time, or None if they did none.
 
     Example: 241 MiB produced in 19.6 s -> "first use: dequantized 241 MiB in 19.6 s, once (not in the
-    prefill and decode times)".
+    prefill and decode times)"; with 3 matrix shapes checked for the lane products, "first use: dequantized
+    241 MiB, checked 3 product shapes in 19.7 s, once (...)".
     """
     seconds = sum(s.first_use_seconds for s in steps)
     nbytes = sum(s.first_use_bytes for s in steps)
-    if not nbytes:
+    checks = sum(s.first_use_checks for s in steps)
+    if not nbytes and not checks:
         return None
-    return (f"first use: dequantized {binary_bytes(nbytes)} in {fmt(seconds, 's')}, once "
-            "(not in the prefill and decode times)")
+    return f"first use: {first_use_work(nbytes, checks)} in {fmt(seconds, 's')}, once (not in the prefill and decode times)"
+
+
+def first_use_work(nbytes: int, checks: int) -> str:
+    """What one-time work did: "dequantized 241 MiB", ", checked 3 product shapes" after it when there were any."""
+    work = [f"dequantized {binary_bytes(nbytes)}"] if nbytes else []
+    if checks:
+        work.append(f"checked {checks} product shape{'s' if checks != 1 else ''}")
+    return ", ".join(work)
 
 
 def spread_ids(n: int, n_vocab: int, end_ids: frozenset[int]) -> list[int]:

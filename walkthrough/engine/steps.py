@@ -129,8 +129,10 @@ class Step:
     state_bytes: int  # fixed recurrent states (hybrid models), 0 otherwise
     logits: np.ndarray  # [n_vocab] last position
     seconds: float = 0.0  # wall time of the forward pass, without the one-time work below
-    first_use_seconds: float = 0.0  # one-time work this pass did: weights produced the first time they were used
+    first_use_seconds: float = 0.0  # one-time work this pass did: weights produced the first time they were used,
+    # and matrix shapes checked for the lane products (`glassbox.lane_products.plan`)
     first_use_bytes: int = 0  # bytes that first-use work produced (float32 or packed weights)
+    first_use_checks: int = 0  # matrix shapes that first-use work checked
     all_logits: np.ndarray | None = None  # [n_tokens, n_vocab] when asked for
     surprisal: np.ndarray | None = None  # [n_tokens] nats of each input token given all before it (nan: unknown)
     sample: SampleResult | None = None  # the sampler's stages, when this pass picked a token
@@ -209,6 +211,8 @@ class Step:
             out["split"] = self.split
         if self.first_use_bytes:  # one-time work (weights produced the first time), timed apart from the pass
             out["first_use_bytes"] = self.first_use_bytes
+        if self.first_use_checks:  # matrix shapes checked for the lane products, in the same one-time time
+            out["first_use_checks"] = self.first_use_checks
         out["layers"] = [t.cache_record() for t in self.layers]
         out["activation_bytes"] = [t.activation_bytes for t in self.layers]
         if self.is_moe:

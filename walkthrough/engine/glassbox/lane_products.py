@@ -31,6 +31,8 @@ the pass.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +57,15 @@ class LanePlan:
 
 
 _plans: dict[tuple[int, int], LanePlan | None] = {}
+_checked = [0, 0.0]  # shapes checked so far in this process, and the seconds it took (one-time work)
+_checked_lock = threading.Lock()
+
+
+def checked() -> tuple[int, float]:
+    """(shapes checked, seconds spent checking them) in this process so far: one-time work, as a weight's first
+    dequantization is (`Session.feed` times it apart from the pass)."""
+    with _checked_lock:
+        return _checked[0], _checked[1]
 
 
 def _split(d_in: int) -> tuple[int, int]:
@@ -114,7 +125,11 @@ def plan(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
     or None where the lanes do not reproduce it."""
     key = (d_out, d_in)
     if key not in _plans:
+        began = time.perf_counter()
         _plans[key] = _calibrate(d_out, d_in, truth)
+        with _checked_lock:
+            _checked[0] += 1
+            _checked[1] += time.perf_counter() - began
     return _plans[key]
 
 

@@ -77,6 +77,7 @@ from walkthrough.engine.checkpoints import (
     common_prefix,
     copy_states,
 )
+from walkthrough.engine.glassbox import lane_products
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.model import Model, Progress
 from walkthrough.engine.sampler import Sampler, SampleResult
@@ -274,6 +275,7 @@ class Session:
         previous = self.last_logits  # [V] the distribution the first of `ids` was drawn against
         meter = self.model.meter()
         once = self.model.weights.first_use()  # one-time work so far (weights produced on first use)
+        checks = lane_products.checked()  # and matrix shapes checked for the lane products
         began = time.perf_counter()
         measured = self.measure_surprisal and len(ids) > 1 and not all_logits  # rows for surprisal only
         hidden, layers = self.model.hidden(
@@ -286,8 +288,10 @@ class Session:
         if measured:  # the other rows' head product is not the pass's cost either
             rows = np.concatenate([self.model.head(hidden[:-1], self.model.meter()), logits])
         seconds = time.perf_counter() - began
-        now = self.model.weights.first_use()
-        first_seconds, first_bytes = now[0] - once[0], now[1] - once[1]  # this pass's share of it
+        now, checks_now = self.model.weights.first_use(), lane_products.checked()
+        first_checks = checks_now[0] - checks[0]
+        first_seconds = now[0] - once[0] + checks_now[1] - checks[1]  # this pass's share of it
+        first_bytes = now[1] - once[1]
         end = start + len(ids)
         self.cache.length = end
         self.tokens.extend(ids)
@@ -309,6 +313,7 @@ class Session:
             seconds=max(seconds - first_seconds, 0.0),
             first_use_seconds=first_seconds,
             first_use_bytes=first_bytes,
+            first_use_checks=first_checks,
             all_logits=logits if all_logits else None,
             hidden=hidden if self.keep_hidden else None,
             surprisal=surprisal.of_pass(previous, rows, ids),
