@@ -27,8 +27,9 @@ def rows_alone(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 # SmolLM2's q/k/v stack and FFN down with Q8_1's block sums folded in (594 = 576 + 18: two inputs past the lanes),
 # a Gemma 3 270M stack (640 inputs), inputs past the lanes or a 4-wide head (924 = 896 + 28, Qwen2.5 0.5B's width
 # with Q8_1's sums), heights with no whole number of the kernel's row groups, and a matrix taken in blocks of rows
-@pytest.mark.parametrize("d_out, d_in", [(960, 594), (576, 1584), (1536, 640), (200, 593), (200, 924), (200, 599), (999, 594),
-                                         (333, 256), (2 * lane_products.BLOCK_ROWS + 99, 130)])
+@pytest.mark.parametrize("d_out, d_in", [(960, 594), (576, 1584), (1536, 640), (200, 593), (200, 924),
+                                         (200, 599), (999, 594), (333, 256),
+                                         (2 * lane_products.BLOCK_ROWS + 99, 130)])
 def test_a_pass_through_the_lanes_gives_each_row_its_bits_alone(d_out, d_in):
     rng = np.random.default_rng(d_out + d_in)
     w = rng.standard_normal((d_out, d_in)).astype(np.float32)

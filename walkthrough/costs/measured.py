@@ -80,7 +80,8 @@ class Measured:
                 "decode_seconds": self.decode_seconds, "decode_tokens_per_s": self.decode_tokens_per_s,
                 "seconds_per_token": self.seconds_per_token, "decode_bytes": self.decode_bytes,
                 "bandwidth_bytes_per_s": self.bandwidth, "first_use_seconds": self.first_use_seconds,
-                "first_use_bytes": self.first_use_bytes, "first_use_checks": self.first_use_checks, **({"split": self.split} if self.split else {})}
+                "first_use_bytes": self.first_use_bytes, "first_use_checks": self.first_use_checks,
+                **({"split": self.split} if self.split else {})}
 
 
 def measure(steps: Sequence[Step]) -> Measured | None:
@@ -117,7 +118,8 @@ def first_use_line(steps: Sequence[Step]) -> str | None:
     checks = sum(s.first_use_checks for s in steps)
     if not nbytes and not checks:
         return None
-    return f"first use: {first_use_work(nbytes, checks)} in {fmt(seconds, 's')}, once (not in the prefill and decode times)"
+    return (f"first use: {first_use_work(nbytes, checks)} in {fmt(seconds, 's')}, once "
+            "(not in the prefill and decode times)")
 
 
 def first_use_work(nbytes: int, checks: int) -> str:

@@ -140,22 +140,28 @@ def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
     w = rng.standard_normal((d_out, d_in), dtype=np.float32)
     passes = [rng.standard_normal((n, d_in), dtype=np.float32) for n in CALIBRATION_ROWS]
     wanted = [truth(x, w) for x in passes]
+    lanes = [_by_lanes(x, w) for x in passes]
     differ = np.zeros(d_out, bool)
-    for x, want in zip(passes, wanted):
-        differ |= np.logical_or.reduce(_by_lanes(x, w) != want, axis=0)
-    differ[d_out - d_out % ROW_GROUP :] = False  # the last rows are redone apart (`product`)
+    for got, want in zip(lanes, wanted):
+        differ |= np.logical_or.reduce(got != want, axis=0)
+    differ[d_out - d_out % ROW_GROUP :] = False  # the last rows are redone apart (`_redo`)
     redo = np.flatnonzero(differ)
     if redo.size > MAX_REDO * d_out:
         return None
     candidate = LanePlan(redo)
-    if not all(np.array_equal(product(x, w, candidate, truth), want) for x, want in zip(passes, wanted)):
-        return None
+    for x, got, want in zip(passes, lanes, wanted):
+        if not np.array_equal(_redo(got, x, w, candidate, truth), want):
+            return None
     return candidate
 
 
 def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
     """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 by lanes, with the plan's outputs redone by `truth`."""
-    y = _by_lanes(x, w)
+    return _redo(_by_lanes(x, w), x, w, lane_plan, truth)
+
+
+def _redo(y: np.ndarray, x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
+    """y [n, d_out] from `_by_lanes` with the outputs it sums otherwise taken by `truth` (in place)."""
     last = w.shape[0] % ROW_GROUP
     if last:  # rows after the kernel's last whole group, which it sums otherwise: as the last of any matrix
         y[:, -last:] = truth(x, w[-last:])
