@@ -151,20 +151,39 @@ async def test_closing_the_screen_stops_the_warm_start_within_a_layer(monkeypatc
         assert posted == []  # neither the starts nor a failure
 
 
-async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it():
+async def test_a_replay_kills_the_cold_start_and_posts_nothing_from_it(monkeypatch):
+    """The fresh process is held until killed (a real one on the tiny model may finish before the
+    replay's keys arrive), so the replay always meets it running."""
+    import subprocess
+    import sys
+
+    from walkthrough.engine.serving import coldstart
+
+    children: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def held_child(argv, **kwargs):
+        assert list(argv[1:3]) == ["-m", coldstart.__name__]
+        child = real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
+        children.append(child)
+        return child
+
     app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
         _, posted = await _played(pilot)
+        monkeypatch.setattr(coldstart.subprocess, "Popen", held_child)
         await pilot.press("c")
         measuring = next(w for w in app.workers if w.name == "measure cold and warm starts")
-        await pilot.press("r")  # while the fresh process starts
+        await pilot.press("r")  # while the fresh process runs
         await pilot.pause()
+        assert not measuring.is_finished and len(children) == 1
         assert widget_text(app.screen.query_one("#confirm-question")).strip() == \
             "Discard these four calls: 4 calls played?  y / n"
         await pilot.press("y")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert measuring.is_cancelled
+        assert children[0].returncode is not None and children[0].returncode < 0  # killed, not finished
         assert not any(worker is measuring for worker, _ in posted)
         calls = app.state.calls
         assert calls.starts is None and calls.summary is not None and not calls.status.startswith("stopped")
