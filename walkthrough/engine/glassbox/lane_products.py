@@ -58,13 +58,13 @@ class LanePlan:
 
 _plans: dict[tuple[int, int], LanePlan | None] = {}
 _checked = [0, 0.0]  # shapes checked so far in this process, and the seconds it took (one-time work)
-_checked_lock = threading.Lock()
+_lock = threading.Lock()  # over `_plans` and `_checked`: a shape is checked once, and counted once
 
 
 def checked() -> tuple[int, float]:
     """(shapes checked, seconds spent checking them) in this process so far: one-time work, as a weight's first
     dequantization is (`Session.feed` times it apart from the pass)."""
-    with _checked_lock:
+    with _lock:
         return _checked[0], _checked[1]
 
 
@@ -124,13 +124,13 @@ def plan(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
     """The lane plan for a [d_out, d_in] matrix, checked once per shape against `truth` (the row-by-row product),
     or None where the lanes do not reproduce it."""
     key = (d_out, d_in)
-    if key not in _plans:
-        began = time.perf_counter()
-        _plans[key] = _calibrate(d_out, d_in, truth)
-        with _checked_lock:
+    with _lock:
+        if key not in _plans:
+            began = time.perf_counter()
+            _plans[key] = _calibrate(d_out, d_in, truth)
             _checked[0] += 1
             _checked[1] += time.perf_counter() - began
-    return _plans[key]
+        return _plans[key]
 
 
 def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
@@ -180,7 +180,8 @@ def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Pr
     ends = np.minimum(np.arange(CHUNK_ROWS, len(x) + CHUNK_ROWS, CHUNK_ROWS), len(x)) - 1  # [chunks]
     if np.array_equal(y[ends], truth(x[ends], w)):
         return y
-    _plans[w.shape] = None
+    with _lock:
+        _plans[w.shape] = None
     return truth(x, w)
 
 
