@@ -85,3 +85,39 @@ def test_the_lane_products_shape_checks_are_one_time_work(tmp_path, monkeypatch)
     assert all(s.first_use_checks == 0 and s.first_use_seconds == 0 for s in again)
     assert f"checked {sum(s.first_use_checks for s in first)} product shape" in first_use_line(first)
     assert measure(first).first_use_checks == sum(s.first_use_checks for s in first)
+
+
+def test_lane_copies_are_held_only_where_the_budget_holds_them_and_every_weight(tmp_path) -> None:
+    """A pass of LANE_ROWS rows keeps its matrices' lane copies in the weight cache (`Weights.lanes`) when the budget
+    holds every weight and every lane copy together (`dequantized_bytes` + `lane_copy_bytes`); one byte less and it
+    makes them each pass and keeps the weights alone. The logits are the same bits either way, a second pass makes
+    no lane copy again, and the memory line counts the copies where they are kept."""
+    from gguf.constants import GGMLQuantizationType
+    from llama_support import write_llama_blocks
+
+    from walkthrough.costs.memory import Holding, dequantized_bytes, lane_copy_bytes
+    from walkthrough.engine.glassbox import ops
+    from walkthrough.inspect.card import build_card
+
+    path = write_llama_blocks(tmp_path / "q4.gguf", GGMLQuantizationType.Q4_0, n_layers=2)
+    ids = list(range(5, 5 + ops.LANE_ROWS))
+
+    def lane_bytes(model: Model) -> int:
+        return sum(v.nbytes for k, v in model.weights.cached().items() if isinstance(k, tuple) and k[0] == "lanes")
+
+    roomy = Model.open(path)
+    first = list(Session(roomy).prefill(ids, sampler=Sampler.greedy()))
+    every, lanes = dequantized_bytes(roomy.file), lane_copy_bytes(roomy.file)
+    assert 0 < lane_bytes(roomy) <= lanes and roomy.weights.cached_bytes == every + lane_bytes(roomy)
+    produced = roomy.weights.dequantized_bytes
+    again = list(Session(roomy).prefill(ids, sampler=Sampler.greedy()))
+    assert roomy.weights.dequantized_bytes == produced
+    tight = Model.open(path, max_cache_bytes=every + lanes - 1)
+    weights_only = list(Session(tight).prefill(ids, sampler=Sampler.greedy()))
+    assert lane_bytes(tight) == 0 and tight.weights.cached_bytes == every  # every weight still kept
+    for a, b, c in zip(first, again, weights_only):
+        assert np.array_equal(a.logits, b.logits) and np.array_equal(a.logits, c.logits)
+    card = build_card(roomy.file)
+    assert Holding.numpy(roomy.file, card, 64, 64, every + lanes).lane_copies == lanes
+    assert Holding.numpy(roomy.file, card, 64, 64, every + lanes - 1).lane_copies == 0
+    assert Holding.numpy(roomy.file, card, 64, ops.LANE_ROWS - 1, every + lanes).lane_copies == 0  # short passes

@@ -15,7 +15,7 @@ from gguf import quants
 from test_cli_errors import run_cli
 
 from walkthrough.costs import memory
-from walkthrough.costs.memory import Holding, dequantized_bytes, parse_size
+from walkthrough.costs.memory import Holding, dequantized_bytes, lane_copy_bytes, parse_size
 from walkthrough.engine.glassbox.dequant import FAST, dequantize_fast
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
@@ -91,7 +91,8 @@ def test_the_holding_splits_and_warns_with_llama_cpp_s_figure():
     other = Holding.llama_cpp(f, card, 300, 64)
     assert mine.weights == dequantized_bytes(f) and other.weights == f.data_bytes
     assert mine.kv == card.kv_bytes(300, "f32") == 2 * other.kv
-    assert mine.total == mine.weights + mine.kv + mine.activations
+    assert mine.lane_copies == lane_copy_bytes(f) > 0  # passes of 64 tokens, and room for the lane copies
+    assert mine.total == mine.weights + mine.lane_copies + mine.kv + mine.activations
     assert mine.warning(mine.total) is None
     warning = mine.warning(other.total + 1, other)
     assert warning is not None and "--engine llama.cpp" in warning and "--max-memory" in warning

@@ -84,8 +84,8 @@ def compare(engines: dict[str, Callable[[], object]], ids: list[int], tokens: in
     so both meet the same spell of the machine. Returns the median of the paired ratios this / rev (prefills over
     rounds, decode passes over every pass), the best prefill and decode pass of each, and whether the two gave the
     same logits bit for bit after every pass."""
-    for new in engines.values():  # load, dequantize, pack: first-use work, not timed
-        new().feed(ids[:8], phase="prefill")
+    for new in engines.values():  # load, dequantize, pack, check and copy lanes: first-use work, not timed
+        new().feed(ids, phase="prefill")
     names = list(engines)
     prefill: dict[str, list[float]] = {name: [] for name in names}
     decode: dict[str, list[float]] = {name: [] for name in names}

@@ -110,6 +110,47 @@ def dequantized_bytes(f: GGUFFile) -> int:
     return total
 
 
+# matrices a layer multiplies as one where they stack (`layers.project_qkv`, `layers.dense_ffn`: `Meter.linears`)
+STACKS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
+
+
+def lane_copy_bytes(f: GGUFFile) -> int:
+    """Bytes of the lane copies the numpy engine keeps for passes of `ops.LANE_ROWS` rows or more, when its budget
+    holds them (`Weights.lanes`): one per float32 matrix multiplied by rows, [8, d_out, k] with 8 k its inputs (block
+    offsets included) cut to a multiple of 4, plus 4 when that leaves a 4-wide head (`lane_products._lanes`). Not the
+    output head, not a routed expert, and not a matrix held by columns (`ops.tall`), alone or, where a layer stacks
+    it with others (`STACKS`, `Weights.stackable`'s rule), as the stack. At most: a matrix of `ops.ROW_SLAB` rows or
+    fewer, not stacked, a shape this machine's BLAS gives no lane plan, and a last layer's products after attention
+    where the pass keeps only the rows the logits need take none (SmolLM2-135M: 212.3 MiB counted, 208.8 held after
+    a 128-token prefill, the last FFN down multiplied by one row)."""
+    import numpy as np
+
+    from walkthrough.engine.glassbox.ops import ROW_SLAB, tall
+    from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
+    from walkthrough.engine.glassbox.weights import product_dtype
+
+    head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
+    by_columns = set()  # matrices a stack held by columns takes
+    for name in f.tensors:
+        prefix, _, rest = name.rpartition("blk.")
+        layer = "blk." + rest.split(".")[0] + "." if prefix == "" and rest else None
+        for stack in STACKS if layer else ():
+            names = [f"{layer}{part}.weight" for part in stack]
+            infos = [f.tensors.get(n) for n in names]
+            if (name == names[0] and all(t is not None and len(t.shape) == 2 for t in infos)
+                    and len({(t.shape[0], t.ggml_type) for t in infos}) == 1 and all(t.shape[1] % ROW_SLAB == 0 for t in infos[:-1])
+                    and tall(sum(t.shape[1] for t in infos), infos[0].shape[0])):
+                by_columns.update(names)
+    total = 0
+    for t in f.tensors.values():
+        if (len(t.shape) != 2 or t.name in (head, "token_embd.weight") or t.name in by_columns
+                or product_dtype(t) is not np.float32 or tall(t.shape[1], t.shape[0])):
+            continue
+        whole = (t.shape[0] + (t.shape[0] // 32 if t.ggml_type in WITH_OFFSET else 0)) & -4
+        total += t.shape[1] * (whole + 4 if whole % 8 else whole) * 4
+    return total
+
+
 @dataclass(frozen=True)
 class Holding:
     """What one engine will hold for a request, in bytes."""
@@ -120,16 +161,20 @@ class Holding:
     kv: int  # KV cache at the request's length
     activations: int  # one pass's activations (estimate)
     budget: int | None  # numpy's weight budget
+    lane_copies: int = 0  # numpy: the lane copies kept for long passes (`lane_copy_bytes`) where the budget holds them
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.activations
+        return self.weights + self.lane_copies + self.kv + self.activations
 
     @classmethod
     def numpy(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int, budget: int) -> Holding:
-        every = dequantized_bytes(f)
+        from walkthrough.engine.glassbox.ops import LANE_ROWS
+
+        every, lanes = dequantized_bytes(f), lane_copy_bytes(f)
+        kept = lanes if min(positions, chunk) >= LANE_ROWS and every + lanes <= budget else 0  # `Weights.lanes`
         return cls("numpy", min(every, budget), every, card.kv_bytes(positions, "f32") or 0,
-                   int(compute_buffer_bytes(card, chunk).value), budget)
+                   int(compute_buffer_bytes(card, chunk).value), budget, kept)
 
     @classmethod
     def llama_cpp(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int) -> Holding:
@@ -142,7 +187,9 @@ class Holding:
             bound = (f"{binary_bytes(self.weights)} of weights dequantized"
                      + (f" (all {binary_bytes(self.weights_all)} would not fit the --max-memory budget of "
                         f"{binary_bytes(self.budget)}: the rest is decoded again on use)"
-                        if self.weights_all > self.weights else ""))
+                        if self.weights_all > self.weights else "")
+                     + (f" and {binary_bytes(self.lane_copies)} of lane copies for passes of many tokens"
+                        if self.lane_copies else ""))
         else:
             bound = f"{binary_bytes(self.weights)} of weights mapped as stored"
         room = f"; {binary_bytes(free)} free" if free is not None else ""

@@ -47,6 +47,7 @@ BLOCK_ROWS = 1024  # matrix rows a lane product takes at a time (a whole number 
 MAX_REDO = 1 / 8  # a plan redoing more outputs than this share is not the kernel this module follows
 
 Product = Callable[[np.ndarray, np.ndarray], np.ndarray]  # [n, d_in], [d_out, d_in] -> [n, d_out]
+HeldLanes = Callable[[int, np.ndarray], np.ndarray]  # (first row, [rows, d_in] block) -> its `lane_matrix`
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,13 @@ def lane_matrix(w: np.ndarray) -> np.ndarray:
     return _lanes(w)
 
 
-def _by_lanes(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _by_lanes(x: np.ndarray, w: np.ndarray, lanes: np.ndarray | None = None) -> np.ndarray:
     """[n, d_in] @ [d_out, d_in].T -> [n, d_out], the matrix-vector kernel's sums rebuilt from 8 lane products (the
     outputs at the matrix-matrix kernel's block edges not yet redone), CHUNK_ROWS rows at a time (bounding the
-    [8, rows, d_out] lane sums)."""
+    [8, rows, d_out] lane sums). `lanes` is `lane_matrix(w)` where the caller holds it; else it is made here."""
     n, d_in = x.shape
     whole = _split(d_in)[1]
-    lanes = lane_matrix(w).transpose(0, 2, 1)  # [8, k, d_out]
+    lanes = (lane_matrix(w) if lanes is None else lanes).transpose(0, 2, 1)  # [8, k, d_out]
     y = np.empty((n, w.shape[0]), np.float32)
     for r0 in range(0, n, CHUNK_ROWS):
         rows = x[r0 : r0 + CHUNK_ROWS]
@@ -155,9 +156,11 @@ def _calibrate(d_out: int, d_in: int, truth: Product) -> LanePlan | None:
     return candidate
 
 
-def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
-    """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 by lanes, with the plan's outputs redone by `truth`."""
-    return _redo(_by_lanes(x, w), x, w, lane_plan, truth)
+def product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product,
+            lanes: np.ndarray | None = None) -> np.ndarray:
+    """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 by lanes (`lane_matrix(w)` if given), with the plan's
+    outputs redone by `truth`."""
+    return _redo(_by_lanes(x, w, lanes), x, w, lane_plan, truth)
 
 
 def _redo(y: np.ndarray, x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
@@ -173,10 +176,11 @@ def _redo(y: np.ndarray, x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, trut
     return y
 
 
-def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product) -> np.ndarray:
+def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Product,
+                    lanes: np.ndarray | None = None) -> np.ndarray:
     """`product`, the last row of each CHUNK_ROWS (the last of each lane product's row tiles) held to `truth`'s; on
     any difference the shape's plan is dropped and `truth`'s whole product returned (the same bits either way)."""
-    y = product(x, w, lane_plan, truth)
+    y = product(x, w, lane_plan, truth, lanes)
     ends = np.minimum(np.arange(CHUNK_ROWS, len(x) + CHUNK_ROWS, CHUNK_ROWS), len(x)) - 1  # [chunks]
     if np.array_equal(y[ends], truth(x[ends], w)):
         return y
@@ -185,15 +189,22 @@ def checked_product(x: np.ndarray, w: np.ndarray, lane_plan: LanePlan, truth: Pr
     return truth(x, w)
 
 
-def linear(x: np.ndarray, w: np.ndarray, truth: Product) -> np.ndarray:
+def linear(x: np.ndarray, w: np.ndarray, truth: Product, held: HeldLanes | None = None) -> np.ndarray:
     """[n, d_in] @ [d_out, d_in].T -> [n, d_out] float32 with `truth`'s bits: BLOCK_ROWS rows of the matrix at a time
-    (each block's lane copy a bounded transient: 16 MB for 4,096 inputs), each block through the lanes where its
-    shape has a plan, else through `truth`. A block boundary is a boundary of `truth`'s own row slabs, so each block
-    alone gets the bits the whole matrix gets."""
+    (each block's lane copy a bounded transient: 16 MB for 4,096 inputs, unless `held` keeps it), each block through
+    the lanes where its shape has a plan, else through `truth`. A block boundary is a boundary of `truth`'s own row
+    slabs, so each block alone gets the bits the whole matrix gets.
+
+    `held(r0, block)` gives the lane copy of the block of rows from r0 (`lane_matrix(block)`), kept from an earlier
+    pass where the caller has room for it (`Weights.lanes`): the copy is about a twentieth of a 128-row prefill
+    on SmolLM2."""
     y = np.empty((x.shape[0], w.shape[0]), np.float32)
     for r0 in range(0, w.shape[0], BLOCK_ROWS):
         block = w[r0 : r0 + BLOCK_ROWS]
         lane_plan = plan(*block.shape, truth)
-        y[:, r0 : r0 + len(block)] = (truth(x, block) if lane_plan is None
-                                      else checked_product(x, block, lane_plan, truth))
+        if lane_plan is None:
+            y[:, r0 : r0 + len(block)] = truth(x, block)
+        else:
+            lanes = None if held is None else held(r0, block)
+            y[:, r0 : r0 + len(block)] = checked_product(x, block, lane_plan, truth, lanes)
     return y

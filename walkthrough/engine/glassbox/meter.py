@@ -39,7 +39,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from walkthrough.engine.glassbox import ggml_math, ops, quantdot
+from walkthrough.engine.glassbox import ggml_math, lane_products, ops, quantdot
 from walkthrough.engine.glassbox.activations import round_activations, vec_dot_format
 from walkthrough.engine.glassbox.weights import Weights, product_dtype, row_nbytes, with_offsets
 
@@ -160,7 +160,8 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_blocks(name, x, dtype, b))
         w = self.matrix(name, x.shape[0], group)
-        return self.wrote(self._rounded_product(name, x, w.reshape(-1, w.shape[-1]), b))
+        lanes = self.weights.lanes((name, self.folds_offsets(name))) if dtype is np.float32 else None
+        return self.wrote(self._rounded_product(name, x, w.reshape(-1, w.shape[-1]), b, lanes))
 
     def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
         """x @ W.T (+ b) for a matrix too large for the weight budget, a block of W's rows at a time: each output
@@ -187,10 +188,12 @@ class Meter:
             y[:, r0:r1] = ops.linear_columns(xr, wt, r1 - r0)
         return y + b if b is not None else y
 
-    def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    def _rounded_product(self, name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None,
+                         lanes: lane_products.HeldLanes | None = None) -> np.ndarray:
         """x @ w.T with x rounded as llama.cpp rounds it; for Q4_1/Q5_1, w carries the block offsets as its last
-        columns and the input the error of Q8_1's half-precision block sums (`folds_offsets`)."""
-        return ops.linear(self._folded_input(name, x)[0], w, b)
+        columns and the input the error of Q8_1's half-precision block sums (`folds_offsets`). `lanes` keeps the
+        lane copies of a cached matrix for a pass of many rows (`Weights.lanes`)."""
+        return ops.linear(self._folded_input(name, x)[0], w, b, lanes=lanes)
 
     def _folded_input(self, name: str, x: np.ndarray) -> tuple[np.ndarray, bool]:
         """(`rounded_input`, with Q8_1's block-sum error as extra columns [n, d_in + d_in / 32] where the products
@@ -219,7 +222,8 @@ class Meter:
             starts = self.weights.column_starts(tuple(names))
             y = ops.linear_columns(xr, self.weights.columns(tuple(names), offsets=offsets), starts[-1])
         else:
-            y = self._rounded_product(names[0], x, self.weights.stacked(tuple(names), offsets=offsets))  # [n, sum of heights]
+            w = self.weights.stacked(tuple(names), offsets=offsets)  # [sum of heights, d_in (+ offsets)]
+            y = self._rounded_product(names[0], x, w, lanes=self.weights.lanes((tuple(names), offsets)))  # [n, sum of heights]
             starts = [0, *itertools.accumulate(heights)]
         out = []
         for height, bias, start in zip(heights, biases, starts):

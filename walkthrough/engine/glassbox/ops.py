@@ -32,7 +32,8 @@ LANE_ROWS = 48  # passes of at least this many rows take `lane_products` where t
 # 64 rows they are the faster, measured here)
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
+           lanes: lane_products.HeldLanes | None = None) -> np.ndarray:
     """[n, d_in] @ [d_out, d_in].T (+ [d_out]) -> [n, d_out] float32, each row's result independent of n.
 
     BLAS picks its summation order by the shape of the product, so one product of n rows gives a
@@ -48,12 +49,13 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
     rows of the matrix it is handed with (measured with OpenBLAS: identical bits, save the last
     rows of a matrix whose height is no multiple of its row group, which stay last), so only the
     speed changes. A pass of LANE_ROWS rows or more gets the same bits from matrix-matrix products
-    where this machine's BLAS allows it (`lane_products`: about 40% faster here).
+    where this machine's BLAS allows it (`lane_products`: about 40% faster here), with the lane copies of the
+    matrix `lanes` keeps, if given (`lane_products.linear`'s `held`).
     """
     if w.dtype == np.float64:
         y = (x.astype(np.float64) @ w.T).astype(np.float32)
     elif x.shape[0] >= LANE_ROWS and w.shape[0] > ROW_SLAB:
-        y = lane_products.linear(x, w, by_row_slabs)
+        y = lane_products.linear(x, w, by_row_slabs, lanes)
     else:
         y = by_row_slabs(x, w)
     return y + b if b is not None else y

@@ -45,7 +45,7 @@ import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from walkthrough.engine.glassbox import quantdot
+from walkthrough.engine.glassbox import lane_products, quantdot
 from walkthrough.engine.glassbox.dequant import dequantize_fast
 from walkthrough.engine.glassbox.ops import COLUMN_GROUP, padded_columns
 from walkthrough.errors import WalkthroughError
@@ -128,6 +128,7 @@ class Weights:
         self.first_use_bytes = 0  # bytes of float32 (or packed) weights those first uses produced
         self.first_use_tensors = 0
         self._stackable: dict[tuple, list[int] | None] = {}  # `stackable`'s answers
+        self._lanes_fit: bool | None = None  # whether the budget holds every weight and lane copy (`lanes`), once
 
     @property
     def cached_bytes(self) -> int:
@@ -264,6 +265,26 @@ class Weights:
                 self.first_use_bytes += value.nbytes
                 self.first_use_tensors += 1
         return self._remember(key, value)
+
+    def lanes(self, key: object) -> lane_products.HeldLanes | None:
+        """A keeper of a float32 matrix's lane copies for `ops.linear` (`lane_products.linear`'s `held`), or None where
+        the budget cannot hold every weight and every lane copy together (`costs.memory.dequantized_bytes` and
+        `lane_copy_bytes`), so a lane copy never takes the room a weight needs: each block's
+        `lane_products.lane_matrix`, cached under ("lanes", `key`, first row) like a tensor. `key` names the matrix:
+        a tensor's name or a stack's names, and whether the block offsets are folded in.
+
+        Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 212 MiB more
+        and a 128-token prefill about 4% less time (docs/op-diff.md, eleventh round); decode never makes them."""
+        if self._lanes_fit is None:
+            from walkthrough.costs.memory import dequantized_bytes, lane_copy_bytes
+
+            self._lanes_fit = dequantized_bytes(self.file) + lane_copy_bytes(self.file) <= self.max_cache_bytes
+        if not self._lanes_fit:
+            return None
+
+        def held(r0: int, block: np.ndarray) -> np.ndarray:
+            return self._load(("lanes", key, r0), lambda: lane_products.lane_matrix(block))
+        return held
 
     def first_use(self) -> tuple[float, int, int]:
         """(seconds, bytes, tensors) of one-time first-use work so far."""
