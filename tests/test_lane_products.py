@@ -108,11 +108,11 @@ def test_a_block_of_rows_is_a_whole_number_of_the_row_by_row_slabs():
 
 def test_lanes_are_read_as_the_matrix_vector_kernel_reads_them():
     w = np.arange(3 * 18, dtype=np.float32).reshape(3, 18)
-    lanes = lane_products.lane_matrix(w)  # [8, 3, 2]: the 16 inputs of the lanes; the 2 left over are not there
-    assert lanes.shape == (8, 3, 2)
-    assert np.array_equal(lanes[5, 1], [w[1, 5], w[1, 13]])
+    lanes = lane_products.lane_matrix(w)  # [8, 2, 3]: the 16 inputs of the lanes; the 2 left over are not there
+    assert lanes.shape == (8, 2, 3)
+    assert np.array_equal(lanes[5, :, 1], [w[1, 5], w[1, 13]])
     w = np.arange(3 * 23, dtype=np.float32).reshape(3, 23)
     lanes = lane_products.lane_matrix(w)  # 23 inputs: 4 first into lanes 0-3, then 16 by 8, 3 left over
     assert lanes.shape == (8, 3, 3)
-    assert np.array_equal(lanes[1, 2], [w[2, 1], w[2, 5], w[2, 13]])
-    assert np.array_equal(lanes[6, 2], [0, w[2, 10], w[2, 18]])  # a zero first: every lane's chain as long
+    assert np.array_equal(lanes[1, :, 2], [w[2, 1], w[2, 5], w[2, 13]])
+    assert np.array_equal(lanes[6, :, 2], [0, w[2, 10], w[2, 18]])  # a zero first: every lane's chain as long

@@ -13,7 +13,7 @@ and added to that at once (measured: every output of 6 x 16 products with k = 59
 over one lane's inputs (k/8 of them) sums each output in one fma chain too, save a few outputs at the edges of its
 blocks, which keep two chains and add them. So:
 
-- the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, d_out, k/8]), the rows padded with
+- the input rows and the matrix are copied lane by lane ([8, n, k/8] and [8, k/8, d_out]), the rows padded with
   zero rows to a whole number of TOKEN_TILE (the kernel's edge tiles along the rows sum otherwise);
 - one product per lane, the lanes folded and the leftover inputs added as the matrix-vector kernel does;
 - the outputs the matrix-matrix kernel sums another way (`LanePlan.redo`: about 5%, at its block edges) are taken
@@ -93,8 +93,19 @@ def _lanes(a: np.ndarray, rows: int | None = None) -> np.ndarray:
 
 
 def lane_matrix(w: np.ndarray) -> np.ndarray:
-    """[d_out, d_in] -> [8, d_out, k]: the matrix lane by lane (`_lanes`), each row read once, in order."""
-    return _lanes(w)
+    """[d_out, d_in] -> [8, k, d_out]: the matrix lane by lane as `_lanes` lays out its rows (a 4-wide head first,
+    a zero before the other lanes' first), each lane held k-major: the layout the matrix-matrix product reads
+    fastest (over 132 rows, 1.24 against 1.51 ms for a 960-output lane product read through the transposed
+    layout; the copy itself takes 0.44 against 0.31 ms, measured here)."""
+    d_out, d_in = w.shape
+    head, whole = _split(d_in)
+    body = w[:, head:whole].reshape(d_out, -1, LANES).transpose(2, 1, 0)  # [8, (whole - head) / 8, d_out]
+    if not head:
+        return np.ascontiguousarray(body)
+    out = np.zeros((LANES, body.shape[1] + 1, d_out), np.float32)
+    out[:, 1:] = body
+    out[:head, 0] = w[:, :head].T
+    return out
 
 
 def _by_lanes(x: np.ndarray, w: np.ndarray, lanes: np.ndarray | None = None) -> np.ndarray:
@@ -103,7 +114,7 @@ def _by_lanes(x: np.ndarray, w: np.ndarray, lanes: np.ndarray | None = None) -> 
     [8, rows, d_out] lane sums). `lanes` is `lane_matrix(w)` where the caller holds it; else it is made here."""
     n, d_in = x.shape
     whole = _split(d_in)[1]
-    lanes = (lane_matrix(w) if lanes is None else lanes).transpose(0, 2, 1)  # [8, k, d_out]
+    lanes = lane_matrix(w) if lanes is None else lanes  # [8, k, d_out]
     y = np.empty((n, w.shape[0]), np.float32)
     for r0 in range(0, n, CHUNK_ROWS):
         rows = x[r0 : r0 + CHUNK_ROWS]
