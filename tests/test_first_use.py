@@ -115,6 +115,8 @@ def test_lane_copies_are_held_only_where_the_budget_holds_them_and_every_weight(
     tight = Model.open(path, max_cache_bytes=every + lanes - 1)
     weights_only = list(Session(tight).prefill(ids, sampler=Sampler.greedy()))
     assert lane_bytes(tight) == 0 and tight.weights.cached_bytes == every  # every weight still kept
+    # the copies' time is first-use time; their bytes are not counted as dequantized
+    assert sum(s.first_use_bytes for s in first) == sum(s.first_use_bytes for s in weights_only) > 0
     for a, b, c in zip(first, again, weights_only):
         assert np.array_equal(a.logits, b.logits) and np.array_equal(a.logits, c.logits)
     card = build_card(roomy.file)

@@ -111,7 +111,8 @@ def first_use_line(steps: Sequence[Step]) -> str | None:
 
     Example: 241 MiB produced in 19.6 s -> "first use: dequantized 241 MiB in 19.6 s, once (not in the
     prefill and decode times)"; with 3 matrix shapes checked for the lane products, "first use: dequantized
-    241 MiB, checked 3 product shapes in 19.7 s, once (...)".
+    241 MiB, checked 3 product shapes in 19.7 s, once (...)". The time also covers the lane copies a long pass
+    makes of its matrices where the weight budget keeps them (`Weights.lanes`), whose bytes are not dequantized.
     """
     seconds = sum(s.first_use_seconds for s in steps)
     nbytes = sum(s.first_use_bytes for s in steps)

@@ -250,8 +250,9 @@ class Weights:
             wt[:, : r1 - r0] = block.T
             yield r0, r1, wt
 
-    def _load(self, key: object, make: Callable[[], np.ndarray | quantdot.Packed]):
-        """The cached value of `key`, or `make()`'s (timed: its first production is one-time work)."""
+    def _load(self, key: object, make: Callable[[], np.ndarray | quantdot.Packed], *, weight: bool = True):
+        """The cached value of `key`, or `make()`'s (timed: its first production is one-time work). Not a `weight`
+        (a lane copy): its first production's time counts, its bytes and tensor do not (`first_use`)."""
         value = self._cached(key)
         if value is not None:
             return value
@@ -262,16 +263,18 @@ class Weights:
             if key not in self._seen:
                 self._seen.add(key)
                 self.first_use_seconds += took
-                self.first_use_bytes += value.nbytes
-                self.first_use_tensors += 1
+                if weight:
+                    self.first_use_bytes += value.nbytes
+                    self.first_use_tensors += 1
         return self._remember(key, value)
 
     def lanes(self, key: object) -> lane_products.HeldLanes | None:
         """A keeper of a float32 matrix's lane copies for `ops.linear` (`lane_products.linear`'s `held`), or None where
         the budget cannot hold every weight and every lane copy together (`costs.memory.dequantized_bytes` and
         `lane_copy_bytes`), so a lane copy never takes the room a weight needs: each block's
-        `lane_products.lane_matrix`, cached under ("lanes", `key`, first row) like a tensor. `key` names the matrix:
-        a tensor's name or a stack's names, and whether the block offsets are folded in.
+        `lane_products.lane_matrix`, cached under ("lanes", `key`, first row) like a tensor (its first copy's time is
+        first-use time, its bytes are not counted as dequantized). `key` names the matrix: a tensor's name or a
+        stack's names, and whether the block offsets are folded in.
 
         Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 212 MiB more
         and a 128-token prefill about 4% less time (docs/op-diff.md, eleventh round); decode never makes them."""
@@ -283,7 +286,7 @@ class Weights:
             return None
 
         def held(r0: int, block: np.ndarray) -> np.ndarray:
-            return self._load(("lanes", key, r0), lambda: lane_products.lane_matrix(block))
+            return self._load(("lanes", key, r0), lambda: lane_products.lane_matrix(block), weight=False)
         return held
 
     def first_use(self) -> tuple[float, int, int]:
