@@ -121,7 +121,7 @@ def lane_copy_bytes(f: GGUFFile) -> int:
     output head, not a routed expert, and not a matrix held by columns (`ops.tall`), alone or, where a layer stacks
     it with others (`STACKS`, `Weights.stackable`'s rule), as the stack. At most: a matrix of `ops.ROW_SLAB` rows or
     fewer, not stacked, a shape this machine's BLAS gives no lane plan, and a last layer's products after attention
-    where the pass keeps only the rows the logits need take none (SmolLM2-135M: 212.3 MiB counted, 208.8 held after
+    where the pass keeps only the rows the logits need take none (SmolLM2-135M: 208.5 MiB counted, 205.0 held after
     a 128-token prefill, the last FFN down multiplied by one row)."""
     import numpy as np
 

@@ -160,7 +160,7 @@ class Meter:
             self._count_matrix(name, x.shape[0], group)
             return self.wrote(self._product_by_blocks(name, x, dtype, b))
         w = self.matrix(name, x.shape[0], group)
-        lanes = self.weights.lanes((name, self.folds_offsets(name))) if dtype is np.float32 else None
+        lanes = self._lanes((name, self.folds_offsets(name)), x) if dtype is np.float32 else None
         return self.wrote(self._rounded_product(name, x, w.reshape(-1, w.shape[-1]), b, lanes))
 
     def _product_by_blocks(self, name: str, x: np.ndarray, dtype: type, b: np.ndarray | None) -> np.ndarray:
@@ -195,6 +195,11 @@ class Meter:
         lane copies of a cached matrix for a pass of many rows (`Weights.lanes`)."""
         return ops.linear(self._folded_input(name, x)[0], w, b, lanes=lanes)
 
+    def _lanes(self, key: object, x: np.ndarray) -> lane_products.HeldLanes | None:
+        """The weight cache's keeper of matrix `key`'s lane copies (`Weights.lanes`) for a pass long enough to take
+        the lane products (`ops.LANE_ROWS` rows), else None (a decode pass asks for nothing)."""
+        return self.weights.lanes(key) if x.shape[0] >= ops.LANE_ROWS else None
+
     def _folded_input(self, name: str, x: np.ndarray) -> tuple[np.ndarray, bool]:
         """(`rounded_input`, with Q8_1's block-sum error as extra columns [n, d_in + d_in / 32] where the products
         fold the block offsets in, `folds_offsets`), and whether it does."""
@@ -223,7 +228,7 @@ class Meter:
             y = ops.linear_columns(xr, self.weights.columns(tuple(names), offsets=offsets), starts[-1])
         else:
             w = self.weights.stacked(tuple(names), offsets=offsets)  # [sum of heights, d_in (+ offsets)]
-            y = self._rounded_product(names[0], x, w, lanes=self.weights.lanes((tuple(names), offsets)))  # [n, sum of heights]
+            y = self._rounded_product(names[0], x, w, lanes=self._lanes((tuple(names), offsets), x))  # [n, sum of heights]
             starts = [0, *itertools.accumulate(heights)]
         out = []
         for height, bias, start in zip(heights, biases, starts):

@@ -276,7 +276,7 @@ class Weights:
         first-use time, its bytes are not counted as dequantized). `key` names the matrix: a tensor's name or a
         stack's names, and whether the block offsets are folded in.
 
-        Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 212 MiB more
+        Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 205 MiB more
         and a 128-token prefill about 4% less time (docs/op-diff.md, eleventh round); decode never makes them."""
         if self._lanes_fit is None:
             from walkthrough.costs.memory import dequantized_bytes, lane_copy_bytes
