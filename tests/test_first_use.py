@@ -123,3 +123,4 @@ def test_lane_copies_are_held_only_where_the_budget_holds_them_and_every_weight(
     assert Holding.numpy(roomy.file, card, 64, 64, every + lanes).lane_copies == lanes
     assert Holding.numpy(roomy.file, card, 64, 64, every + lanes - 1).lane_copies == 0
     assert Holding.numpy(roomy.file, card, 64, ops.LANE_ROWS - 1, every + lanes).lane_copies == 0  # short passes
+    assert Holding.numpy(roomy.file, card, 64, 64, every + lanes, prompt=ops.LANE_ROWS - 1).lane_copies == 0

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     model = load_model(args.engine, f, card, args.max_memory, rpc=args.rpc, split=args.split)
     load_seconds = time.perf_counter() - began
-    memory = memory_report(model, args.prompt_tokens + args.output_tokens, args.prompt_tokens)
+    memory = memory_report(model, args.prompt_tokens + args.output_tokens, args.prompt_tokens, args.prompt_tokens)
     measured = time_request(model, args.prompt_tokens, args.output_tokens)
     context = args.prompt_tokens + args.output_tokens
     e = estimate(card, hw, context, args.prompt_tokens, args.output_tokens)

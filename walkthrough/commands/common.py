@@ -89,14 +89,14 @@ def _usage_error(parse, text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def memory_report(model, positions: int, chunk: int) -> str:
+def memory_report(model, positions: int, chunk: int, prompt: int | None = None) -> str:
     """The line saying what the engine made for this request will hold beside the free memory; a warning
-    line first (on stderr, suggesting llama.cpp) when that will not fit."""
+    line first (on stderr, suggesting llama.cpp) when that will not fit. `prompt`: the tokens prefilled."""
     from walkthrough.costs.memory import report
 
     weights = getattr(model, "weights", None)  # the numpy engine's cache (llama.cpp maps the file)
     line, problem = report(model.file, model.card, model.engine, positions, chunk,
-                           weights.max_cache_bytes if weights is not None else None)
+                           weights.max_cache_bytes if weights is not None else None, prompt)
     if problem:
         warn(problem)
     return line

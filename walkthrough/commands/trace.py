@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     def _printer_for(ids: list[int]):
         """`_print`, its table headed by what the engine will hold for this request (a warning on stderr
         when that will not fit the free memory), then with --rates the answer's time at each rate."""
-        memory = memory_report(model, len(ids) + args.steps, args.chunk)
+        memory = memory_report(model, len(ids) + args.steps, args.chunk, len(ids))
         if rates is None or as_json:
             return partial(_print, memory=None if as_json else memory)
 

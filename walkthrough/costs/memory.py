@@ -168,11 +168,14 @@ class Holding:
         return self.weights + self.lane_copies + self.kv + self.activations
 
     @classmethod
-    def numpy(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int, budget: int) -> Holding:
+    def numpy(cls, f: GGUFFile, card: ModelCard, positions: int, chunk: int, budget: int,
+              prompt: int | None = None) -> Holding:
+        """`prompt`: the tokens the first pass prefills (at most `chunk` a pass); None for all `positions`."""
         from walkthrough.engine.glassbox.ops import LANE_ROWS
 
         every, lanes = dequantized_bytes(f), lane_copy_bytes(f)
-        kept = lanes if min(positions, chunk) >= LANE_ROWS and every + lanes <= budget else 0  # `Weights.lanes`
+        longest = min(positions if prompt is None else prompt, chunk)  # the longest pass's rows
+        kept = lanes if longest >= LANE_ROWS and every + lanes <= budget else 0  # `Weights.lanes`
         return cls("numpy", min(every, budget), every, card.kv_bytes(positions, "f32") or 0,
                    int(compute_buffer_bytes(card, chunk).value), budget, kept)
 
@@ -209,13 +212,13 @@ class Holding:
 
 
 def report(f: GGUFFile, card: ModelCard, engine: str, positions: int, chunk: int,
-           budget: int | None = None) -> tuple[str, str | None]:
+           budget: int | None = None, prompt: int | None = None) -> tuple[str, str | None]:
     """What `engine` will hold for a request of `positions` in passes of `chunk` tokens beside the free
     memory (`Holding.line`), and why it will not fit, if so (`Holding.warning`, naming llama.cpp's figure).
-    `budget`: the numpy engine's (default `default_budget`)."""
+    `budget`: the numpy engine's (default `default_budget`); `prompt`: the tokens prefilled (`Holding.numpy`)."""
     free = free_memory()
     other = Holding.llama_cpp(f, card, positions, chunk)
     if engine != "numpy":
         return other.line(free), other.warning(free)
-    mine = Holding.numpy(f, card, positions, chunk, budget or default_budget(free))
+    mine = Holding.numpy(f, card, positions, chunk, budget or default_budget(free), prompt)
     return mine.line(free), mine.warning(free, other)

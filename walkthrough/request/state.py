@@ -447,7 +447,7 @@ class RequestState:
         weights = getattr(self.model, "weights", None)  # the numpy engine's cache, once the model is made
         budget = weights.max_cache_bytes if weights is not None else self.max_memory
         positions = max(len(self.prompt_ids), 1) + self.max_new_tokens
-        return report(self.file, self.card, self.engine, positions, self.chunk, budget)
+        return report(self.file, self.card, self.engine, positions, self.chunk, budget, len(self.prompt_ids))
 
     def engine_advice(self) -> str | None:
         """Why to run this file on llama.cpp instead (a large file on numpy, llama.cpp installed), else None."""
