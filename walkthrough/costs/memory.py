@@ -116,31 +116,31 @@ STACKS = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 
 def lane_copy_bytes(f: GGUFFile) -> int:
     """Bytes of the lane copies the numpy engine keeps for passes of `ops.LANE_ROWS` rows or more, when its budget
-    holds them (`Weights.lanes`): one per float32 matrix multiplied by rows, [8, d_out, k] with 8 k its inputs (block
-    offsets included) cut to a multiple of 4, plus 4 when that leaves a 4-wide head (`lane_products._lanes`). Not the
-    output head, not a routed expert, and not a matrix held by columns (`ops.tall`), alone or, where a layer stacks
-    it with others (`STACKS`, `Weights.stackable`'s rule), as the stack. At most: a matrix of `ops.ROW_SLAB` rows or
-    fewer, not stacked, a shape this machine's BLAS gives no lane plan, and a last layer's products after attention
-    where the pass keeps only the rows the logits need take none (SmolLM2-135M: 208.5 MiB counted, 205.0 held after
-    a 128-token prefill, the last FFN down multiplied by one row)."""
+    holds them (`Weights.lanes`): one per float32 matrix multiplied by rows, [8, k, d_out] with 8 k its inputs (block
+    offsets included) cut to a multiple of 4, plus 4 when that leaves a 4-wide head (`lane_products.lane_matrix`).
+    Not the output head, not a routed expert, and not a matrix held by columns (`ops.tall`), alone or, where a layer
+    stacks it with others (`STACKS`, `Weights.stackable`'s rule), as the stack. At most: a matrix of `ops.ROW_SLAB`
+    rows or fewer, not stacked, a shape this machine's BLAS gives no lane plan, and a last layer's products after
+    attention where the pass keeps only the rows the logits need take none (SmolLM2-135M: 208.5 MiB counted, 205.0
+    held after a 128-token prefill, the last FFN down multiplied by one row)."""
     import numpy as np
 
     from walkthrough.engine.glassbox.ops import ROW_SLAB, tall
     from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
     from walkthrough.engine.glassbox.weights import product_dtype
 
+    def stacks(infos: list) -> bool:  # `Weights.stackable`'s rule, less its share of the budget
+        return (all(t is not None and len(t.shape) == 2 for t in infos)
+                and len({(t.shape[0], t.ggml_type) for t in infos}) == 1
+                and all(t.shape[1] % ROW_SLAB == 0 for t in infos[:-1]))
+
+    by_columns: set[str] = set()  # matrices a stack held by columns takes
+    for layer in {m.group(0) for name in f.tensors if (m := re.match(r"blk\.\d+\.", name))}:
+        for stack in STACKS:
+            infos = [f.tensors.get(f"{layer}{part}.weight") for part in stack]
+            if stacks(infos) and tall(sum(t.shape[1] for t in infos), infos[0].shape[0]):
+                by_columns.update(t.name for t in infos)
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
-    by_columns = set()  # matrices a stack held by columns takes
-    for name in f.tensors:
-        prefix, _, rest = name.rpartition("blk.")
-        layer = "blk." + rest.split(".")[0] + "." if prefix == "" and rest else None
-        for stack in STACKS if layer else ():
-            names = [f"{layer}{part}.weight" for part in stack]
-            infos = [f.tensors.get(n) for n in names]
-            if (name == names[0] and all(t is not None and len(t.shape) == 2 for t in infos)
-                    and len({(t.shape[0], t.ggml_type) for t in infos}) == 1 and all(t.shape[1] % ROW_SLAB == 0 for t in infos[:-1])
-                    and tall(sum(t.shape[1] for t in infos), infos[0].shape[0])):
-                by_columns.update(names)
     total = 0
     for t in f.tensors.values():
         if (len(t.shape) != 2 or t.name in (head, "token_embd.weight") or t.name in by_columns
