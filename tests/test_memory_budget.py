@@ -13,6 +13,7 @@ from app_support import SIZES, app_for, settle, widget_text
 from conftest import FIXTURES_DIR
 from gguf import quants
 from test_cli_errors import run_cli
+from test_engine_reference import _cases as reference_cases
 
 from walkthrough.costs import memory
 from walkthrough.costs.memory import Holding, dequantized_bytes, lane_copy_bytes, parse_size
@@ -91,7 +92,7 @@ def test_the_holding_splits_and_warns_with_llama_cpp_s_figure():
     other = Holding.llama_cpp(f, card, 300, 64)
     assert mine.weights == dequantized_bytes(f) and other.weights == f.data_bytes
     assert mine.kv == card.kv_bytes(300, "f32") == 2 * other.kv
-    assert mine.lane_copies == lane_copy_bytes(f) > 0  # passes of 64 tokens, and room for the lane copies
+    assert mine.lane_copies == lane_copy_bytes(f)  # passes of 64 tokens, and room for the lane copies
     assert mine.total == mine.weights + mine.lane_copies + mine.kv + mine.activations
     assert mine.warning(mine.total) is None
     warning = mine.warning(other.total + 1, other)
@@ -136,3 +137,23 @@ async def test_the_file_stage_says_what_the_engine_will_hold(size, monkeypatch):
         app.screen.refresh_view()
         text = widget_text(app.screen.query_one("#overview-text", Static))
     assert "Will not fit: the numpy engine needs" in text and "--engine llama.cpp" in text
+
+
+@pytest.mark.parametrize("path", reference_cases(), ids=lambda p: p.stem)
+def test_lane_copy_bytes_is_at_least_what_a_long_pass_holds(path):
+    """On every reference architecture a pass of LANE_ROWS tokens keeps no more lane copies than `lane_copy_bytes`
+    counts for the memory line (fewer where a matrix is too short for them or a last layer takes one row), and
+    with the budget holding them every weight is still held."""
+    from walkthrough.engine.glassbox.config import UnsupportedArchitecture
+    from walkthrough.engine.glassbox.ops import LANE_ROWS
+
+    f = open_gguf(path)
+    try:
+        model = Model(f)
+    except UnsupportedArchitecture as exc:
+        pytest.skip(str(exc))
+    n_vocab = model.config.n_vocab
+    list(Session(model).prefill([(5 + i) % n_vocab for i in range(LANE_ROWS)], sampler=Sampler.greedy()))
+    held = sum(v.nbytes for k, v in model.weights.cached().items() if isinstance(k, tuple) and k[0] == "lanes")
+    assert held <= lane_copy_bytes(f)  # less where the BLAS gives a shape no lane plan (64 inputs here)
+    assert model.weights.cached_bytes - held <= dequantized_bytes(f)

@@ -118,11 +118,11 @@ def lane_copy_bytes(f: GGUFFile) -> int:
     """Bytes of the lane copies the numpy engine keeps for passes of `ops.LANE_ROWS` rows or more, when its budget
     holds them (`Weights.lanes`): one per float32 matrix multiplied by rows, [8, k, d_out] with 8 k its inputs (block
     offsets included) cut to a multiple of 4, plus 4 when that leaves a 4-wide head (`lane_products.lane_matrix`).
-    Not the output head, not a routed expert, and not a matrix held by columns (`ops.tall`), alone or, where a layer
-    stacks it with others (`STACKS`, `Weights.stackable`'s rule), as the stack. At most: a matrix of `ops.ROW_SLAB`
-    rows or fewer, not stacked, a shape this machine's BLAS gives no lane plan, and a last layer's products after
-    attention where the pass keeps only the rows the logits need take none (SmolLM2-135M: 208.5 MiB counted, 205.0
-    held after a 128-token prefill, the last FFN down multiplied by one row)."""
+    A matrix is taken with the others a layer stacks it with (`STACKS`, `Weights.stackable`'s rule), and the stack
+    or the matrix alone takes lanes only with more than `ops.ROW_SLAB` outputs and not held by columns (`ops.tall`);
+    never the output head or a routed expert. At most: a shape this machine's BLAS gives no lane plan, and a last
+    layer's products after attention where the pass keeps only the rows the logits need, take none (SmolLM2-135M:
+    208.5 MiB counted, 205.0 held after a 128-token prefill, the last FFN down multiplied by one row)."""
     import numpy as np
 
     from walkthrough.engine.glassbox.ops import ROW_SLAB, tall
@@ -134,20 +134,25 @@ def lane_copy_bytes(f: GGUFFile) -> int:
                 and len({(t.shape[0], t.ggml_type) for t in infos}) == 1
                 and all(t.shape[1] % ROW_SLAB == 0 for t in infos[:-1]))
 
-    by_columns: set[str] = set()  # matrices a stack held by columns takes
+    def lanes(t) -> int:  # [8, k, d_out] float32
+        whole = (t.shape[0] + (t.shape[0] // 32 if t.ggml_type in WITH_OFFSET else 0)) & -4
+        return t.shape[1] * (whole + 4 if whole % 8 else whole) * 4
+
+    units, stacked = [], set()  # the matrices multiplied as one
     for layer in {m.group(0) for name in f.tensors if (m := re.match(r"blk\.\d+\.", name))}:
         for stack in STACKS:
             infos = [f.tensors.get(f"{layer}{part}.weight") for part in stack]
-            if stacks(infos) and tall(sum(t.shape[1] for t in infos), infos[0].shape[0]):
-                by_columns.update(t.name for t in infos)
+            if stacks(infos):
+                units.append(infos)
+                stacked.update(t.name for t in infos)
+    units += [[t] for t in f.tensors.values() if t.name not in stacked]
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
     total = 0
-    for t in f.tensors.values():
-        if (len(t.shape) != 2 or t.name in (head, "token_embd.weight") or t.name in by_columns
-                or product_dtype(t) is not np.float32 or tall(t.shape[1], t.shape[0])):
-            continue
-        whole = (t.shape[0] + (t.shape[0] // 32 if t.ggml_type in WITH_OFFSET else 0)) & -4
-        total += t.shape[1] * (whole + 4 if whole % 8 else whole) * 4
+    for unit in units:
+        first, d_out = unit[0], sum(t.shape[-1] for t in unit)
+        if (len(first.shape) == 2 and first.name not in (head, "token_embd.weight")
+                and product_dtype(first) is np.float32 and d_out > ROW_SLAB and not tall(d_out, first.shape[0])):
+            total += sum(lanes(t) for t in unit)
     return total
 
 
