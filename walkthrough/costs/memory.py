@@ -149,9 +149,11 @@ def lane_copy_bytes(f: GGUFFile) -> int:
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
     total = 0
     for unit in units:
-        first, d_out = unit[0], sum(t.shape[-1] for t in unit)
-        if (len(first.shape) == 2 and first.name not in (head, "token_embd.weight")
-                and product_dtype(first) is np.float32 and d_out > ROW_SLAB and not tall(d_out, first.shape[0])):
+        first = unit[0]
+        if len(first.shape) != 2 or first.name in (head, "token_embd.weight") or product_dtype(first) is not np.float32:
+            continue
+        d_out = sum(t.shape[1] for t in unit)
+        if d_out > ROW_SLAB and not tall(d_out, first.shape[0]):
             total += sum(lanes(t) for t in unit)
     return total
 
