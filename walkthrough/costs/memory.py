@@ -118,7 +118,7 @@ def lane_copy_bytes(f: GGUFFile) -> int:
     """Bytes of the lane copies the numpy engine keeps for passes of `ops.LANE_ROWS` rows or more, when its budget
     holds them (`Weights.lanes`): one per float32 matrix multiplied by rows, [8, k, d_out] with 8 k its inputs (block
     offsets included) cut to a multiple of 4, plus 4 when that leaves a 4-wide head (`lane_products.lane_matrix`).
-    A matrix is taken with the others a layer stacks it with (`STACKS`, `Weights.stackable`'s rule), and the stack
+    A matrix is taken with the others a layer stacks it with (`STACKS`, `weights.stack_heights`), and the stack
     or the matrix alone takes lanes only with more than `ops.ROW_SLAB` outputs and not held by columns (`ops.tall`);
     never the output head or a routed expert. At most: a shape this machine's BLAS gives no lane plan, and a last
     layer's products after attention where the pass keeps only the rows the logits need, take none (SmolLM2-135M:
@@ -127,12 +127,7 @@ def lane_copy_bytes(f: GGUFFile) -> int:
 
     from walkthrough.engine.glassbox.ops import ROW_SLAB, tall
     from walkthrough.engine.glassbox.quantdot import WITH_OFFSET
-    from walkthrough.engine.glassbox.weights import product_dtype
-
-    def stacks(infos: list) -> bool:  # `Weights.stackable`'s rule, less its share of the budget
-        return (all(t is not None and len(t.shape) == 2 for t in infos)
-                and len({(t.shape[0], t.ggml_type) for t in infos}) == 1
-                and all(t.shape[1] % ROW_SLAB == 0 for t in infos[:-1]))
+    from walkthrough.engine.glassbox.weights import product_dtype, stack_heights
 
     def lanes(t) -> int:  # [8, k, d_out] float32
         whole = (t.shape[0] + (t.shape[0] // 32 if t.ggml_type in WITH_OFFSET else 0)) & -4
@@ -142,7 +137,7 @@ def lane_copy_bytes(f: GGUFFile) -> int:
     for layer in {m.group(0) for name in f.tensors if (m := re.match(r"blk\.\d+\.", name))}:
         for stack in STACKS:
             infos = [f.tensors.get(f"{layer}{part}.weight") for part in stack]
-            if stacks(infos):
+            if stack_heights(infos, ROW_SLAB) is not None:
                 units.append(infos)
                 stacked.update(t.name for t in infos)
     units += [[t] for t in f.tensors.values() if t.name not in stacked]
@@ -156,6 +151,13 @@ def lane_copy_bytes(f: GGUFFile) -> int:
         if d_out > ROW_SLAB and not tall(d_out, first.shape[0]):
             total += sum(lanes(t) for t in unit)
     return total
+
+
+def lane_copies_fit(f: GGUFFile, budget: int) -> bool:
+    """Whether a weight budget holds every weight of `f` and every lane copy together (`dequantized_bytes` +
+    `lane_copy_bytes`): only then does the numpy engine keep the copies (`Weights.lanes`), so none takes the room a
+    weight needs."""
+    return dequantized_bytes(f) + lane_copy_bytes(f) <= budget
 
 
 @dataclass(frozen=True)
@@ -180,9 +182,9 @@ class Holding:
         """`prompt`: the tokens the first pass prefills (at most `chunk` a pass); None for all `positions`."""
         from walkthrough.engine.glassbox.ops import LANE_ROWS
 
-        every, lanes = dequantized_bytes(f), lane_copy_bytes(f)
+        every = dequantized_bytes(f)
         longest = min(positions if prompt is None else prompt, chunk)  # the longest pass's rows
-        kept = lanes if longest >= LANE_ROWS and every + lanes <= budget else 0  # `Weights.lanes`
+        kept = lane_copy_bytes(f) if longest >= LANE_ROWS and lane_copies_fit(f, budget) else 0  # `Weights.lanes`
         return cls("numpy", min(every, budget), every, card.kv_bytes(positions, "f32") or 0,
                    int(compute_buffer_bytes(card, chunk).value), budget, kept)
 

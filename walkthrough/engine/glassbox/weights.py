@@ -113,6 +113,19 @@ def dequantize_rows(raw: np.ndarray, ggml_type: GGMLQuantizationType, row_len: i
     return np.ascontiguousarray(out, dtype=np.float32).reshape(-1, row_len)
 
 
+def stack_heights(infos: list[TensorInfo | None], row_group: int) -> list[int] | None:
+    """The heights (output rows) of matrices that can be multiplied as one float32 matrix, their rows stacked, or
+    None: two or more, all present, 2-D, of one quantized (or F16) type and input width, all but the last a whole
+    number of `row_group` rows high (`Weights.stackable` adds the budget's share)."""
+    if len(infos) < 2 or any(t is None or len(t.shape) != 2 for t in infos):
+        return None
+    first = infos[0]
+    ok = (product_dtype(first) is np.float32
+          and all(t.ggml_type == first.ggml_type and t.shape[0] == first.shape[0] for t in infos)
+          and all(t.shape[1] % row_group == 0 for t in infos[:-1]))
+    return [t.shape[1] for t in infos] if ok else None
+
+
 class Weights:
     """Lazy float32 views of a file's tensors, with a bounded least-recently-used cache."""
 
@@ -270,8 +283,7 @@ class Weights:
 
     def lanes(self, key: object) -> lane_products.HeldLanes | None:
         """A keeper of a float32 matrix's lane copies for `ops.linear` (`lane_products.linear`'s `held`), or None where
-        the budget cannot hold every weight and every lane copy together (`costs.memory.dequantized_bytes` and
-        `lane_copy_bytes`), so a lane copy never takes the room a weight needs: each block's
+        the budget cannot hold every weight and every lane copy together (`costs.memory.lane_copies_fit`), so a lane copy never takes the room a weight needs: each block's
         `lane_products.lane_matrix`, cached under ("lanes", `key`, first row) like a tensor (its first copy's time is
         first-use time, its bytes are not counted as dequantized). `key` names the matrix: a tensor's name or a
         stack's names, and whether the block offsets are folded in.
@@ -279,9 +291,9 @@ class Weights:
         Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 205 MiB more
         and a 128-token prefill about 4% less time (docs/op-diff.md, eleventh round); decode never makes them."""
         if self._lanes_fit is None:
-            from walkthrough.costs.memory import dequantized_bytes, lane_copy_bytes
+            from walkthrough.costs.memory import lane_copies_fit
 
-            self._lanes_fit = dequantized_bytes(self.file) + lane_copy_bytes(self.file) <= self.max_cache_bytes
+            self._lanes_fit = lane_copies_fit(self.file, self.max_cache_bytes)
         if not self._lanes_fit:
             return None
 
@@ -321,21 +333,14 @@ class Weights:
                           lambda: np.concatenate([self._matrix(n, dtype, offsets) for n in names]))
 
     def stackable(self, names: tuple[str, ...], row_group: int) -> list[int] | None:
-        """The heights (output rows) of matrices `stacked` can hold as one float32 matrix, or None.
-
-        They must be 2-D, of one quantized (or F16) type and input width, all but the last a whole number of
-        `row_group` rows high, and together within the share of the budget a whole matrix may take.
-        """
+        """The heights (output rows) of matrices `stacked` can hold as one float32 matrix, or None: `stack_heights`,
+        and together within the share of the budget a whole matrix may take."""
         key = (names, row_group)
         if key not in self._stackable:
             infos = [self.file.tensors[n] for n in names]
-            first = infos[0]
-            ok = (len(names) > 1 and product_dtype(first) is np.float32
-                  and all(len(t.shape) == 2 and t.ggml_type == first.ggml_type and t.shape[0] == first.shape[0]
-                          for t in infos)
-                  and all(t.shape[1] % row_group == 0 for t in infos[:-1])
-                  and sum(t.n_elements for t in infos) * 4 <= self.max_cache_bytes * WHOLE_SHARE)
-            self._stackable[key] = [t.shape[1] for t in infos] if ok else None
+            heights = stack_heights(infos, row_group)
+            fits = sum(t.n_elements for t in infos) * 4 <= self.max_cache_bytes * WHOLE_SHARE
+            self._stackable[key] = heights if fits else None
         return self._stackable[key]
 
     def expert(self, name: str, e: int, dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
