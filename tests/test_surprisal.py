@@ -12,7 +12,7 @@ import numpy as np
 from walkthrough.engine.glassbox.model import Model
 from walkthrough.engine.glassbox.session import Session
 from walkthrough.engine.sampler import Sampler
-from walkthrough.engine.surprisal import run_summary
+from walkthrough.engine.surprisal import run_summary, surprisal
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "walkthrough" / "assets" / "tiny-clinical-moe.gguf"
@@ -25,6 +25,14 @@ def _nll(logits: np.ndarray, ids: list[int]) -> np.ndarray:
     p = np.exp(x - x.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return -np.log(p[np.arange(len(ids)), ids])
+
+
+def test_surprisal_at_the_tokens_matches_a_float64_softmax_over_a_large_vocabulary():
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((3, 49152)) * 6 + np.array([[0.0], [80.0], [-300.0]])).astype(np.float32)
+    ids = [int(np.argmax(logits[0])), 17, 40000]
+    got = surprisal(logits, ids)
+    np.testing.assert_allclose(got, _nll(logits, ids), rtol=0, atol=1e-6)  # float32 exps, float64 sum
 
 
 def test_chunked_prefill_and_decode_surprisal_match_one_pass():
