@@ -6,6 +6,7 @@ with the same tokens, and the fast decoders that make a weight decoded again che
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from walkthrough.inspect.kquants import WRITERS
 
 LLAMA_Q4 = FIXTURES_DIR / "reference" / "ref-llama-q4_0.gguf"
 QWEN2MOE = FIXTURES_DIR / "reference" / "ref-qwen2moe-f32.gguf"
+PHI3_Q4 = Path(__file__).parent / "fixtures" / "arch" / "ref-phi3-q4_0.gguf"  # tests/bench/make_arch_references.py
 PROMPT = list(range(3, 40))
 
 
@@ -92,7 +94,10 @@ def test_the_holding_splits_and_warns_with_llama_cpp_s_figure():
     other = Holding.llama_cpp(f, card, 300, 64)
     assert mine.weights == dequantized_bytes(f) and other.weights == f.data_bytes
     assert mine.kv == card.kv_bytes(300, "f32") == 2 * other.kv
-    assert mine.lane_copies == lane_copy_bytes(f)  # passes of 64 tokens, and room for the lane copies
+    assert mine.lane_copies == lane_copy_bytes(f) == 0  # this file's matrices are too short for lanes
+    phi3 = open_gguf(PHI3_Q4)  # one whose q/k/v stack and FFN down take lanes
+    lanes = Holding.numpy(phi3, build_card(phi3), 300, 64, 1 << 30).lane_copies
+    assert lanes == lane_copy_bytes(phi3) > 0  # passes of 64 tokens, and room for the lane copies
     assert mine.total == mine.weights + mine.lane_copies + mine.kv + mine.activations
     assert mine.warning(mine.total) is None
     warning = mine.warning(other.total + 1, other)

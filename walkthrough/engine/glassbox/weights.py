@@ -283,9 +283,10 @@ class Weights:
 
     def lanes(self, key: object) -> lane_products.HeldLanes | None:
         """A keeper of a float32 matrix's lane copies for `ops.linear` (`lane_products.linear`'s `held`), or None where
-        the budget cannot hold every weight and every lane copy together (`costs.memory.lane_copies_fit`), so a lane copy never takes the room a weight needs: each block's
-        `lane_products.lane_matrix`, cached under ("lanes", `key`, first row) like a tensor (its first copy's time is
-        first-use time, its bytes are not counted as dequantized). `key` names the matrix: a tensor's name or a
+        the budget cannot hold every weight and every lane copy together (`costs.memory.lane_copies_fit`), so a lane
+        copy never takes the room a weight needs: each block's `lane_products.lane_matrix`, cached under ("lanes",
+        `key`, first row) like a tensor (its first copy's time is first-use time, its bytes are not counted as
+        dequantized). `key` names the matrix: a tensor's name or a
         stack's names, and whether the block offsets are folded in.
 
         Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 205 MiB more
