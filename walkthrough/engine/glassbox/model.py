@@ -32,7 +32,7 @@ from walkthrough.engine.glassbox import ops
 from walkthrough.engine.glassbox.cache import KVCache
 from walkthrough.engine.glassbox.config import Config, build_config
 from walkthrough.engine.glassbox.layers import PassInput, runner
-from walkthrough.engine.glassbox.meter import Meter, Probe
+from walkthrough.engine.glassbox.meter import HeldProduct, Meter, Probe
 from walkthrough.engine.glassbox.validate import check_tensors
 from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights
 from walkthrough.engine.numeric_checks import check_small_tensors
@@ -89,6 +89,7 @@ class Model:
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
         # (two threads filling it at once write the same value under a key: one dict store each, no lock needed)
         self.probe: Probe | None = None  # sees every pass's intermediates under llama.cpp's names (`Meter.look`)
+        self._held: dict[tuple, HeldProduct] = {}  # products resolved once for every pass (`Meter.held`)
 
     @classmethod
     def open(cls, path: str | os.PathLike, **kwargs) -> Model:
@@ -110,7 +111,7 @@ class Model:
     def meter(self) -> Meter:
         """A fresh meter for one pass."""
         return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp,
-                     exact_products=self.exact_products, probe=self.probe)
+                     exact_products=self.exact_products, probe=self.probe, held=self._held)
 
     def check_ids(self, ids: list[int]) -> None:
         bad = [i for i in ids if not 0 <= i < self.config.n_vocab]

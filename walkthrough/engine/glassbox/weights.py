@@ -188,6 +188,11 @@ class Weights:
             self._cached_bytes += value.nbytes
             return value
 
+    def held(self, key: tuple) -> np.ndarray | None:
+        """The value the cache holds under `key` (a `get`, `columns` or `stacked` key), or None."""
+        with self._lock:
+            return self._cache.get(key)
+
     def holds(self, name: str, dtype: type = np.float32, *, offsets: bool = False) -> bool:
         """Whether the cache holds the whole tensor in `dtype` (with its offsets: `get`) now."""
         return _key(name, dtype, offsets) in self._cache
