@@ -200,11 +200,9 @@ class Meter:
               parts: list[tuple[int, int]], lanes: object) -> None:
         """Remember a float32 product just taken as a `HeldProduct` under `key`, if it has no bias and the cache
         holds its matrix (by columns, stacked or alone, with the block offsets if it folds them)."""
-        offsets = self.folds_offsets(names[0])
-        what = names[0] if len(names) == 1 else tuple(names)
-        cache_key = ("columns", what, offsets) if by_columns else (
-            (names[0], np.float32, offsets) if len(names) == 1 else ("stacked", what, np.float32, offsets))
-        matrix = self.weights.held(cache_key) if no_bias else None
+        if not no_bias:
+            return
+        matrix = self.weights.held_matrix(tuple(names), by_columns=by_columns, offsets=self.folds_offsets(names[0]))
         if matrix is None:
             return
         counts = tuple((n, group or self.group_of(n), self.weights.info(n).n_elements) for n in names)
@@ -298,12 +296,12 @@ class Meter:
             w = self.weights.stacked(tuple(names), offsets=offsets)  # [sum of heights, d_in (+ offsets)]
             y = self._rounded_product(names[0], x, w, lanes=self._lanes((tuple(names), offsets), x))  # [n, sum of heights]
             starts = [0, *itertools.accumulate(heights)]
-        out = []
+        out, no_bias = [], True
         for height, bias, start in zip(heights, biases, starts):
             part = y[:, start : start + height]
             b = self.optional(bias) if bias else None
+            no_bias = no_bias and b is None
             out.append(self.wrote(part + b if b is not None else part))
-        no_bias = not any(bias and self.weights.has(bias) for bias in biases)
         self._hold((tuple(names), tuple(biases)), names, None, no_bias, by_columns, list(zip(starts, heights)),
                    (tuple(names), offsets))
         return out

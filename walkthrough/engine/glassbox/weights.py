@@ -74,6 +74,16 @@ def _key(name: str, dtype: type, offsets: bool) -> tuple:
     return (name, dtype, offsets)
 
 
+def _columns_key(name: str | tuple[str, ...], offsets: bool) -> tuple:
+    """The cache key of a matrix (or a side-by-side stack of them) held by columns (`Weights.columns`)."""
+    return ("columns", name, offsets)
+
+
+def _stacked_key(names: tuple[str, ...], dtype: type, offsets: bool) -> tuple:
+    """The cache key of matrices stacked by rows (`Weights.stacked`)."""
+    return ("stacked", names, dtype, offsets)
+
+
 def with_offsets(w: np.ndarray, offsets: np.ndarray, dtype: type = np.float32) -> np.ndarray:
     """[n_out, n_in] values, [n_out, n_in / 32] block offsets -> [n_out, n_in + n_in / 32] in `dtype`.
 
@@ -188,8 +198,14 @@ class Weights:
             self._cached_bytes += value.nbytes
             return value
 
-    def held(self, key: tuple) -> np.ndarray | None:
-        """The value the cache holds under `key` (a `get`, `columns` or `stacked` key), or None."""
+    def held_matrix(self, names: tuple[str, ...], *, by_columns: bool, offsets: bool) -> np.ndarray | None:
+        """The float32 matrix the cache holds now for `names` (one matrix, or a stack), by columns as `columns` holds it
+        or by rows as `get` / `stacked` do, with the block offsets or not; None when it holds none."""
+        name = names[0] if len(names) == 1 else names
+        if by_columns:
+            key = _columns_key(name, offsets)
+        else:
+            key = _key(name, np.float32, offsets) if len(names) == 1 else _stacked_key(names, np.float32, offsets)
         with self._lock:
             return self._cache.get(key)
 
@@ -230,7 +246,7 @@ class Weights:
 
     def holds_columns(self, name: str, *, offsets: bool = False) -> bool:
         """Whether the cache holds the matrix by columns (`columns`) now."""
-        return ("columns", name, offsets) in self._cache
+        return _columns_key(name, offsets) in self._cache
 
     def columns(self, name: str | tuple[str, ...], *, offsets: bool = False) -> np.ndarray:
         """A float32 matrix held by columns, as `ops.linear_columns` takes it: [n_in (+ n_in / 32 with `offsets`),
@@ -238,7 +254,7 @@ class Weights:
         the matrices side by side (one input width), each padded so (`column_starts`). Built a block of rows at
         a time, so it never takes twice its size on the way; cached as one value."""
         names = (name,) if isinstance(name, str) else name
-        key = ("columns", name if isinstance(name, str) else names, offsets)
+        key = _columns_key(name if isinstance(name, str) else names, offsets)
         return self._load(key, lambda: self._columns(names, offsets))
 
     def column_starts(self, names: tuple[str, ...]) -> list[int]:
@@ -291,8 +307,8 @@ class Weights:
         the budget cannot hold every weight and every lane copy together (`costs.memory.lane_copies_fit`), so a lane
         copy never takes the room a weight needs: each block's `lane_products.lane_matrix`, cached under ("lanes",
         `key`, first row) like a tensor (its first copy's time is first-use time, its bytes are not counted as
-        dequantized). `key` names the matrix: a tensor's name or a
-        stack's names, and whether the block offsets are folded in.
+        dequantized). `key` names the matrix: a tensor's name or a stack's names, and whether the block offsets are
+        folded in.
 
         Held, they cost memory for speed: SmolLM2-135M's q/k/v, attention output and FFN down take 205 MiB more
         and a 128-token prefill about 4% less time (docs/op-diff.md, eleventh round); decode never makes them."""
@@ -335,7 +351,7 @@ class Weights:
     def stacked(self, names: tuple[str, ...], dtype: type = np.float32, *, offsets: bool = False) -> np.ndarray:
         """Matrices with the same input width as one, their rows one after another: [sum of n_out, n_in (+ n_in / 32
         with `offsets`)]. Cached as one value; the matrices alone are not."""
-        return self._load(("stacked", names, dtype, offsets),
+        return self._load(_stacked_key(names, dtype, offsets),
                           lambda: np.concatenate([self._matrix(n, dtype, offsets) for n in names]))
 
     def stackable(self, names: tuple[str, ...], row_group: int) -> list[int] | None:
