@@ -8,6 +8,9 @@
 - `ggml_math.v_expf`'s shortcut and its general path agree, and the shortcut hands over when it must.
 - SiLU's exp: ggml's own with exact products, else numpy's rounded from float64 (`ggml_math.rounded_expf`),
   the same for every shape of pass and within 3 steps of ggml's.
+- RoPE and attention's softmax: ggml's fused products and own exp where the layers' products follow ggml's
+  (exact products, or every layer matrix in float64: an F32 file), else numpy's float32 rounding and
+  `rounded_expf` in ggml's sums (`Model.exact_elementwise`).
 - A matrix held by columns (`ops.linear_columns`, the output head) gives a row the same bits whatever the
   number of rows in the pass, held whole or a block at a time.
 - A long pass's attention taken a block of queries at a time, each over the cells it sees, gives the whole pass's
@@ -119,6 +122,77 @@ def test_the_default_silu_gives_a_value_the_same_bits_in_any_pass():
     assert np.array_equal(whole, rows) and np.array_equal(whole, strided)
 
 
+def _rope_inputs(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [5, 6, 64] and the angles of positions 0..4 for 64 rotated dims, as a pass makes them."""
+    x = (np.random.default_rng(seed).standard_normal((5, 6, 64)) * 3).astype(np.float32)
+    cos, sin = ops.rope_angles(np.arange(5), 64, 10000.0)  # [5, 32] each
+    return x, cos, sin
+
+
+@pytest.mark.parametrize("neox", [False, True], ids=["adjacent pairs", "neox halves"])
+def test_the_default_rope_rounds_each_step_and_the_exact_one_fuses(neox):
+    x, cos, sin = _rope_inputs(13)
+    pairs = (slice(0, 32), slice(32, 64)) if neox else (slice(0, 64, 2), slice(1, 64, 2))
+    a, b = x[..., pairs[0]], x[..., pairs[1]]
+    c, s = cos[:, None], sin[:, None]
+    plain = ops.rope(x, cos, sin, neox, exact=False)
+    assert np.array_equal(plain[..., pairs[0]], a * c - b * s) and np.array_equal(plain[..., pairs[1]], a * s + b * c)
+    fused = ops.rope(x, cos, sin, neox)
+    assert np.array_equal(fused[..., pairs[0]], ggml_math.fma32(a, c, -(b * s)))
+    assert not np.array_equal(plain, fused)  # the fused sums differ in their last bits
+    assert np.allclose(plain, fused, rtol=0, atol=4 * np.spacing(np.abs(x).max()))
+
+
+def test_the_default_softmax_takes_numpys_exp_in_ggmls_sums():
+    rng = np.random.default_rng(14)
+    scores = (rng.standard_normal((2, 3, 4, 21)) * 4).astype(np.float32)  # [h_kv, group, n, L]: L no multiple of 8
+    scores[..., 0, 5:] = -np.inf  # a row that sees 5 cells
+    top = scores.max(axis=-1, keepdims=True)
+    e = np.where(scores > -np.inf, np.exp((scores - top).astype(np.float64)), 0).astype(np.float32)
+    padded = np.concatenate([e, np.zeros((*e.shape[:-1], 3), np.float32)], axis=-1)  # to 24 cells, 3 registers
+    total = ggml_math.sum_in_order(ggml_math.hsum8(padded.reshape(*e.shape[:-1], 3, 8)).astype(np.float64))
+    want = e * (1.0 / total).astype(np.float32)[..., None]
+    rounded = ops.cache_softmax(scores, exact=False)
+    assert np.array_equal(rounded, want)
+    exact = ops.cache_softmax(scores)
+    assert not np.array_equal(rounded, exact)  # ggml's exp differs in the last bits
+    assert op_diff.compare("kq_soft_max", 0, rounded, exact).max_ulps <= 4
+
+
+def test_rope_and_softmax_follow_ggml_where_the_layers_products_do(monkeypatch):
+    """An F32 file's layers multiply in float64 and take ggml's RoPE and softmax; a quantized file's default pass
+    takes numpy's rounding in both (other bits than ggml's kernels give, close to them), exact products ggml's."""
+    from walkthrough.engine.glassbox.session import Session
+
+    f32 = Model(open_gguf("tests/fixtures/arch/ref-gemma4-f32.gguf"))
+    assert f32.exact_elementwise and f32.meter().exact_elementwise
+    quantized = open_gguf(TINY)  # Q8_0 layers with an F32 router: some layer products are float32 sums
+    assert Model(quantized, exact_products=True).meter().exact_elementwise
+    default, ggmls = Model(quantized), Model(quantized)
+    assert not default.exact_elementwise and not default.meter().exact_elementwise
+    ggmls.exact_elementwise = True
+    asked: list[tuple[str, bool]] = []  # (kernel, exact) as each pass called them
+
+    def recorded(kernel: str):
+        run = getattr(ops, kernel)
+        return lambda *a, exact=True: asked.append((kernel, exact)) or run(*a, exact=exact)
+
+    for kernel in ("rope", "cache_softmax"):
+        monkeypatch.setattr(ops, kernel, recorded(kernel))
+    seen = []
+    for model in (default, ggmls):
+        asked.clear()
+        points: dict[str, list[np.ndarray]] = {}
+        model.probe = lambda name, a, points=points: points.setdefault(name, []).append(np.array(a))
+        Session(model, kv_type="f32").feed(list(range(3, 40)), phase="prefill")
+        assert sorted(set(asked)) == [("cache_softmax", model.exact_elementwise), ("rope", model.exact_elementwise)]
+        seen.append(points)
+    ours, theirs = seen[0]["Qcur-0"][-1], seen[1]["Qcur-0"][-1]  # layer 0's roped queries, the same input
+    assert np.array_equal(seen[0]["Qcur-0"][0], seen[1]["Qcur-0"][0])
+    assert not np.array_equal(ours, theirs)
+    assert np.abs(ours - theirs).max() <= 4 * np.spacing(np.abs(theirs).max())  # a few steps of the largest
+
+
 def test_weights_cache_a_stacked_matrix_once():
     w = Weights(open_gguf(TINY))
     names = ("blk.0.attn_q.weight", "blk.0.attn_k.weight")
@@ -198,18 +272,20 @@ def test_a_tall_stack_by_columns_gives_each_matrix_its_own_bits(tmp_path):
     assert model.weights.column_starts(tuple(names)) == [0, 208, 416]
 
 
+@pytest.mark.parametrize("exact_softmax", [True, False], ids=["ggml's exp", "numpy's exp"])
 @pytest.mark.parametrize("kv_format", ["f32", "f16"])
 @pytest.mark.parametrize("window", [0, 40])
-def test_attention_by_blocks_of_queries_gives_the_whole_pass_bits(monkeypatch, kv_format, window):
+def test_attention_by_blocks_of_queries_gives_the_whole_pass_bits(monkeypatch, kv_format, window, exact_softmax):
     rng = np.random.default_rng(window + len(kv_format))
     start, n = 30, 77  # a pass after 30 cached cells: blocks of 32, 32 and 13 queries
     q = rng.standard_normal((n, 6, 64)).astype(np.float32)
     k, v = (rng.standard_normal((start + n, 2, 64)).astype(np.float32) for _ in range(2))
     positions = np.arange(start, start + n)
     assert n > 2 * ops.ATTENTION_ROW_BLOCK  # the pass is taken in blocks
-    out, weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window)
+    out, weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window, exact_softmax=exact_softmax)
     monkeypatch.setattr(ops, "ATTENTION_ROW_BLOCK", 10**6)  # the whole pass at once
-    whole_out, whole_weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window)
+    whole_out, whole_weights = ops.attention(q, k, v, positions, 0.125, kv_format, window=window,
+                                             exact_softmax=exact_softmax)
     assert np.array_equal(out.view(np.uint32), whole_out.view(np.uint32))
     assert np.array_equal(weights.view(np.uint32), whole_weights.view(np.uint32))
     cells = np.arange(start + n)[None, :]

@@ -31,7 +31,7 @@ def gated_full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTr
     k = ops.rmsnorm(k, m.tensor(pre + "attn_k_norm.weight"), c.norm_eps)
     turns = text_rope_pairs(c.params["gated_full"], p.cos.shape[1])  # [n_rot/2]
     cos, sin = np.where(turns, p.cos, np.float32(1)), np.where(turns, p.sin, np.float32(0))  # [n, n_rot/2]
-    q, k = ops.rope_qk(q, k, cos, sin, neox=True)
+    q, k = ops.rope_qk(q, k, cos, sin, neox=True, exact=m.exact_elementwise)
     out = attend(p, layer, q, k, v, trace) * ops.sigmoid(gate, m.exact_products)  # [n, h, hd_v]
     o = out.reshape(n, -1)
     return m.linear(pre + "attn_output.weight", o, pre + "attn_output.bias")

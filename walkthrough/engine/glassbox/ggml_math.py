@@ -16,8 +16,9 @@ operation by operation, so on the same inputs they give llama.cpp's bits:
   summed in double in index order.
 - `libm`: the C library's cosf / sinf / powf, the very functions ggml calls for RoPE's cache.
 
-`rounded_expf(x)` is the cheap stand-in the engine's default path takes for `v_expf` in SiLU (numpy's float64 exp,
-rounded once): not ggml's bits, in about half the time. `silu` takes it when told `exact=False`.
+`rounded_expf(x)` is the cheap stand-in the engine's default path takes for `v_expf` in SiLU and in attention's
+softmax (numpy's float64 exp, rounded once): not ggml's bits, in about half the time. `silu`, `exp_sum` and
+`soft_max_rows` take it when told `exact=False`.
 
 Not handled: the AVX512 and ARM variants (other polynomials and register widths); a row whose
 length is not a multiple of 8 takes ggml's scalar tail (libm's expf), which only `soft_max_rows`
@@ -279,14 +280,17 @@ def sum_in_order(a: np.ndarray) -> np.ndarray:
     return np.add.reduce(down, axis=0).reshape(a.shape[:-1])
 
 
-def exp_sum(x: np.ndarray, top: np.ndarray, *, padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def exp_sum(x: np.ndarray, top: np.ndarray, *, padded: bool = False,
+            exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """[..., n] float32 rows, their maxima [..., 1] -> (e^(x - top) [..., n], the sum of each row [...] float64).
 
     `ggml_vec_soft_max_f32` (vec.cpp): y = v_expf(x - max) 8 at a time, each 8 summed in float32 (hsum)
     and added to a double sum; a tail of n % 8 takes libm's expf, each added alone. `padded`: each row goes on
     with masked cells up to a whole number of 8 (llama.cpp pads attention rows to 256 cells, `ops.cache_softmax`),
-    so every value takes v_expf and the last 8 sum zeros past the row.
+    so every value takes v_expf and the last 8 sum zeros past the row. Not `exact`: `rounded_expf` stands in for
+    v_expf (the sums in ggml's order all the same).
     """
+    exp = v_expf if exact else rounded_expf
     x = np.asarray(x, F32)
     n = x.shape[-1]
     body = n if padded else n - n % 8
@@ -295,12 +299,12 @@ def exp_sum(x: np.ndarray, top: np.ndarray, *, padded: bool = False) -> tuple[np
     seen = shifted > -np.inf  # masked cells give 0: only the others go through v_expf
     if np.logical_and.reduce(seen, axis=None):  # nothing masked (a decode row at the cache's end)
         y = np.empty((*x.shape[:-1], max(n, width)), F32)
-        y[..., :body] = v_expf(shifted)
+        y[..., :body] = exp(shifted)
         if width > body:
             y[..., body:] = 0
     else:
         y = np.zeros((*x.shape[:-1], max(n, width)), F32)
-        y[..., :body][seen] = v_expf(shifted[seen])
+        y[..., :body][seen] = exp(shifted[seen])
     groups = hsum8(y[..., :width].reshape(*x.shape[:-1], -1, 8)).astype(np.float64)  # [..., width/8]
     total = sum_in_order(groups)
     if body < n:
@@ -309,19 +313,20 @@ def exp_sum(x: np.ndarray, top: np.ndarray, *, padded: bool = False) -> tuple[np
     return y[..., :n], total
 
 
-def soft_max_rows(x: np.ndarray, sinks: np.ndarray | None = None, *, padded: bool = False) -> np.ndarray:
+def soft_max_rows(x: np.ndarray, sinks: np.ndarray | None = None, *, padded: bool = False,
+                  exact: bool = True) -> np.ndarray:
     """[..., n] float32 rows (scaled and masked logits, -inf where masked) -> softmax rows, as ggml's CPU backend.
 
     `ggml_compute_forward_soft_max_f32`: the exps and their double sum (`exp_sum`, which says what `padded`
-    means), then y * (float)(1 / sum). sinks [...] (gpt-oss), one logit per row: the maximum is at least the sink
-    and libm's expf(sink - max) joins the double sum.
+    and `exact` mean), then y * (float)(1 / sum). sinks [...] (gpt-oss), one logit per row: the maximum is at
+    least the sink and libm's expf(sink - max) joins the double sum.
     """
     x = np.asarray(x, F32)
     top = np.maximum.reduce(x, axis=-1, keepdims=True)  # [..., 1]
     if sinks is not None:
         sinks = np.asarray(sinks, F32)[..., None]
         top = np.maximum(top, sinks)
-    y, total = exp_sum(x, top, padded=padded)
+    y, total = exp_sum(x, top, padded=padded, exact=exact)
     if sinks is not None:
         total = total + libm.expf(sinks - top)[..., 0].astype(np.float64)
     return y * (1.0 / total).astype(F32)[..., None]

@@ -98,7 +98,7 @@ def full_attention(p: PassInput, layer: int, x: np.ndarray, trace: LayerTrace) -
     if not (every and (layer + 1) % every == 0):  # NoPE layers see positions only through the causal mask
         neox = c.spec.rope == "neox"
         cos, sin = p.angles(layer)
-        q, k = ops.rope_qk(q, k, cos, sin, neox)
+        q, k = ops.rope_qk(q, k, cos, sin, neox, exact=m.exact_elementwise)
         q, k = m.look("Qcur", layer, q), m.look("Kcur", layer, k)
     if c.spec.scale_q:
         q = q * np.float32(c.attention_scale(layer))
@@ -130,7 +130,8 @@ def attend(p: PassInput, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
     out, weights = ops.attention(
         q, keys, values, p.positions, 1.0 if c.spec.scale_q else c.attention_scale(layer), fmt, window=window,
         sinks=sinks, probe=probe,
-        exact=p.meter.exact_products, flash=p.cache.flash_attention, cache_type=p.cache.cache_type,
+        exact=p.meter.exact_products, exact_softmax=p.meter.exact_elementwise, flash=p.cache.flash_attention,
+        cache_type=p.cache.cache_type,
     )  # [n, h, hd_v], [h, n, L]
     p.meter.wrote(weights, out)  # scores and weights are the same size; the weights are what attention keeps
     seen = p.positions + 1 if not window else np.minimum(p.positions + 1, window)

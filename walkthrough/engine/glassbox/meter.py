@@ -73,16 +73,18 @@ class Meter:
     """Weight access for one pass, recording bytes read (stored format) and FLOPs."""
 
     def __init__(self, weights: Weights, group_of: Callable[[str], str], *, match_llama_cpp: bool = True,
-                 exact_products: bool = False, probe: Probe | None = None,
+                 exact_products: bool = False, exact_elementwise: bool = True, probe: Probe | None = None,
                  held: dict[tuple, HeldProduct] | None = None):
         """`held`: the products already resolved by the model's earlier passes (`HeldProduct`), which this meter
-        also fills; without it, every product is resolved afresh."""
+        also fills; without it, every product is resolved afresh. `exact_elementwise`: RoPE and attention's
+        softmax follow ggml's bits (`Model.exact_elementwise`), else numpy's float32 rounding."""
         self.weights = weights
         self.held = {} if held is None else held
         self.probe = probe
         self.group_of = group_of
         self.match_llama_cpp = match_llama_cpp
         self.exact_products = match_llama_cpp and exact_products
+        self.exact_elementwise = exact_elementwise or self.exact_products
         self._rounded: tuple | None = None  # last input rounded: (x, (format, offset), `_input`'s result)
         self.bytes_by_group: dict[str, int] = {}
         self.flops = 0

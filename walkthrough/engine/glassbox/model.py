@@ -34,7 +34,7 @@ from walkthrough.engine.glassbox.config import Config, build_config
 from walkthrough.engine.glassbox.layers import PassInput, runner
 from walkthrough.engine.glassbox.meter import HeldProduct, Meter, Probe
 from walkthrough.engine.glassbox.validate import check_tensors
-from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights
+from walkthrough.engine.glassbox.weights import DEFAULT_CACHE_BYTES, Weights, product_dtype
 from walkthrough.engine.numeric_checks import check_small_tensors
 from walkthrough.engine.steps import LayerTrace
 from walkthrough.errors import WalkthroughError
@@ -45,6 +45,13 @@ Progress = Callable[[int, int], None]  # (layers done, layers in all): `session.
 EMBEDDING = "token_embd.weight"
 OUTPUT = "output.weight"
 ROPE_FREQS = "rope_freqs.weight"  # per-pair frequency divisors (llama 3 long context, gemma4's proportional RoPE)
+
+
+def layers_in_float64(f: GGUFFile) -> bool:
+    """Whether every matrix of the file's layers (`blk.N.*`, two or more dimensions) is multiplied in float64
+    (`weights.product_dtype`: an F32 file's)."""
+    matrices = [t for name, t in f.tensors.items() if name.startswith("blk.") and len(t.shape) >= 2]
+    return bool(matrices) and all(product_dtype(t) is np.float64 for t in matrices)
 
 
 class Model:
@@ -70,7 +77,7 @@ class Model:
                 quantized and F32 weights multiplied as ggml does (`quantdot`, `ggml_math.f32_matmul`) and
                 attention's sums in ggml's order, SiLU's exp ggml's own and what ggml hands to the C library
                 one call per value (slow: 10 to 25 times); the other operations follow ggml's CPU kernels either
-                way (`ggml_math`).
+                way (`ggml_math`), RoPE and attention's softmax as `exact_elementwise` says.
 
         Raises:
             WalkthroughError: the file cannot run (a partial download, an unknown architecture, a tensor
@@ -86,6 +93,13 @@ class Model:
         self.weights = Weights(f, max_cache_bytes=max_cache_bytes)
         check_small_tensors(f, self.weights, self.config.n_embd)  # NaN/Inf norm weights refused before a pass
         self.tied_output = not self.weights.has(OUTPUT)
+        # RoPE's fused products and the softmax's exp follow ggml's bits where the layers' products do: with exact
+        # products, or where every matrix of the layers is multiplied in float64 (an F32 file's, all but ggml's
+        # sums; on the random F32 gemma4 reference numpy's rounding in either moved a logit by 2.5e-3, the
+        # fixtures allow 1e-3). Where a layer's product is a float32 sum, it parts from ggml's in its last bits
+        # anyway, and the engine takes numpy's float32 rounding for both: about a tenth of a SmolLM2 decode pass
+        # (docs/op-diff.md, fourteenth round).
+        self.exact_elementwise = exact_products or layers_in_float64(f)
         self._groups: dict[str, str] = {}  # tensor name -> group, memoised (looked up for every weight, every pass)
         # (two threads filling it at once write the same value under a key: one dict store each, no lock needed)
         self.probe: Probe | None = None  # sees every pass's intermediates under llama.cpp's names (`Meter.look`)
@@ -111,7 +125,8 @@ class Model:
     def meter(self) -> Meter:
         """A fresh meter for one pass."""
         return Meter(self.weights, self.group_of, match_llama_cpp=self.match_llama_cpp,
-                     exact_products=self.exact_products, probe=self.probe, held=self._held)
+                     exact_products=self.exact_products, exact_elementwise=self.exact_elementwise, probe=self.probe,
+                     held=self._held)
 
     def check_ids(self, ids: list[int]) -> None:
         bad = [i for i in ids if not 0 <= i < self.config.n_vocab]

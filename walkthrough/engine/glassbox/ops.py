@@ -188,7 +188,7 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e * inv
 
 
-def cache_softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
+def cache_softmax(scores: np.ndarray, sinks: np.ndarray | None = None, *, exact: bool = True) -> np.ndarray:
     """[..., L] scaled and masked (-inf) attention logits -> weights, as llama.cpp's CPU backend computes them.
 
     `ggml_compute_forward_soft_max_f32` over rows that llama.cpp pads (masked) to a multiple of 256
@@ -196,17 +196,18 @@ def cache_softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.nda
     cells past it, which add nothing (`padded`). A block of rows at a time: a prefill's
     scores whole took 10.3 ms a layer, in blocks 2.4 (measured here, SmolLM2's 9 heads x 128 x 128).
     sinks [...] (one logit per row, broadcast over the rows' leading axes) join as ggml adds them: the
-    maximum is at least the sink, and expf(sink - max) joins the double sum.
+    maximum is at least the sink, and expf(sink - max) joins the double sum. Not `exact`: each exp is
+    `ggml_math.rounded_expf`'s, not ggml's own (`ggml_math.exp_sum`).
     """
     big_l = scores.shape[-1]
     rows = scores.reshape(-1, big_l)  # [rows, L]
     sink_rows = None if sinks is None else np.broadcast_to(sinks, scores.shape[:-1]).reshape(-1)  # [rows]
     step = max(1, ggml_math.CHUNK // (big_l + -big_l % 8))  # rows at a time (`ggml_math.elementwise_in_chunks`)
     if len(rows) <= step:
-        return ggml_math.soft_max_rows(rows, sink_rows, padded=True).reshape(scores.shape)
+        return ggml_math.soft_max_rows(rows, sink_rows, padded=True, exact=exact).reshape(scores.shape)
     weights = np.concatenate([ggml_math.soft_max_rows(rows[i : i + step],
                                                       None if sink_rows is None else sink_rows[i : i + step],
-                                                      padded=True)
+                                                      padded=True, exact=exact)
                               for i in range(0, len(rows), step)])
     return weights.reshape(scores.shape)
 
@@ -279,13 +280,14 @@ def rope_angles(
     return libm.cosf(mixed) * magnitude, libm.sinf(mixed) * magnitude
 
 
-def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndarray:
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, *, exact: bool = True) -> np.ndarray:
     """[n, h, hd] -> [n, h, hd]: rotate the first n_rot dims of every head, leave the rest.
 
     neox=False ("normal", llama): pairs are adjacent dims (x0, x1), (x2, x3), ...
     neox=True (qwen family): pairs are (x_i, x_{i + n_rot/2}).
     As ggml's `rotate_pairs` (ggml-cpu/ops.cpp) once the compiler has fused its products:
-    x0 cos - x1 sin is fma(x0, cos, -(x1 sin)), x0 sin + x1 cos is fma(x0, sin, x1 cos).
+    x0 cos - x1 sin is fma(x0, cos, -(x1 sin)), x0 sin + x1 cos is fma(x0, sin, x1 cos). Not `exact`: each
+    product and sum rounded in float32 (at most a step off the fused result, in a third of the time).
     """
     half = cos.shape[-1]
     n_rot = 2 * half
@@ -293,8 +295,12 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> np.ndar
     out = x.copy()
     pairs = (slice(0, half), slice(half, n_rot)) if neox else (slice(0, n_rot, 2), slice(1, n_rot, 2))
     a, b = x[..., pairs[0]], x[..., pairs[1]]
-    out[..., pairs[0]] = ggml_math.fma32(a, c, -(b * s))
-    out[..., pairs[1]] = ggml_math.fma32(a, s, b * c)
+    if exact:
+        out[..., pairs[0]] = ggml_math.fma32(a, c, -(b * s))
+        out[..., pairs[1]] = ggml_math.fma32(a, s, b * c)
+    else:
+        out[..., pairs[0]] = a * c - b * s
+        out[..., pairs[1]] = a * s + b * c
     return out
 
 
@@ -314,12 +320,13 @@ def hadamard_rows(x: np.ndarray, n: int) -> np.ndarray:
     return rows.reshape(x.shape)
 
 
-def rope_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool) -> tuple[np.ndarray, np.ndarray]:
+def rope_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, neox: bool, *,
+            exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """`rope` of q [n, h, hd] and k [n, h_kv, hd] -> (q, k) rotated: one call when their heads are the same size
     (rope is elementwise, so the same numbers in half the numpy calls a decode pass makes)."""
     if q.shape[-1] != k.shape[-1]:
-        return rope(q, cos, sin, neox), rope(k, cos, sin, neox)
-    both = rope(np.concatenate([q, k], axis=1), cos, sin, neox)  # [n, h + h_kv, hd]
+        return rope(q, cos, sin, neox, exact=exact), rope(k, cos, sin, neox, exact=exact)
+    both = rope(np.concatenate([q, k], axis=1), cos, sin, neox, exact=exact)  # [n, h + h_kv, hd]
     return both[:, : q.shape[1]], both[:, q.shape[1] :]
 
 
@@ -335,6 +342,7 @@ def attention(
     sinks: np.ndarray | None = None,
     probe: Callable[[str, np.ndarray], object] | None = None,
     exact: bool = False,
+    exact_softmax: bool = True,
     flash: bool = False,
     cache_type: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -355,6 +363,8 @@ def attention(
         probe: if given, sees q.k before the scale ("kq", [h, n, L]) and the weights ("kq_soft_max").
         exact: with an F32 or F16 cache, sum q.k and weights.v in the order llama.cpp's CPU backend
             does (`exact_scores`, `exact_values`; slow for long prefills); otherwise in float64, rounded once.
+        exact_softmax: the softmax takes ggml's own exp (`cache_softmax`); else `ggml_math.rounded_expf`'s.
+            Always with `exact`.
         flash: with `exact`, compute the output as llama.cpp's flash attention does
             (`flash_attention`); the weights returned are still the plain softmax's, for display.
         cache_type: the cache's type; with `exact` and `flash`, a Q8_0 or Q4_0 cache (k and v its blocks'
@@ -367,12 +377,13 @@ def attention(
     n, h, _ = q.shape
     big_l, h_kv, _ = k.shape
     group = h // h_kv
+    exact_softmax = exact_softmax or exact  # ggml's own exp with exact sums, whatever the cache
     exact = exact and kv_format in ("f32", "f16")
     q_in = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd], as the pass made them
     q = round_activations(q, kv_format)
     qg = q.reshape(n, h_kv, group, -1).transpose(1, 2, 0, 3)  # [h_kv, group, n, hd]
     if not exact and sinks is None and probe is None and n > ATTENTION_ROW_BLOCK:
-        out, weights = _attention_by_row_blocks(qg, k, v, q_pos, np.float32(scale), kv_format, window)
+        out, weights = _attention_by_row_blocks(qg, k, v, q_pos, np.float32(scale), kv_format, window, exact_softmax)
         out = out.reshape(h, n, -1).transpose(1, 0, 2)  # [n, h, hd_v]
         return np.ascontiguousarray(out), weights.reshape(h, n, big_l)
     if exact:
@@ -387,7 +398,7 @@ def attention(
     if np.logical_or.reduce(masked, axis=None):  # (a decode pass at the cache's end sees every cell)
         scores = np.where(masked, -np.inf, scores)
     if sinks is None:
-        weights = cache_softmax(scores)  # [h_kv, group, n, L]
+        weights = cache_softmax(scores, exact=exact_softmax)  # [h_kv, group, n, L]
     elif exact:
         weights = cache_softmax(scores, sinks.reshape(h_kv, group, 1).astype(np.float32))  # [h_kv, group, n, L]
     else:
@@ -432,7 +443,7 @@ ATTENTION_ROW_BLOCK = 32  # query rows of a long pass that `_attention_by_row_bl
 
 
 def _attention_by_row_blocks(qg: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: np.float32,
-                             kv_format: str, window: int) -> tuple[np.ndarray, np.ndarray]:
+                             kv_format: str, window: int, exact_softmax: bool) -> tuple[np.ndarray, np.ndarray]:
     """`attention`'s float64 path over a pass of many queries, ATTENTION_ROW_BLOCK of them at a time, each block
     over the cache cells up to the last one its queries see: qg [h_kv, group, n, hd] (rounded as the cache format
     wants), k [L, h_kv, hd], v [L, h_kv, hd_v] -> (out [h_kv, group, n, hd_v], weights [h_kv, group, n, L]).
@@ -455,7 +466,7 @@ def _attention_by_row_blocks(qg: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos
         masked = attention_mask(rows, end, window)  # [b, end]
         if np.logical_or.reduce(masked, axis=None):
             scores = np.where(masked, -np.inf, scores)
-        w = cache_softmax(scores)  # [h_kv, group, b, end]
+        w = cache_softmax(scores, exact=exact_softmax)  # [h_kv, group, b, end]
         weights[:, :, r0 : r0 + len(rows), :end] = w
         out[:, :, r0 : r0 + len(rows)] = (round_activations(w, kv_format).astype(np.float64) @ vt[:, :, :end])
     return out, weights
