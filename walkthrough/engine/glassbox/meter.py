@@ -61,7 +61,7 @@ class HeldProduct:
     prefill (`ab_revisions.py`, 12 rounds: 0.971 and 0.976), the logits the same bits.
     """
 
-    counts: tuple[tuple[str, str, int], ...]  # (tensor, group, values) of each matrix, as `_count_matrix` counts it
+    counts: tuple[tuple[str, str], ...]  # (tensor, group) of each matrix, counted by `_count_matrix`
     by_columns: bool  # `ops.linear_columns` (matrix [d_in (+ offsets), padded outputs]), else `ops.linear`
     matrix: np.ndarray  # by rows [outputs, d_in (+ offsets)], by columns [d_in (+ offsets), padded outputs]
     width: int  # the outputs `ops.linear_columns` keeps (the last matrix's end)
@@ -207,7 +207,7 @@ class Meter:
         matrix = self.weights.held_matrix(tuple(names), by_columns=by_columns, offsets=self.folds_offsets(names[0]))
         if matrix is None:
             return
-        counts = tuple((n, group or self.group_of(n), self.weights.info(n).n_elements) for n in names)
+        counts = tuple((n, group or self.group_of(n)) for n in names)
         if not by_columns:
             matrix = matrix.reshape(-1, matrix.shape[-1])
         width = parts[-1][0] + parts[-1][1]
@@ -215,9 +215,8 @@ class Meter:
 
     def _held_product(self, route: HeldProduct, name: str, x: np.ndarray) -> list[np.ndarray]:
         """`route`'s product of x [n, d_in]: one [n, d_out] per matrix, counted as `linear` / `linears` count."""
-        for tensor, group, values in route.counts:
-            self._count(tensor, group, self.weights.info(tensor).nbytes - self._row_bytes.get(tensor, 0), values,
-                        x.shape[0])
+        for tensor, group in route.counts:
+            self._count_matrix(tensor, x.shape[0], group)
         xr = self._folded_input(name, x)[0]
         if route.by_columns:
             y = ops.linear_columns(xr, route.matrix, route.width)
